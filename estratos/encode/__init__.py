@@ -1,0 +1,1 @@
+"""Stage one: run an encoder once over unique sentences and write the HDF5 cache."""

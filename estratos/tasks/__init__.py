@@ -1,0 +1,1 @@
+"""Task registry, data-format loaders and synthetic suites."""

@@ -1,0 +1,162 @@
+"""The data model every task is turned into, whatever its file format.
+
+A :class:`TaskSpec` is declarative metadata registered by name (no behaviour). Loading a
+spec's files gives a :class:`TaskData`: the unique sentences the task needs (what ``encode``
+caches) and, per split, examples as references into those sentences plus labels (what
+``probe`` trains on). Probe never sees file formats, and loaders never see vectors.
+
+An example has one *slot* per sentence position of its feature combiner (1 for ``single``,
+2 for ``pair``/``pair4``/``bso``, 5 for ``sp``, 6 for ``dc``, 2 for ``rst``). A slot refers
+to one sentence, or to several whose vectors are averaged (an RST subtree = the mean of its
+EDUs), so slot references are stored CSR-style: ``indices[offsets[i]:offsets[i+1]]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+#: sentence positions each feature combiner takes (see DESIGN.md, "Feature combiners")
+COMBINER_SLOTS: Mapping[str, int] = MappingProxyType({
+    "single": 1, "pair": 2, "pair4": 2, "sp": 5, "bso": 2, "dc": 6, "rst": 2,
+})
+PROTOCOLS: Tuple[str, ...] = ("split", "kfold", "inner-kfold", "cosine", "relatedness")
+METRICS: Tuple[str, ...] = ("accuracy", "f1", "pearson", "spearman")
+GROUPS: Tuple[str, ...] = ("SC", "SPC", "SS", "LPT", "SP", "BSO", "DC", "SSP", "DR")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Declarative description of one dataset; registered by ``id`` = ``suite:name``.
+
+    ``files`` holds loader-specific paths relative to the suite's data folder, ``classifier``
+    per-task overrides of the probe's classifier settings (read-only, so no task can change
+    another's settings), ``labels`` the sorted label names when known in advance (``None``:
+    taken from the data, sorted).
+    """
+
+    suite: str
+    name: str
+    group: str
+    language: str
+    loader: str
+    combiner: str
+    protocol: str
+    metric: str
+    files: Mapping[str, Any] = field(default_factory=dict)
+    labels: Optional[Tuple[str, ...]] = None
+    classifier: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
+        object.__setattr__(self, "classifier", MappingProxyType(dict(self.classifier)))
+        if self.labels is not None:
+            object.__setattr__(self, "labels", tuple(sorted(self.labels)))
+        if self.combiner not in COMBINER_SLOTS:
+            raise ValueError(f"{self.id}: unknown combiner {self.combiner!r}")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"{self.id}: unknown protocol {self.protocol!r}")
+        if self.metric not in METRICS:
+            raise ValueError(f"{self.id}: unknown metric {self.metric!r}")
+
+    @property
+    def id(self) -> str:
+        return f"{self.suite}:{self.name}"
+
+    @property
+    def n_slots(self) -> int:
+        return COMBINER_SLOTS[self.combiner]
+
+
+@dataclass(frozen=True)
+class SlotRefs:
+    """Sentence references of one slot for every example of a split (CSR layout)."""
+
+    indices: np.ndarray  # int64 (nnz,): indices into TaskData.sentences
+    offsets: np.ndarray  # int64 (n_examples + 1,)
+
+    @classmethod
+    def single(cls, ids: Sequence[int]) -> "SlotRefs":
+        """One sentence per example."""
+        idx = np.asarray(ids, dtype=np.int64)
+        return cls(idx, np.arange(len(idx) + 1, dtype=np.int64))
+
+    @classmethod
+    def ragged(cls, groups: Sequence[Sequence[int]]) -> "SlotRefs":
+        """Several sentences per example (their vectors are averaged), e.g. RST subtrees."""
+        lengths = np.fromiter((len(g) for g in groups), dtype=np.int64, count=len(groups))
+        if (lengths == 0).any():
+            raise ValueError("every slot needs at least one sentence")
+        offsets = np.zeros(len(groups) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        indices = np.fromiter((i for g in groups for i in g), dtype=np.int64,
+                              count=int(offsets[-1]))
+        return cls(indices, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def is_single(self) -> bool:
+        return len(self.indices) == len(self)
+
+    def take(self, rows: np.ndarray) -> "SlotRefs":
+        """The references of the examples ``rows`` (for folds and held-out parts)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        groups = [self.indices[self.offsets[r]:self.offsets[r + 1]] for r in rows]
+        if self.is_single:
+            return SlotRefs.single([g[0] for g in groups])
+        return SlotRefs.ragged(groups)
+
+
+@dataclass(frozen=True)
+class Split:
+    """Examples of one split: ``slots`` (one :class:`SlotRefs` per position) and labels.
+
+    ``labels`` are int64 class ids into :attr:`TaskData.labels` for classification, float64
+    scores for ``cosine`` and ``relatedness``.
+    """
+
+    name: str
+    slots: Tuple[SlotRefs, ...]
+    labels: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.labels)
+        if any(len(s) != n for s in self.slots):
+            raise ValueError(f"split {self.name}: slots and labels differ in length")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def take(self, rows: np.ndarray, name: Optional[str] = None) -> "Split":
+        rows = np.asarray(rows, dtype=np.int64)
+        return Split(name or self.name, tuple(s.take(rows) for s in self.slots),
+                     self.labels[rows])
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """A loaded task: unique sentences + splits of examples referring to them.
+
+    Split names by protocol: ``split`` and ``relatedness``: train/dev/test; ``kfold``:
+    train/test; ``inner-kfold``: all; ``cosine``: one split per subset (e.g. news,
+    wikipedia). ``protocol`` is the effective one (a fallback may change the spec's);
+    ``fallback`` says in words which fallback was applied (None: as published).
+    """
+
+    spec: TaskSpec
+    sentences: Tuple[str, ...]
+    splits: Mapping[str, Split]
+    labels: Tuple[str, ...]
+    protocol: str
+    fallback: Optional[str] = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def sizes(self) -> Dict[str, int]:
+        return {name: len(split) for name, split in self.splits.items()}

