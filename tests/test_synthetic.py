@@ -1,0 +1,288 @@
+"""synthetic-es: labels checked by independent parsers, agreement, uniqueness, determinism."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional, Set, Tuple
+
+import pytest
+
+from estratos.errors import EstratosError, OptionError
+from estratos.tasks import lexicon_es as lx
+from estratos.tasks.synthetic import (TASK_NAMES, build_synthetic_es, generate_task,
+                                      length_label, task_labels)
+
+N = 400
+
+# Written by hand, separately from the lexicon's rules: (PRES, PAST, FUT) x (sg, pl).
+CONJUGATIONS = {
+    "comprar": ("compra", "compran", "compró", "compraron", "comprará", "comprarán"),
+    "vender": ("vende", "venden", "vendió", "vendieron", "venderá", "venderán"),
+    "recibir": ("recibe", "reciben", "recibió", "recibieron", "recibirá", "recibirán"),
+    "tener": ("tiene", "tienen", "tuvo", "tuvieron", "tendrá", "tendrán"),
+    "traer": ("trae", "traen", "trajo", "trajeron", "traerá", "traerán"),
+    "perder": ("pierde", "pierden", "perdió", "perdieron", "perderá", "perderán"),
+    "encontrar": ("encuentra", "encuentran", "encontró", "encontraron", "encontrará",
+                  "encontrarán"),
+    "pedir": ("pide", "piden", "pidió", "pidieron", "pedirá", "pedirán"),
+    "hacer": ("hace", "hacen", "hizo", "hicieron", "hará", "harán"),
+    "poner": ("pone", "ponen", "puso", "pusieron", "pondrá", "pondrán"),
+    "mover": ("mueve", "mueven", "movió", "movieron", "moverá", "moverán"),
+    "elegir": ("elige", "eligen", "eligió", "eligieron", "elegirá", "elegirán"),
+    "conocer": ("conoce", "conocen", "conoció", "conocieron", "conocerá", "conocerán"),
+    "seguir": ("sigue", "siguen", "siguió", "siguieron", "seguirá", "seguirán"),
+    "despertar": ("despierta", "despiertan", "despertó", "despertaron", "despertará",
+                  "despertarán"),
+    "abrazar": ("abraza", "abrazan", "abrazó", "abrazaron", "abrazará", "abrazarán"),
+    "describir": ("describe", "describen", "describió", "describieron", "describirá",
+                  "describirán"),
+}
+ORDER = (("PRES", "sg"), ("PRES", "pl"), ("PAST", "sg"), ("PAST", "pl"), ("FUT", "sg"),
+         ("FUT", "pl"))
+
+# Determiners (and the contractions del/al) with gender and number, written independently.
+DETS = {"el": ("m", "sg"), "la": ("f", "sg"), "los": ("m", "pl"), "las": ("f", "pl"),
+        "un": ("m", "sg"), "una": ("f", "sg"), "unos": ("m", "pl"), "unas": ("f", "pl"),
+        "este": ("m", "sg"), "esta": ("f", "sg"), "estos": ("m", "pl"), "estas": ("f", "pl"),
+        "ese": ("m", "sg"), "esa": ("f", "sg"), "esos": ("m", "pl"), "esas": ("f", "pl"),
+        "del": ("m", "sg"), "al": ("m", "sg")}
+CLITICS = {"lo": ("m", "sg"), "la": ("f", "sg"), "los": ("m", "pl"), "las": ("f", "pl")}
+
+ALL_NOUNS = lx.ANIMATE + lx.INANIMATE + lx.PLACES + lx.WORD_CONTENT
+NOUN_FORMS: Dict[str, Set[Tuple[str, str]]] = {}
+for _n in ALL_NOUNS:
+    NOUN_FORMS.setdefault(_n.sg, set()).add((_n.gender, "sg"))
+    NOUN_FORMS.setdefault(_n.pl, set()).add((_n.gender, "pl"))
+ADJ_FORMS: Dict[str, Set[Tuple[str, str]]] = {}
+for _a in lx.ADJECTIVES + lx.ANIMATE_ADJECTIVES:
+    for _g in "mf":
+        for _num in ("sg", "pl"):
+            ADJ_FORMS.setdefault(_a.form(_g, _num), set()).add((_g, _num))
+VERB_FORMS: Dict[str, Set[Tuple[str, str]]] = {}
+for _v in lx.THING_VERBS + lx.PERSON_VERBS:
+    for _t in lx.TENSES:
+        for _num in ("sg", "pl"):
+            VERB_FORMS.setdefault(_v.form(_t, _num), set()).add((_t, _num))
+
+
+def words(sentence: str) -> List[str]:
+    assert sentence.endswith(".") and sentence[0].isupper(), sentence
+    text = sentence[:-1]
+    return (text[:1].lower() + text[1:]).split()
+
+
+def agreement_ok(ws: List[str]) -> bool:
+    """Every noun follows an agreeing determiner; adjectives after a noun agree with it."""
+    for i, w in enumerate(ws):
+        if w in NOUN_FORMS:
+            if i == 0 or ws[i - 1] not in DETS or DETS[ws[i - 1]] not in NOUN_FORMS[w]:
+                return False
+            if i + 1 < len(ws) and ws[i + 1] in ADJ_FORMS:
+                if not ADJ_FORMS[ws[i + 1]] & NOUN_FORMS[w]:
+                    return False
+        elif w in DETS and w not in ("del", "al") and not (w in CLITICS and i + 1 < len(ws)
+                                                           and ws[i + 1] in VERB_FORMS):
+            if i + 1 >= len(ws) or ws[i + 1] not in NOUN_FORMS:
+                return False
+        elif w in ADJ_FORMS and (i == 0 or ws[i - 1] not in NOUN_FORMS):
+            return False
+    return True
+
+
+def main_verb(ws: List[str]) -> int:
+    """Index of the first verb form not introduced by 'que' (the main clause's verb)."""
+    return next(i for i, w in enumerate(ws)
+                if w in VERB_FORMS and ws[i - 1] != "que" and ws[i - 1] not in CLITICS)
+
+
+def number_of_noun(w: str) -> str:
+    return next(iter(NOUN_FORMS[w]))[1]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Dict[str, List[Tuple[str, str, str]]]:
+    out = tmp_path_factory.mktemp("synth")
+    paths = build_synthetic_es(out, seed=7, n_per_task=N)
+    assert sorted(paths) == sorted(TASK_NAMES)
+    data = {}
+    for name, path in paths.items():
+        assert path == out / f"{name}.txt"
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            split, label, sentence = line.split("\t")
+            rows.append((split, label, sentence))
+        data[name] = rows
+    return data
+
+
+def test_conjugations_match_hand_written_table():
+    verbs = {v.infinitive: v for v in lx.THING_VERBS + lx.PERSON_VERBS}
+    for infinitive, forms in CONJUGATIONS.items():
+        assert infinitive in verbs
+        got = tuple(verbs[infinitive].form(t, n) for t, n in ORDER)
+        assert got == forms, infinitive
+
+
+def test_verb_forms_are_unambiguous():
+    # a form never means two tenses or numbers, so the checks below are sound
+    assert all(len(v) == 1 for v in VERB_FORMS.values())
+    assert not set(VERB_FORMS) & (set(NOUN_FORMS) | set(ADJ_FORMS) | set(DETS))
+
+
+def test_lexicon_pools_are_disjoint():
+    pools = [lx.ANIMATE, lx.INANIMATE, lx.PLACES, lx.WORD_CONTENT]
+    seen: Set[str] = set()
+    for pool in pools:
+        forms = {n.sg for n in pool} | {n.pl for n in pool}
+        assert not forms & seen
+        seen |= forms
+
+
+def test_file_format_splits_balance_and_uniqueness(built):
+    for name, rows in built.items():
+        assert len(rows) == N
+        labels = task_labels(name)
+        assert list(labels) == sorted(labels)
+        counts = Counter(label for _, label, _ in rows)
+        assert set(counts) == set(labels), name
+        assert max(counts.values()) - min(counts.values()) <= 1
+        splits = Counter(split for split, _, _ in rows)
+        assert set(splits) == {"tr", "va", "te"}
+        assert 0.75 * N <= splits["tr"] <= 0.85 * N
+        # each label appears in every split
+        for split in ("tr", "va", "te"):
+            assert {l for s, l, _ in rows if s == split} == set(labels), (name, split)
+        sentences = [s for _, _, s in rows]
+        assert len(set(sentences)) == len(sentences), name
+        assert [s for s, _, _ in rows] == sorted((s for s, _, _ in rows),
+                                                 key=["tr", "va", "te"].index)
+
+
+def test_agreement_and_contractions(built):
+    for name, rows in built.items():
+        for _, label, sentence in rows:
+            ws = words(sentence)
+            assert " de el " not in f" {' '.join(ws)} " and " a el " not in f" {' '.join(ws)} "
+            if name == "BigramShift" and label == "I":
+                continue
+            assert agreement_ok(ws), (name, sentence)
+
+
+def test_tense_labels(built):
+    for _, label, sentence in built["Tense"]:
+        tenses = {t for w in words(sentence) if w in VERB_FORMS for t, _ in VERB_FORMS[w]}
+        assert tenses == {label}, sentence
+
+
+def test_subject_number_labels(built):
+    want = {"NN": "sg", "NNS": "pl"}
+    for _, label, sentence in built["SubjNumber"]:
+        ws = words(sentence)
+        assert number_of_noun(ws[1]) == want[label], sentence
+        verb = ws[main_verb(ws)]
+        assert {n for _, n in VERB_FORMS[verb]} == {want[label]}, sentence
+
+
+def test_object_number_labels(built):
+    want = {"NN": "sg", "NNS": "pl"}
+    for _, label, sentence in built["ObjNumber"]:
+        ws = words(sentence)
+        obj = next(w for w in ws[main_verb(ws) + 1:] if w in NOUN_FORMS)
+        assert number_of_noun(obj) == want[label], sentence
+
+
+def test_length_labels(built):
+    for _, label, sentence in built["Length"]:
+        n = len(words(sentence))
+        lo, hi = (int(x) for x in label.split("-"))
+        assert lo <= n <= hi, sentence
+    assert length_label(5) == "05-07" and length_label(22) == "20-22"
+    with pytest.raises(ValueError):
+        length_label(4)
+
+
+def test_bigram_shift_labels(built):
+    for _, label, sentence in built["BigramShift"]:
+        ws = words(sentence)
+        if label == "O":
+            continue
+        # undoing one adjacent swap gives a well-formed sentence, and the words differ
+        candidates = []
+        for i in range(len(ws) - 1):
+            fixed = ws[:i] + [ws[i + 1], ws[i]] + ws[i + 2:]
+            if agreement_ok(fixed):
+                candidates.append(i)
+        assert candidates, sentence
+    texts = {s for _, _, s in built["BigramShift"]}
+    assert len(texts) == N
+
+
+def test_coordination_inversion_labels(built):
+    for _, label, sentence in built["CoordinationInversion"]:
+        ws = words(sentence)
+        clitic_at = [i for i, w in enumerate(ws)
+                     if w in CLITICS and i + 1 < len(ws) and ws[i + 1] in VERB_FORMS]
+        assert len(clitic_at) == 1, sentence
+        i = clitic_at[0]
+        assert (i == 0) == (label == "I"), sentence
+        # the clitic agrees with the object of the other clause (first noun after its verb)
+        other = ws[i + 2:] if label == "I" else ws[:i]
+        verb_at = next(j for j, w in enumerate(other) if w in VERB_FORMS)
+        obj = next(w for w in other[verb_at + 1:] if w in NOUN_FORMS)
+        assert CLITICS[ws[i]] in NOUN_FORMS[obj], sentence
+        # both verbs share tense and number
+        verbs = [VERB_FORMS[w] for w in ws if w in VERB_FORMS]
+        assert len(verbs) == 2 and verbs[0] == verbs[1], sentence
+
+
+def test_depth_labels(built):
+    for _, label, sentence in built["Depth"]:
+        ws = words(sentence)
+        after = ws[main_verb(ws) + 1:]
+        assert after.count("que") == int(label), sentence
+        assert ws[:main_verb(ws)].count("que") <= min(1, int(label)), sentence
+
+
+def test_word_content_labels(built):
+    targets = {n.sg: n for n in lx.WORD_CONTENT}
+    forms = {f: n.sg for n in lx.WORD_CONTENT for f in (n.sg, n.pl)}
+    for _, label, sentence in built["WordContent"]:
+        present = [forms[w] for w in words(sentence) if w in forms]
+        assert present == [label], sentence
+        assert label in targets
+
+
+def test_deterministic_and_seed_dependent(tmp_path):
+    a = build_synthetic_es(tmp_path / "a", seed=3, n_per_task=200, tasks=["Tense", "Depth"])
+    b = build_synthetic_es(tmp_path / "b", seed=3, n_per_task=200, tasks=["Depth"])
+    c = build_synthetic_es(tmp_path / "c", seed=4, n_per_task=200, tasks=["Depth"])
+    assert a["Depth"].read_bytes() == b["Depth"].read_bytes()
+    assert a["Depth"].read_bytes() != c["Depth"].read_bytes()
+    assert generate_task("Length", 200, 9) == generate_task("Length", 200, 9)
+    info = json.loads((tmp_path / "a" / "build_info.json").read_text())
+    assert info["seed"] == 3 and info["tasks"] == ["Tense", "Depth"]
+    # only the task files and the build info; no temporary files left behind
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "Depth.txt", "Tense.txt", "build_info.json"]
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"n_per_task": 10}, "--n-per-task"),
+    ({"n_per_task": "many"}, "--n-per-task"),
+    ({"seed": "x"}, "--seed"),
+    ({"tasks": ["Tense", "Nope"]}, "Nope"),
+])
+def test_bad_options(tmp_path, kwargs, needle):
+    with pytest.raises(OptionError, match=needle):
+        build_synthetic_es(tmp_path / "out", **kwargs)
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_is_a_file(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(EstratosError, match="not a directory"):
+        build_synthetic_es(f, n_per_task=200)
+    assert f.read_text() == "x"
