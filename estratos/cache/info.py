@@ -1,0 +1,42 @@
+"""A cache's description for ``estratos cache info`` (works on ``.partial`` files too)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict
+
+from estratos.cache import schema
+from estratos.errors import CacheError
+
+
+def cache_info(path: os.PathLike | str) -> Dict[str, Any]:
+    """Root attributes plus ``path``, ``size_bytes``, ``n_rows``, ``n_states``, ``dim``,
+    ``poolings``, ``n_truncated`` and the vector datasets' shapes and chunking."""
+    path = Path(path)
+    if not path.exists():
+        raise CacheError(f"{path}: no such cache file")
+    with schema.open_h5(path, "r") as f:
+        if not schema.is_cache(f):
+            raise CacheError(f"{path}: not an estratos cache")
+        attrs = schema.read_attrs(f)
+        n = int(attrs.get("n_done", 0))
+        vectors = {name: {"shape": list(ds.shape), "dtype": str(ds.dtype),
+                          "chunks": list(ds.chunks or ()), "fletcher32": bool(ds.fletcher32)}
+                   for name, ds in f[schema.VECTORS].items()}
+        n_truncated = int(f[schema.TRUNCATED][:n].sum()) if n else 0
+    info = dict(attrs)
+    info.update(path=str(path), size_bytes=path.stat().st_size, n_rows=n,
+                n_states=attrs.get("n_states"), dim=attrs.get("dim"),
+                poolings=list(attrs.get("poolings", ())), n_truncated=n_truncated,
+                vectors=vectors)
+    return info
+
+
+def format_info(info: Dict[str, Any]) -> str:
+    """``key: value`` lines, the most useful first."""
+    first = ["path", "complete", "n_rows", "n_states", "dim", "poolings", "dtype", "size_bytes",
+             "model", "revision", "tokenizer", "max_length", "n_truncated"]
+    lines = [f"{k}: {info[k]}" for k in first if k in info]
+    lines += [f"{k}: {v}" for k, v in sorted(info.items()) if k not in first]
+    return "\n".join(lines)

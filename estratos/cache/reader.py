@@ -1,0 +1,214 @@
+"""Reading a complete cache: sentence lookup by key and per-layer vector reads.
+
+Probing reads one pooling, a few hidden states and the rows of one task at a time. Vector
+datasets are chunked (rows, 1, dim), so each state is read on its own; rows are sorted and
+read as contiguous blocks (HDF5 fancy indexing row by row is orders of magnitude slower).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import h5py
+import numpy as np
+
+from estratos.cache import schema
+from estratos.errors import CacheError, MissingSentences, SettingsMismatch
+from estratos.text import normalize_sentence, sentence_key
+
+#: two requested rows closer than this are read in one block (the rows between are discarded)
+GAP_ROWS = 256
+
+
+def row_blocks(sorted_rows: np.ndarray, gap: int = GAP_ROWS) -> list:
+    """Split sorted unique rows into ``(lo, hi)`` half-open blocks worth reading at once."""
+    if len(sorted_rows) == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(sorted_rows) > gap) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [len(sorted_rows)]))
+    return [(int(sorted_rows[s]), int(sorted_rows[e - 1]) + 1) for s, e in zip(starts, ends)]
+
+
+class CacheReader:
+    """A complete cache opened read-only; use :func:`open_cache` (a context manager)."""
+
+    def __init__(self, path: os.PathLike | str) -> None:
+        self.path = Path(path)
+        self._f: Optional[h5py.File] = None
+        self._index: Optional[Dict[bytes, int]] = None
+        self._f = schema.open_h5(self.path, "r")
+        try:
+            if not schema.is_cache(self._f):
+                raise CacheError(f"{self.path}: not an estratos cache")
+            self.attrs: Dict[str, Any] = schema.read_attrs(self._f)
+            if self.attrs.get("complete") is not True:
+                raise CacheError(f"{self.path}: incomplete cache (n_done={self.attrs.get('n_done')});"
+                                 " rerun the same `estratos encode` command to finish it")
+            n = int(self.attrs.get("n_done", 0))
+            if any(self._f[name].shape[0] != n for name in schema.ROW_DATASETS):
+                raise CacheError(f"{self.path}: row datasets disagree with n_done={n}")
+            for p in self.poolings:
+                if p not in self._f[schema.VECTORS]:
+                    raise CacheError(f"{self.path}: missing /vectors/{p}")
+        except BaseException:
+            self.close()
+            raise
+
+    # -- metadata -----------------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        return int(self.attrs["n_done"])
+
+    @property
+    def poolings(self) -> Tuple[str, ...]:
+        return tuple(self.attrs.get("poolings", ()))
+
+    @property
+    def n_states(self) -> int:
+        return int(self.attrs.get("n_states", 0))
+
+    @property
+    def dim(self) -> int:
+        return int(self.attrs.get("dim", 0))
+
+    def identity(self) -> Dict[str, Any]:
+        """What a probe result records about the vectors it was trained on."""
+        a = self.attrs
+        return {"model": a.get("model"), "revision": a.get("revision"),
+                "tokenizer": a.get("tokenizer"), "max_length": a.get("max_length"),
+                "dtype": a.get("dtype"), "path": str(self.path.resolve()),
+                "n_rows": self.n_rows, "n_states": self.n_states, "dim": self.dim}
+
+    def check(self, expect: Mapping[str, Any]) -> None:
+        """Raise :class:`SettingsMismatch` naming both values for each attribute that differs.
+
+        ``pooling`` (singular) checks membership in ``poolings``.
+        """
+        problems = []
+        for name, want in expect.items():
+            if want is None:
+                continue
+            if name == "pooling":
+                if want not in self.poolings:
+                    problems.append(f"pooling {want!r} not in the cache's {list(self.poolings)}")
+                continue
+            have = self.attrs.get(name)
+            if isinstance(have, (list, tuple)) or isinstance(want, (list, tuple)):
+                same = tuple(have or ()) == tuple(want)
+            elif isinstance(have, (int, float)) and not isinstance(have, bool):
+                try:
+                    same = float(have) == float(want)
+                except (TypeError, ValueError):
+                    same = False
+            else:
+                same = have == want
+            if not same:
+                problems.append(f"{name}: cache has {have!r}, expected {want!r}")
+        if problems:
+            raise SettingsMismatch(f"{self.path}: made with other settings: " + "; ".join(problems))
+
+    # -- lookup -------------------------------------------------------------------------------
+    def _key_index(self) -> Dict[bytes, int]:
+        if self._index is None:
+            keys = self._f[schema.KEYS][: self.n_rows]
+            self._index = {bytes(k): i for i, k in enumerate(keys.tolist())}
+        return self._index
+
+    def rows_for(self, sentences: Sequence[str]) -> np.ndarray:
+        """Cache row of each sentence (int64, in order); raises :class:`MissingSentences`."""
+        index = self._key_index()
+        rows = np.empty(len(sentences), dtype=np.int64)
+        missing = []
+        for i, s in enumerate(sentences):
+            r = index.get(sentence_key(s), -1)
+            rows[i] = r
+            if r < 0:
+                missing.append(s)
+        if missing:
+            uniq = list(dict.fromkeys(normalize_sentence(s) for s in missing))
+            shown = ", ".join(repr(s[:60]) for s in uniq[:3])
+            raise MissingSentences(
+                f"{self.path}: {len(uniq)} sentence(s) not in the cache, e.g. {shown}; "
+                "encode them with `estratos encode` into this cache", missing=len(uniq))
+        return rows
+
+    def contains(self, sentences: Sequence[str]) -> np.ndarray:
+        """Boolean mask: which sentences have a row."""
+        index = self._key_index()
+        return np.array([sentence_key(s) in index for s in sentences], dtype=bool)
+
+    def sentences(self, rows: Optional[Sequence[int]] = None) -> list:
+        """The stored texts (all rows, or ``rows``)."""
+        ds = self._f[schema.SENTENCES].asstr()
+        if rows is None:
+            return list(ds[: self.n_rows])
+        return [ds[int(r)] for r in rows]
+
+    # -- vectors ------------------------------------------------------------------------------
+    def read(self, rows: Sequence[int], pooling: str,
+             states: Optional[Sequence[int]] = None) -> np.ndarray:
+        """float32 (len(rows), n_states or len(states), dim), rows in the order given."""
+        if pooling not in self.poolings:
+            raise SettingsMismatch(f"{self.path}: no pooling {pooling!r} "
+                                   f"(the cache has {list(self.poolings)})")
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.n_rows):
+            raise IndexError(f"rows out of range [0, {self.n_rows})")
+        states = list(range(self.n_states)) if states is None else [int(s) for s in states]
+        for s in states:
+            if not 0 <= s < self.n_states:
+                raise IndexError(f"state {s} out of range [0, {self.n_states})")
+        ds = self._f[schema.VECTORS][pooling]
+        out = np.empty((len(rows), len(states), self.dim), dtype=np.float32)
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        gathered = np.empty((len(uniq), len(states), self.dim), dtype=np.float32)
+        contiguous = len(states) > 0 and states == list(range(states[0], states[-1] + 1))
+        pos = 0
+        for lo, hi in row_blocks(uniq):
+            take = uniq[(uniq >= lo) & (uniq < hi)] - lo
+            if contiguous:
+                block = ds[lo:hi, states[0]:states[-1] + 1, :]
+                gathered[pos:pos + len(take)] = block[take]
+            else:
+                for j, s in enumerate(states):
+                    gathered[pos:pos + len(take), j] = ds[lo:hi, s, :][take]
+            pos += len(take)
+        out[:] = gathered[inverse.reshape(-1)]
+        return out
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._f is not None and self._f.id.valid:
+            self._f.close()
+
+    def __enter__(self) -> "CacheReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_cache(path: os.PathLike | str,
+               expect: Optional[Mapping[str, Any]] = None) -> CacheReader:
+    """Open a complete cache for reading, checking ``expect`` against its attributes.
+
+    Refuses a missing file, a ``.partial`` or an incomplete cache (:class:`CacheError`) and any
+    ``expect`` entry that differs (:class:`SettingsMismatch`, naming both values).
+    """
+    path = Path(path)
+    if path.name.endswith(schema.PARTIAL_SUFFIX):
+        raise CacheError(f"{path}: a .partial cache is still being written (or was interrupted); "
+                         "rerun `estratos encode` to finish it")
+    if not path.exists():
+        raise CacheError(f"{path}: no such cache file")
+    reader = CacheReader(path)
+    if expect:
+        try:
+            reader.check(expect)
+        except BaseException:
+            reader.close()
+            raise
+    return reader

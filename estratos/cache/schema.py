@@ -1,0 +1,141 @@
+"""The cache's on-disk layout, in one place, so writer, reader, merge and verify agree.
+
+A cache is one HDF5 file (DESIGN.md, "The cache"): per-row datasets ``/keys``, ``/sentences``,
+``/n_tokens``, ``/truncated`` and one ``/vectors/<pooling>`` (N, n_states, dim) dataset per
+pooling, plus root attributes that say how the vectors were made. Rows are only ever appended,
+so a row number never changes meaning once written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Mapping
+
+import h5py
+import numpy as np
+
+from estratos.errors import CacheError
+from estratos.text import KEY_BYTES
+
+SCHEMA_VERSION = 1
+#: marks a file as an estratos cache (a foreign HDF5 file lacks it and is never touched)
+FORMAT_NAME = "estratos-cache"
+
+KEYS = "keys"
+SENTENCES = "sentences"
+N_TOKENS = "n_tokens"
+TRUNCATED = "truncated"
+VECTORS = "vectors"
+ROW_DATASETS = (KEYS, SENTENCES, N_TOKENS, TRUNCATED)
+
+KEY_DTYPE = np.dtype(f"S{KEY_BYTES}")
+VECTOR_DTYPES = ("float16", "float32")
+#: rows per chunk of a vector dataset: one chunk holds these rows of ONE hidden state, so
+#: reading one layer never decompresses the others (DESIGN.md asks for 256..512)
+CHUNK_ROWS = 512
+
+#: attributes that decide what the vectors mean; resuming, adding sentences and merging
+#: shards all require them to be identical
+SETTINGS_ATTRS = ("schema_version", "encoder", "model", "revision", "tokenizer", "max_length",
+                  "lowercase", "dtype", "poolings")
+#: attributes that only exist on shard files
+SHARD_ATTRS = ("shard_index", "shard_count", "input_digest")
+
+PARTIAL_SUFFIX = ".partial"
+
+
+def partial_path(path: os.PathLike | str) -> Path:
+    """Where a cache is written until it is complete (``<name>.partial``)."""
+    path = Path(path)
+    return path.with_name(path.name + PARTIAL_SUFFIX)
+
+
+def shard_path(path: os.PathLike | str, index: int, count: int) -> Path:
+    """The file of shard ``index`` (0-based) of ``count``: ``cache.h5`` -> ``cache.shard-1-of-3.h5``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.shard-{index}-of-{count}{path.suffix}")
+
+
+def to_python(value: Any) -> Any:
+    """An HDF5 attribute value as plain Python (str, int, float, bool, list, dict)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray):
+        return [to_python(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list):
+        return [to_python(v) for v in value]
+    return value
+
+
+def read_attrs(f: h5py.File) -> Dict[str, Any]:
+    """Root attributes as plain Python; ``poolings`` as a tuple, ``library_versions`` a dict."""
+    attrs = {k: to_python(v) for k, v in f.attrs.items()}
+    if "poolings" in attrs:
+        attrs["poolings"] = tuple(attrs["poolings"])
+    if isinstance(attrs.get("library_versions"), str):
+        try:
+            attrs["library_versions"] = json.loads(attrs["library_versions"])
+        except ValueError:
+            pass
+    return attrs
+
+
+def write_attrs(f: h5py.File, attrs: Mapping[str, Any]) -> None:
+    """Store attributes; tuples/lists of str become string arrays, dicts JSON text."""
+    for name, value in attrs.items():
+        if isinstance(value, (list, tuple)):
+            value = np.array([str(v) for v in value], dtype=h5py.string_dtype())
+        elif isinstance(value, dict):
+            value = json.dumps(value, sort_keys=True)
+        elif value is None:
+            value = ""
+        f.attrs[name] = value
+
+
+def is_cache(f: h5py.File) -> bool:
+    return to_python(f.attrs.get("format")) == FORMAT_NAME
+
+
+def looks_like_hdf5(path: os.PathLike | str) -> bool:
+    """True when the file starts with the HDF5 signature (userblock-free files)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8) == b"\x89HDF\r\n\x1a\n"
+    except OSError:
+        return False
+
+
+def settings_of(attrs: Mapping[str, Any]) -> Dict[str, Any]:
+    """The attributes that must match between a cache and a run that extends or merges it."""
+    return {k: attrs.get(k) for k in SETTINGS_ATTRS}
+
+
+def settings_diff(have: Mapping[str, Any], want: Mapping[str, Any]) -> Dict[str, tuple]:
+    """``{name: (have, want)}`` for each settings attribute that differs."""
+    out = {}
+    for k in SETTINGS_ATTRS:
+        a, b = have.get(k), want.get(k)
+        if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+            a = tuple(a or ())
+            b = tuple(b or ())
+        if a != b:
+            out[k] = (a, b)
+    return out
+
+
+def describe_diff(diff: Mapping[str, tuple]) -> str:
+    return "; ".join(f"{k}: cache has {a!r}, asked for {b!r}" for k, (a, b) in diff.items())
+
+
+def open_h5(path: os.PathLike | str, mode: str, **kwargs: Any) -> h5py.File:
+    """Open an HDF5 file, turning HDF5's low-level errors into a :class:`CacheError`."""
+    try:
+        return h5py.File(path, mode, **kwargs)
+    except FileNotFoundError as exc:
+        raise CacheError(f"{path}: no such cache file") from exc
+    except (OSError, ValueError) as exc:
+        raise CacheError(f"{path}: cannot open as an HDF5 cache ({exc})") from exc

@@ -1,0 +1,242 @@
+"""Crash-safe, append-only writing of a cache.
+
+A run writes ``<out>.partial``; after every block of rows it flushes the file and then bumps
+the ``n_done`` attribute, so rows past ``n_done`` are never trusted and a killed run resumes
+from ``n_done``. Only at the end does the file get ``complete=True``, an fsync and an atomic
+rename to its final name. Existing files are never opened with mode ``w``: new files are
+created with mode ``x`` (fails if anything is there), and extending a complete cache works on
+a copy, so the original stays valid until the rename replaces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+import h5py
+import numpy as np
+
+from estratos.cache import schema
+from estratos.errors import CacheError
+
+log = logging.getLogger(__name__)
+
+#: chunk cache per dataset: large enough to hold one chunk of every hidden state of a big model
+#: (25 states x 512 rows x 1024 dims x 4 bytes = 50 MB), so a block write touches each chunk once
+CHUNK_CACHE_BYTES = 64 * 1024 * 1024
+
+
+def _open_kwargs() -> dict:
+    return {"rdcc_nbytes": CHUNK_CACHE_BYTES, "rdcc_nslots": 100003}
+
+
+def fsync_path(path: os.PathLike | str) -> None:
+    """fsync a file or a directory (directories: so a rename survives a power cut)."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if Path(path).is_dir() else os.O_RDONLY
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+class CacheWriter:
+    """Appends rows to a ``.partial`` cache file; :meth:`finish` makes it a complete cache.
+
+    Use :meth:`create` for a new file or :meth:`reopen` for an existing ``.partial``.
+    """
+
+    def __init__(self, f: h5py.File, path: Path) -> None:
+        self._f = f
+        self.path = path
+        self._n_done = int(f.attrs.get("n_done", 0))
+
+    # -- opening ------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: os.PathLike | str, attrs: Mapping[str, Any]) -> "CacheWriter":
+        """Create a new, empty ``.partial`` cache (fails if ``path`` exists)."""
+        path = Path(path)
+        try:
+            f = h5py.File(path, "x", libver=("v110", "latest"), **_open_kwargs())
+        except FileExistsError as exc:
+            raise CacheError(f"{path}: already exists; refusing to overwrite it") from exc
+        except OSError as exc:
+            raise CacheError(f"{path}: cannot create the cache ({exc})") from exc
+        try:
+            schema.write_attrs(f, {"format": schema.FORMAT_NAME,
+                                   "schema_version": schema.SCHEMA_VERSION, **attrs})
+            f.attrs["n_done"] = 0
+            f.attrs["n_base"] = 0
+            f.attrs["complete"] = False
+            f.create_dataset(schema.KEYS, (0,), dtype=schema.KEY_DTYPE, maxshape=(None,),
+                             chunks=(4096,))
+            f.create_dataset(schema.SENTENCES, (0,), dtype=h5py.string_dtype("utf-8"),
+                             maxshape=(None,), chunks=(1024,))
+            f.create_dataset(schema.N_TOKENS, (0,), dtype=np.int32, maxshape=(None,),
+                             chunks=(4096,))
+            f.create_dataset(schema.TRUNCATED, (0,), dtype=np.bool_, maxshape=(None,),
+                             chunks=(4096,))
+            f.create_group(schema.VECTORS)
+            f.flush()
+        except BaseException:
+            f.close()
+            path.unlink(missing_ok=True)
+            raise
+        return cls(f, path)
+
+    @classmethod
+    def reopen(cls, path: os.PathLike | str) -> "CacheWriter":
+        """Open an existing ``.partial`` to append after its ``n_done`` trusted rows."""
+        path = Path(path)
+        f = schema.open_h5(path, "r+", **_open_kwargs())
+        try:
+            if not schema.is_cache(f):
+                raise CacheError(f"{path}: not an estratos cache; refusing to write to it")
+            if f.attrs.get("complete"):
+                raise CacheError(f"{path}: already complete; a .partial must not be")
+            writer = cls(f, path)
+            writer._truncate_to_done()
+        except BaseException:
+            f.close()
+            raise
+        return writer
+
+    @classmethod
+    def extend_copy(cls, complete: os.PathLike | str, partial: os.PathLike | str) -> "CacheWriter":
+        """Start adding rows to a complete cache: copy it to ``partial`` and reopen the copy.
+
+        The copy is made under a temporary name and renamed only once it is marked incomplete,
+        so a crash never leaves a ``.partial`` that claims to be something it is not.
+        """
+        complete, partial = Path(complete), Path(partial)
+        fd, tmp = tempfile.mkstemp(prefix=partial.name + ".", suffix=".tmp", dir=partial.parent)
+        os.close(fd)
+        try:
+            shutil.copyfile(complete, tmp)
+            with schema.open_h5(tmp, "r+") as f:
+                n = int(f.attrs["n_done"])
+                f.attrs["complete"] = False
+                f.attrs["n_base"] = n
+            fsync_path(tmp)
+            if partial.exists():
+                raise CacheError(f"{partial}: appeared while copying; refusing to overwrite it")
+            os.replace(tmp, partial)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return cls.reopen(partial)
+
+    # -- state --------------------------------------------------------------------------------
+    @property
+    def n_done(self) -> int:
+        return self._n_done
+
+    @property
+    def n_base(self) -> int:
+        """Rows that were in the cache before the current run started adding to it."""
+        return int(self._f.attrs.get("n_base", 0))
+
+    @property
+    def attrs(self) -> dict:
+        return schema.read_attrs(self._f)
+
+    def set_attrs(self, attrs: Mapping[str, Any]) -> None:
+        schema.write_attrs(self._f, attrs)
+
+    def keys(self) -> np.ndarray:
+        """Keys of the trusted rows (``[0, n_done)``)."""
+        return self._f[schema.KEYS][: self._n_done]
+
+    def _truncate_to_done(self) -> None:
+        """Forget rows a killed run wrote past ``n_done`` (they may be half-written)."""
+        n = self._n_done
+        for name in schema.ROW_DATASETS:
+            if self._f[name].shape[0] != n:
+                self._f[name].resize((n,))
+        for ds in self._f[schema.VECTORS].values():
+            if ds.shape[0] != n:
+                ds.resize((n,) + ds.shape[1:])
+
+    # -- writing ------------------------------------------------------------------------------
+    def _vector_dataset(self, pooling: str, n_states: int, dim: int) -> h5py.Dataset:
+        group = self._f[schema.VECTORS]
+        if pooling in group:
+            ds = group[pooling]
+            if ds.shape[1:] != (n_states, dim):
+                raise CacheError(
+                    f"{self.path}: the encoder gives {n_states} states x {dim} dims but the "
+                    f"cache holds {ds.shape[1]} x {ds.shape[2]}")
+            return ds
+        dtype = str(self._f.attrs["dtype"])
+        ds = group.create_dataset(pooling, (self._n_done, n_states, dim), dtype=dtype,
+                                  maxshape=(None, n_states, dim),
+                                  chunks=(schema.CHUNK_ROWS, 1, dim), fletcher32=True)
+        self._f.attrs["n_states"] = n_states
+        self._f.attrs["dim"] = dim
+        return ds
+
+    def append(self, keys: Sequence[bytes], sentences: Sequence[str], n_tokens: Sequence[int],
+               truncated: Sequence[bool], vectors: Mapping[str, np.ndarray]) -> None:
+        """Append a block of rows, flush, then advance ``n_done`` (and flush again)."""
+        b = len(keys)
+        if b == 0:
+            return
+        poolings = tuple(schema.to_python(self._f.attrs["poolings"]))
+        if set(vectors) != set(poolings):
+            raise CacheError(f"{self.path}: got poolings {sorted(vectors)}, cache has {list(poolings)}")
+        lo, hi = self._n_done, self._n_done + b
+        rows = {
+            schema.KEYS: np.asarray(keys, dtype=schema.KEY_DTYPE),
+            schema.SENTENCES: np.array(list(sentences), dtype=object),
+            schema.N_TOKENS: np.asarray(n_tokens, dtype=np.int32),
+            schema.TRUNCATED: np.asarray(truncated, dtype=np.bool_),
+        }
+        for name, values in rows.items():
+            if len(values) != b:
+                raise ValueError(f"{name}: {len(values)} values for {b} rows")
+            ds = self._f[name]
+            ds.resize((hi,))
+            ds[lo:hi] = values
+        for pooling in poolings:
+            arr = vectors[pooling]
+            if arr.ndim != 3 or arr.shape[0] != b:
+                raise ValueError(f"{pooling}: expected ({b}, states, dim), got {arr.shape}")
+            ds = self._vector_dataset(pooling, arr.shape[1], arr.shape[2])
+            ds.resize((hi,) + ds.shape[1:])
+            ds[lo:hi] = arr.astype(ds.dtype, copy=False)
+        self._f.flush()
+        self._f.attrs["n_done"] = hi
+        self._f.flush()
+        self._n_done = hi
+
+    def finish(self, final: os.PathLike | str) -> Path:
+        """Mark complete, fsync, and atomically rename the ``.partial`` to ``final``."""
+        final = Path(final)
+        self._f.attrs["n_done"] = self._n_done
+        self._f.attrs["n_base"] = 0
+        self._f.attrs["complete"] = True
+        self._f.flush()
+        self._f.close()
+        fsync_path(self.path)
+        os.replace(self.path, final)
+        fsync_path(final.parent)
+        log.info("wrote %s (%d rows)", final, self._n_done)
+        return final
+
+    def close(self) -> None:
+        """Close without completing (the ``.partial`` stays resumable)."""
+        if self._f.id.valid:
+            self._f.flush()
+            self._f.close()
+
+    def __enter__(self) -> "CacheWriter":
+        return self
+
+    def __exit__(self, *exc: Optional[BaseException]) -> None:
+        self.close()

@@ -1,0 +1,142 @@
+"""Any encoder as a SentEval-style ``batcher(params, batch)`` function.
+
+Users of sent2vec, ELMo or their own models already have SentEval batchers. ``--encoder
+module:function`` imports ``function`` from ``module`` (a dotted module name, or a path to a
+``.py`` file) and calls it as SentEval does: ``params`` is a dict-like object with attribute
+access, ``batch`` a list of sentences each split into words on whitespace (an empty sentence
+becomes ``["."]``). It returns a (B, D) array (one vector per sentence: one "state") or a
+(B, layers, D) array. If the module defines ``prepare(params, samples)``, it is called once
+with all the sentences to encode before the first batch. The vectors are stored under the
+pooling name ``encoder`` (the function does its own pooling).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from estratos.errors import OptionError
+
+POOLING = "encoder"
+
+
+class Params(dict):
+    """SentEval's ``params``: a dict whose keys are also attributes (batchers use both)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+def _import_module(spec: str):
+    if spec.endswith(".py"):
+        path = Path(spec)
+        if not path.is_file():
+            raise OptionError(f"--encoder: no such file {spec!r}")
+        name = "estratos_user_encoder_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)
+        return module
+    added = False
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # console scripts do not see the cwd otherwise
+        added = True
+    try:
+        return importlib.import_module(spec)
+    finally:
+        if added:
+            sys.path.remove(str(Path.cwd()))
+
+
+def load_batcher(target: str) -> Tuple[Callable, Optional[Callable], str]:
+    """``(batcher, prepare or None, source hash)`` for ``module:function``."""
+    module_name, sep, func_name = target.rpartition(":")
+    if not sep or not module_name or not func_name:
+        raise OptionError(f"--encoder: expected MODULE:FUNCTION, got {target!r}")
+    try:
+        module = _import_module(module_name)
+    except OptionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - user code may raise anything on import
+        raise OptionError(f"--encoder: cannot import {module_name!r}: {exc}") from exc
+    batcher = getattr(module, func_name, None)
+    if not callable(batcher):
+        raise OptionError(f"--encoder: {module_name!r} has no function {func_name!r}")
+    prepare = getattr(module, "prepare", None)
+    if prepare is batcher or not callable(prepare):
+        prepare = None
+    try:
+        source = inspect.getsource(module).encode("utf-8")
+        digest = "sha256:" + hashlib.sha256(source).hexdigest()
+    except (OSError, TypeError):
+        digest = "unknown"
+    return batcher, prepare, digest
+
+
+def _words(text: str) -> list:
+    return text.split() or ["."]
+
+
+class BatcherEncoder:
+    """Wraps a SentEval-style batcher in the interface :mod:`estratos.encode.run` uses."""
+
+    kind = "batcher"
+
+    def __init__(self, target: str, *, lowercase: bool = False,
+                 params: Optional[Dict[str, Any]] = None) -> None:
+        self.target = target
+        self.batcher, self._prepare, self.revision = load_batcher(target)
+        self.lowercase = bool(lowercase)
+        self.params = Params(params or {})
+        self.poolings = (POOLING,)
+        self.max_length = 0
+        self.n_states: Optional[int] = None
+        self.dim: Optional[int] = None
+
+    def settings(self) -> Dict[str, object]:
+        return {"encoder": self.kind, "model": self.target, "revision": self.revision,
+                "tokenizer": "whitespace", "max_length": self.max_length,
+                "lowercase": self.lowercase, "poolings": self.poolings}
+
+    def info(self) -> Dict[str, object]:
+        return {"compute": "external"}
+
+    def _prep(self, texts: Sequence[str]) -> list:
+        return [_words(t.lower() if self.lowercase else t) for t in texts]
+
+    def prepare(self, texts: Sequence[str]) -> None:
+        """Call the module's ``prepare(params, samples)`` once, if it has one."""
+        if self._prepare is not None:
+            self._prepare(self.params, self._prep(texts))
+
+    def lengths(self, texts: Sequence[str]) -> np.ndarray:
+        return np.array([len(_words(t)) for t in texts], dtype=np.int64)
+
+    def encode(self, texts: Sequence[str]) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+        words = self._prep(texts)
+        out = np.asarray(self.batcher(self.params, words), dtype=np.float32)
+        if out.ndim == 2:
+            out = out[:, None, :]
+        if out.ndim != 3 or out.shape[0] != len(texts):
+            raise OptionError(f"--encoder: {self.target} returned shape {out.shape} for a batch "
+                              f"of {len(texts)}; expected ({len(texts)}, D) or ({len(texts)}, layers, D)")
+        if self.n_states is None:
+            self.n_states, self.dim = int(out.shape[1]), int(out.shape[2])
+        elif out.shape[1:] != (self.n_states, self.dim):
+            raise OptionError(f"--encoder: {self.target} returned {out.shape[1:]} per sentence, "
+                              f"earlier batches gave {(self.n_states, self.dim)}")
+        return {POOLING: out}, np.array([len(w) for w in words], dtype=np.int32)

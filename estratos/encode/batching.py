@@ -1,0 +1,42 @@
+"""Length-sorted, token-budget batches.
+
+Sorting by token length means each batch pads to nearly its own length, and a token budget
+(batch size x padded length <= ``batch_tokens``) keeps memory flat whether sentences are short
+or long. Longest first, so an out-of-memory error shows up in the first batch, not at the end.
+The plan depends only on the sentences and settings, so a resumed run makes the same batches.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+
+def length_order(lengths: Sequence[int], keys: Sequence[bytes]) -> np.ndarray:
+    """Indices sorted by decreasing length, ties broken by key (deterministic)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    tie = np.argsort(np.asarray(keys, dtype=object), kind="stable")
+    rank = np.empty(len(tie), dtype=np.int64)
+    rank[tie] = np.arange(len(tie))
+    return np.lexsort((rank, -lengths))
+
+
+def token_budget_batches(sorted_lengths: Sequence[int], batch_tokens: int,
+                         max_batch: int = 4096) -> List[Tuple[int, int]]:
+    """``(start, stop)`` ranges over lengths sorted in decreasing order.
+
+    A batch's cost is its size times its first (longest) length; a sentence longer than the
+    budget gets a batch of its own.
+    """
+    if batch_tokens < 1:
+        raise ValueError("batch_tokens must be >= 1")
+    lengths = np.asarray(sorted_lengths, dtype=np.int64)
+    out = []
+    start, n = 0, len(lengths)
+    while start < n:
+        longest = max(int(lengths[start]), 1)
+        size = max(1, min(batch_tokens // longest, max_batch, n - start))
+        out.append((start, start + size))
+        start += size
+    return out

@@ -1,0 +1,157 @@
+"""Hugging Face transformers encoder: every hidden state's first-token and masked-mean vectors.
+
+Pooling choices (see docs/encode.md):
+- ``cls``: position 0 of each hidden state, whatever the tokenizer puts there ([CLS], ``<s>``...);
+  special tokens come from the tokenizer, never hard-coded.
+- ``mean``: sum(h * mask) / sum(mask) over the real tokens, special tokens included, padding
+  excluded, computed in float32 so the vector does not depend on the batch it was in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from estratos.encode import devices
+from estratos.errors import OptionError
+
+log = logging.getLogger(__name__)
+
+POOLINGS = ("cls", "mean")
+#: longest input we ever feed (DESIGN: the model's limit, capped at 512)
+MAX_LENGTH_CAP = 512
+#: files whose bytes define a model's weights (hashed when no hub commit is known)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
+#: tokenization chunk when only lengths are needed (keeps memory flat for any N)
+LENGTH_CHUNK = 2048
+
+
+def weights_hash(folder: Path) -> str:
+    """sha256 over the names and bytes of the weight files under ``folder`` (sorted)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+    for p in files:
+        h.update(p.relative_to(folder).as_posix().encode("utf-8") + b"\0")
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def model_revision(model: str, config: object) -> str:
+    """The hub commit when the model came from the hub cache, else a hash of its weights."""
+    commit = getattr(config, "_commit_hash", None)
+    if commit:
+        return str(commit)
+    folder = Path(model)
+    if not folder.is_dir():
+        try:  # a hub id resolved from the local cache: .../snapshots/<commit>/config.json
+            from transformers.utils import cached_file
+            folder = Path(cached_file(model, "config.json")).parent
+        except Exception as exc:  # noqa: BLE001 - any failure means "no folder to hash"
+            raise OptionError(f"--model: cannot locate the files of {model!r} ({exc})") from exc
+        if folder.parent.name == "snapshots":
+            return folder.name
+    return weights_hash(folder)
+
+
+def default_max_length(tokenizer: object, config: object) -> int:
+    """The model's input limit, capped at 512 (tokenizers sometimes report a huge sentinel)."""
+    limits = [MAX_LENGTH_CAP]
+    tok_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
+        limits.append(tok_max)
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        model_type = str(getattr(config, "model_type", ""))
+        # RoBERTa-style position ids start after the padding index
+        offset = 2 if ("roberta" in model_type or model_type == "camembert") else 0
+        limits.append(positions - offset)
+    return min(limits)
+
+
+class HFEncoder:
+    """Encodes sentences with an AutoTokenizer/AutoModel, returning all hidden states pooled."""
+
+    kind = "transformers"
+
+    def __init__(self, model: str, *, device: Optional[str] = None,
+                 max_length: Optional[int] = None, lowercase: bool = False,
+                 poolings: Sequence[str] = POOLINGS) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        bad = [p for p in poolings if p not in POOLINGS]
+        if bad or not poolings:
+            raise OptionError(f"--pooling: unknown pooling {bad or poolings!r}; choose from {POOLINGS}")
+        self.model_name = str(model)
+        self.poolings = tuple(dict.fromkeys(poolings))
+        self.lowercase = bool(lowercase)
+        self.device = devices.select_device(device)
+        devices.prepare_cpu_threads(self.device)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
+            self.model = AutoModel.from_pretrained(self.model_name)
+        except (OSError, ValueError, KeyError) as exc:
+            raise OptionError(f"--model: cannot load {self.model_name!r} with transformers "
+                              f"AutoTokenizer/AutoModel: {exc}") from exc
+        self.model.eval().to(self.device)
+        config = self.model.config
+        limit = default_max_length(self.tokenizer, config)
+        if max_length is None:
+            max_length = limit
+        elif not 2 <= int(max_length) <= limit:
+            raise OptionError(f"--max-length: {max_length} outside [2, {limit}] for {self.model_name}")
+        self.max_length = int(max_length)
+        self.revision = model_revision(self.model_name, config)
+        self.n_states = int(config.num_hidden_layers) + 1 if hasattr(config, "num_hidden_layers") else None
+        self.dim = int(config.hidden_size) if hasattr(config, "hidden_size") else None
+
+    def settings(self) -> Dict[str, object]:
+        """Attributes that define the vectors (compared when resuming or extending a cache)."""
+        return {"encoder": self.kind, "model": self.model_name, "revision": self.revision,
+                "tokenizer": f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path}",
+                "max_length": self.max_length, "lowercase": self.lowercase,
+                "poolings": self.poolings}
+
+    def info(self) -> Dict[str, object]:
+        """Descriptive attributes (not compared)."""
+        return {"compute": devices.compute_label(self.device),
+                "model_type": str(getattr(self.model.config, "model_type", ""))}
+
+    def _prep(self, texts: Sequence[str]) -> list:
+        return [t.lower() for t in texts] if self.lowercase else list(texts)
+
+    def lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """Token count of each text with the tokenizer's special tokens, before truncation."""
+        out = np.empty(len(texts), dtype=np.int64)
+        for start in range(0, len(texts), LENGTH_CHUNK):
+            chunk = self._prep(texts[start:start + LENGTH_CHUNK])
+            enc = self.tokenizer(chunk, truncation=False, padding=False, verbose=False,
+                                 return_attention_mask=False, return_token_type_ids=False)
+            out[start:start + len(chunk)] = [len(ids) for ids in enc["input_ids"]]
+        return out
+
+    def encode(self, texts: Sequence[str]) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+        """``({pooling: float32 (B, n_states, dim)}, n_tokens (B,))`` for one batch."""
+        enc = self.tokenizer(self._prep(texts), truncation=True, max_length=self.max_length,
+                             padding=True, return_tensors="pt")
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        mask = enc["attention_mask"]
+        with torch.inference_mode(), devices.autocast(self.device):
+            hidden = self.model(**enc, output_hidden_states=True).hidden_states
+            maskf = mask.unsqueeze(-1).to(torch.float32)
+            counts = maskf.sum(dim=1).clamp(min=1.0)
+            pooled: Dict[str, list] = {p: [] for p in self.poolings}
+            for h in hidden:
+                if "cls" in pooled:
+                    pooled["cls"].append(h[:, 0].float())
+                if "mean" in pooled:
+                    pooled["mean"].append((h.float() * maskf).sum(dim=1) / counts)
+        vectors = {p: torch.stack(v, dim=1).cpu().numpy() for p, v in pooled.items()}
+        n_tokens = mask.sum(dim=1).cpu().numpy().astype(np.int32)
+        return vectors, n_tokens

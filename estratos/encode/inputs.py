@@ -1,0 +1,54 @@
+"""Where the sentences to encode come from: a plain text file, or the selected tasks.
+
+A sentences file is UTF-8, one sentence per line; blank lines are skipped (they are not
+sentences). Invalid UTF-8 is reported with its line number rather than silently replaced,
+because a replaced character would change the sentence's key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Sequence
+
+from estratos.errors import InputError
+
+
+def read_sentence_file(path: os.PathLike | str) -> List[str]:
+    """The non-blank lines of a UTF-8 file (raises :class:`InputError` naming file and line)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise InputError("no such file", path) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path) from exc
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    out = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"invalid UTF-8 at byte {exc.start + 1} of the line", path, number) from exc
+        line = line.rstrip("\r")
+        if line.strip():
+            out.append(line)
+    if not out:
+        raise InputError("no sentences (the file is empty or blank)", path)
+    return out
+
+
+def task_sentences(task_expr: str, data_dirs: Sequence[str]) -> List[str]:
+    """The unique sentences of the tasks ``task_expr`` selects (``--tasks IDS --data-dir DIR``).
+
+    Each sentence appears once, in task order then file order.
+    """
+    from estratos.tasks import DataDirs, load_task, select_tasks
+
+    dirs = DataDirs.parse(list(data_dirs))
+    seen = {}
+    for spec in select_tasks(task_expr):
+        for sentence in load_task(spec, dirs).sentences:
+            seen.setdefault(sentence, None)
+    return list(seen)

@@ -1,0 +1,419 @@
+"""``encode_sentences``: dedup, shard, plan, encode and append to a crash-safe cache.
+
+One call turns any iterable of sentences into rows of a cache (DESIGN.md, "The cache"):
+
+1. sentences are normalized and keyed with :mod:`estratos.text`; each key is encoded once;
+2. with a shard ``i/n`` only the keys whose hash falls in shard ``i`` are kept (the split
+   depends on the key alone, so every array task agrees without talking to the others);
+3. rows already in the cache are skipped (incremental cache); a killed run's ``.partial`` is
+   resumed from its ``n_done`` rows;
+4. the rest is sorted by token length and cut into token-budget batches. The plan depends
+   only on the inputs, so a resumed run continues with exactly the batches it would have run;
+5. rows are appended in blocks of at least :data:`BLOCK_ROWS` (or every few seconds), each
+   block flushed before ``n_done`` moves; the end is an fsync and an atomic rename.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from estratos import __version__
+from estratos.cache import schema
+from estratos.cache.writer import CacheWriter
+from estratos.encode.batching import length_order, token_budget_batches
+from estratos.errors import CacheError, InputError, OptionError, SettingsMismatch
+from estratos.text import normalize_sentence, sentence_key
+
+log = logging.getLogger(__name__)
+
+#: rows buffered before a write+flush: one chunk's worth, so chunks are written whole
+BLOCK_ROWS = schema.CHUNK_ROWS
+#: ...unless this many seconds passed since the last flush (bounds the work a kill loses)
+FLUSH_SECONDS = 5.0
+
+ShardSpec = Union[None, str, Tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class EncodeSummary:
+    """What one ``encode_sentences`` call did."""
+
+    path: str
+    n_input: int          # sentences given (after dropping blank ones)
+    n_unique: int         # unique normalized sentences
+    n_selected: int       # of those, in this shard (== n_unique without shards)
+    n_cached: int         # already in the cache before this call (complete rows)
+    n_resumed: int        # rows recovered from an interrupted run's .partial
+    n_encoded: int        # encoded by this call
+    n_truncated: int      # of the encoded ones, cut at max_length
+    n_rows: int           # rows in the cache now
+    max_length: int
+    seconds: float
+    shard: Optional[Tuple[int, int]] = None
+
+    @property
+    def sentences_per_second(self) -> float:
+        return self.n_encoded / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """A few human-readable lines for the command line."""
+        lines = [f"cache: {self.path} ({self.n_rows} rows)"]
+        if self.shard:
+            lines.append(f"shard {self.shard[0]}/{self.shard[1]}: {self.n_selected} of "
+                         f"{self.n_unique} unique sentences")
+        lines.append(f"sentences: {self.n_input} given, {self.n_unique} unique, "
+                     f"{self.n_cached} already cached, {self.n_resumed} resumed, "
+                     f"{self.n_encoded} encoded in {self.seconds:.1f}s "
+                     f"({self.sentences_per_second:.1f} sentences/s)")
+        if self.max_length:
+            lines.append(f"truncated at {self.max_length} tokens: {self.n_truncated}")
+        return "\n".join(lines)
+
+
+# -- inputs --------------------------------------------------------------------------------
+def unique_sentences(sentences: Iterable[str]) -> Tuple[List[str], List[bytes], int]:
+    """``(texts, keys, n_input)``: normalized, non-blank, first occurrence of each key."""
+    texts, keys, seen, n_input = [], [], set(), 0
+    for raw in sentences:
+        if not isinstance(raw, str):
+            raise InputError(f"sentence {n_input + 1} is {type(raw).__name__}, not str")
+        text = normalize_sentence(raw)
+        if not text:
+            continue
+        n_input += 1
+        key = sentence_key(text)
+        if key not in seen:
+            seen.add(key)
+            texts.append(text)
+            keys.append(key)
+    return texts, keys, n_input
+
+
+def input_digest(keys: Iterable[bytes]) -> str:
+    """sha256 over the sorted keys: identifies the full input of a sharded run."""
+    h = hashlib.sha256()
+    for k in sorted(keys):
+        h.update(k)
+    return h.hexdigest()
+
+
+def resolve_shard(shard: ShardSpec, environ: Optional[Mapping[str, str]] = None
+                  ) -> Optional[Tuple[int, int]]:
+    """``(index, count)`` with a 0-based index, or None.
+
+    ``shard`` is ``"I/N"``, a tuple, None (no sharding) or ``"auto"``: SLURM array variables
+    when set (``SLURM_ARRAY_TASK_ID`` minus ``SLURM_ARRAY_TASK_MIN``, of
+    ``SLURM_ARRAY_TASK_COUNT``), else no sharding.
+    """
+    environ = os.environ if environ is None else environ
+    if shard is None:
+        return None
+    if isinstance(shard, str) and shard == "auto":
+        task_id = environ.get("SLURM_ARRAY_TASK_ID")
+        if task_id is None:
+            return None
+        count = environ.get("SLURM_ARRAY_TASK_COUNT")
+        if count is None:
+            raise OptionError("--shard: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT "
+                              "is not; pass --shard I/N")
+        try:
+            index = int(task_id) - int(environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+            shard = (index, int(count))
+        except ValueError as exc:
+            raise OptionError(f"--shard: bad SLURM array variables ({exc})") from exc
+        where = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT"
+    elif isinstance(shard, str):
+        where = f"--shard {shard!r}"
+        parts = shard.split("/")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            shard = (int(parts[0]), int(parts[1]))
+        except ValueError as exc:
+            raise OptionError(f"{where}: expected I/N with integers, e.g. 0/4") from exc
+    else:
+        where = f"--shard {shard!r}"
+    index, count = int(shard[0]), int(shard[1])
+    if count < 1 or not 0 <= index < count:
+        raise OptionError(f"{where}: need N >= 1 and 0 <= I < N (shards are numbered from 0)")
+    return index, count
+
+
+def in_shard(key: bytes, shard: Tuple[int, int]) -> bool:
+    """Deterministic assignment of a key to one of ``count`` shards."""
+    return int.from_bytes(key[:8], "big") % shard[1] == shard[0]
+
+
+# -- encoders ------------------------------------------------------------------------------
+def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optional[str],
+                  max_length: Optional[int], lowercase: bool, poolings: Sequence[str]):
+    """An :class:`HFEncoder` for ``model``, or a :class:`BatcherEncoder` for ``encoder``."""
+    if encoder:
+        from estratos.encode.batcher import POOLING, BatcherEncoder
+
+        if model:
+            raise OptionError("--encoder and --model: give one of them")
+        if tuple(poolings) not in ((POOLING,), ("cls", "mean")):
+            raise OptionError(f"--pooling: an --encoder function gives one vector kind, "
+                              f"stored as {POOLING!r}")
+        if max_length is not None:
+            raise OptionError("--max-length: not used with --encoder (the function truncates)")
+        return BatcherEncoder(encoder, lowercase=lowercase)
+    if not model:
+        raise OptionError("--model: required (or --encoder MODULE:FUNCTION)")
+    from estratos.encode.hf import HFEncoder
+
+    return HFEncoder(model, device=device, max_length=max_length, lowercase=lowercase,
+                     poolings=poolings)
+
+
+def _library_versions() -> Dict[str, str]:
+    import h5py
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "numpy": np.__version__,
+            "h5py": h5py.version.version, "hdf5": h5py.version.hdf5_version,
+            "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+# -- files ---------------------------------------------------------------------------------
+def _check_existing(path: Path, *, partial: bool) -> bool:
+    """True if ``path`` exists; refuse anything there that is not an estratos cache."""
+    if not path.exists():
+        return False
+    if not path.is_file() or not schema.looks_like_hdf5(path):
+        raise CacheError(f"{path}: exists and is not an estratos cache; refusing to overwrite it")
+    with schema.open_h5(path, "r") as f:
+        if not schema.is_cache(f):
+            raise CacheError(f"{path}: an HDF5 file but not an estratos cache; refusing to "
+                             "overwrite it")
+        complete = bool(f.attrs.get("complete", False))
+    if partial and complete:
+        raise CacheError(f"{path}: a .partial marked complete; move it away and rerun")
+    if not partial and not complete:
+        raise CacheError(f"{path}: an incomplete cache under a final name; move it away and rerun")
+    return True
+
+
+def _check_settings(path: Path, attrs: Mapping[str, Any], want: Mapping[str, Any],
+                    shard: Optional[Tuple[int, int]]) -> None:
+    diff = schema.settings_diff(attrs, want)
+    have_shard = (attrs.get("shard_index"), attrs.get("shard_count"))
+    want_shard = shard if shard else (None, None)
+    if tuple(have_shard) != tuple(want_shard):
+        diff["shard"] = (have_shard, want_shard)
+    if diff:
+        raise SettingsMismatch(f"{path}: made with other settings; {schema.describe_diff(diff)}. "
+                               "Use another --out, or the same settings")
+
+
+def _stored_settings(path: Path) -> Dict[str, Any]:
+    with schema.open_h5(path, "r") as f:
+        return schema.read_attrs(f)
+
+
+def _cached_keys(path: Path) -> set:
+    with schema.open_h5(path, "r") as f:
+        n = int(f.attrs["n_done"])
+        return set(f[schema.KEYS][:n].tolist())
+
+
+# -- the run -------------------------------------------------------------------------------
+def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.PathLike | str, *,
+                     poolings: Sequence[str] = ("cls", "mean"), dtype: str = "float16",
+                     max_length: Optional[int] = None, batch_tokens: int = 8192,
+                     device: Optional[str] = None, shard: ShardSpec = None,
+                     lowercase: bool = False, encoder: Optional[str] = None,
+                     progress: Optional[bool] = None) -> EncodeSummary:
+    """Encode the unique ``sentences`` with ``model`` (or ``encoder``) into the cache ``out``.
+
+    Creates ``out``, resumes ``out.partial`` left by a killed run with the same arguments, or
+    adds the missing sentences to an existing complete cache made with the same settings.
+    With ``shard`` (``"I/N"``, ``(I, N)`` or ``"auto"`` for SLURM arrays) the rows go to
+    ``<stem>.shard-I-of-N<suffix>`` beside ``out``. ``progress``: tqdm bar (None: if stderr is
+    a terminal).
+    """
+    started = time.perf_counter()
+    if dtype not in schema.VECTOR_DTYPES:
+        raise OptionError(f"--dtype: {dtype!r} is not one of {schema.VECTOR_DTYPES}")
+    if int(batch_tokens) < 1:
+        raise OptionError(f"--batch-tokens: must be >= 1, got {batch_tokens}")
+    poolings = tuple(dict.fromkeys(poolings))
+    if not poolings:
+        raise OptionError("--pooling: at least one pooling is needed")
+    shard_sel = resolve_shard(shard)
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise OptionError(f"--out: folder {out.parent} does not exist")
+    target = schema.shard_path(out, *shard_sel) if shard_sel else out
+    partial = schema.partial_path(target)
+
+    texts, keys, n_input = unique_sentences(sentences)
+    if not texts:
+        raise InputError("no sentences to encode (the input is empty or blank)")
+    n_unique = len(texts)
+    digest = input_digest(keys)
+    if shard_sel:
+        picked = [i for i, k in enumerate(keys) if in_shard(k, shard_sel)]
+        texts, keys = [texts[i] for i in picked], [keys[i] for i in picked]
+
+    # refuse foreign files before the (slow) model load
+    have_partial = _check_existing(partial, partial=True)
+    have_target = _check_existing(target, partial=False)
+
+    enc = build_encoder(model, encoder, device=device, max_length=max_length,
+                        lowercase=lowercase, poolings=poolings)
+    want = {**enc.settings(), "dtype": dtype, "schema_version": schema.SCHEMA_VERSION}
+    shard_attrs = ({"shard_index": shard_sel[0], "shard_count": shard_sel[1],
+                    "input_digest": digest} if shard_sel else {})
+
+    n_cached_before = 0
+    if have_partial:
+        _check_settings(partial, _stored_settings(partial), want, shard_sel)
+        writer = CacheWriter.reopen(partial)
+    elif have_target:
+        _check_settings(target, _stored_settings(target), want, shard_sel)
+        cached = _cached_keys(target)
+        if all(k in cached for k in keys):
+            if shard_sel:
+                with schema.open_h5(target, "r") as f:
+                    stale = f.attrs.get("input_digest") != digest
+                if stale:  # same rows, but the shard now belongs to a larger input
+                    writer = CacheWriter.extend_copy(target, partial)
+                    writer.set_attrs({"input_digest": digest})
+                    writer.finish(target)
+            log.info("%s already holds all %d sentences", target, len(keys))
+            return EncodeSummary(str(target), n_input, n_unique, len(keys), len(keys), 0, 0, 0,
+                                 len(cached), enc.max_length, time.perf_counter() - started,
+                                 shard_sel)
+        writer = CacheWriter.extend_copy(target, partial)
+    else:
+        attrs = {**want, **enc.info(), **shard_attrs,
+                 "estratos_version": __version__, "library_versions": _library_versions(),
+                 "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                 "batch_tokens": int(batch_tokens)}
+        if enc.n_states is not None:
+            attrs.update(n_states=enc.n_states, dim=enc.dim)
+        writer = CacheWriter.create(partial, attrs)
+
+    try:
+        summary = _run(enc, writer, texts, keys, target=target, batch_tokens=int(batch_tokens),
+                       progress=progress, shard_attrs=shard_attrs)
+    except BaseException:
+        writer.close()  # the .partial stays, resumable
+        raise
+    n_cached, n_resumed, n_encoded, n_truncated, n_rows = summary
+    return EncodeSummary(str(target), n_input, n_unique, len(keys), n_cached, n_resumed,
+                         n_encoded, n_truncated, n_rows, enc.max_length,
+                         time.perf_counter() - started, shard_sel)
+
+
+def _plan(enc, texts: List[str], keys: List[bytes]):
+    lengths = enc.lengths(texts)
+    order = length_order(lengths, keys)
+    limit = enc.max_length or int(lengths.max(initial=1))
+    capped = np.minimum(lengths[order], limit)
+    return order, lengths, capped
+
+
+def _run(enc, writer: CacheWriter, texts: List[str], keys: List[bytes], *, target: Path,
+         batch_tokens: int, progress: Optional[bool], shard_attrs: Mapping[str, Any]):
+    stored = writer.keys()
+    base = {bytes(k) for k in stored[: writer.n_base]}
+    done = [bytes(k) for k in stored[writer.n_base:]]
+    n_cached = sum(1 for k in keys if k in base)
+    todo = [i for i, k in enumerate(keys) if k not in base]
+    t_texts, t_keys = [texts[i] for i in todo], [keys[i] for i in todo]
+
+    if hasattr(enc, "prepare"):
+        enc.prepare(t_texts)
+    order, lengths, capped = _plan(enc, t_texts, t_keys)
+    batches = token_budget_batches(capped, batch_tokens)
+    n_resumed = len(done)
+    skip = 0
+    if done:
+        prefix = [t_keys[i] for i in order[: len(done)]]
+        boundaries = {stop for _, stop in batches}
+        if prefix == done and len(done) in boundaries:
+            skip = len(done)
+            log.info("resuming %s after %d rows", writer.path, skip)
+        else:
+            # the partial was made from other sentences: keep its rows, plan the rest anew
+            log.warning("%s: rows from an interrupted run with other sentences; keeping them",
+                        writer.path)
+            have = set(done)
+            keep = [i for i, k in enumerate(t_keys) if k not in have]
+            t_texts, t_keys = [t_texts[i] for i in keep], [t_keys[i] for i in keep]
+            n_cached += len(todo) - len(keep)
+            n_resumed = 0
+            writer.set_attrs({"n_base": writer.n_done})
+            order, lengths, capped = _plan(enc, t_texts, t_keys)
+            batches = token_budget_batches(capped, batch_tokens)
+
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(order), initial=skip, unit="sent", desc="encode", disable=not show,
+               smoothing=0.1)
+    buffer: List[tuple] = []
+    buffered = 0
+    last_flush = time.monotonic()
+    n_encoded = n_truncated = n_nonfinite = 0
+
+    def flush() -> None:
+        nonlocal buffer, buffered, last_flush
+        if not buffer:
+            return
+        writer.append(
+            [k for b in buffer for k in b[0]], [t for b in buffer for t in b[1]],
+            np.concatenate([b[2] for b in buffer]), np.concatenate([b[3] for b in buffer]),
+            {p: np.concatenate([b[4][p] for b in buffer]) for p in buffer[0][4]})
+        log.debug("n_done=%d", writer.n_done)
+        buffer, buffered, last_flush = [], 0, time.monotonic()
+
+    try:
+        for start, stop in batches:
+            if stop <= skip:
+                continue
+            idx = order[start:stop]
+            b_texts = [t_texts[i] for i in idx]
+            vectors, n_tokens = enc.encode(b_texts)
+            truncated = lengths[idx] > enc.max_length if enc.max_length else np.zeros(len(idx), bool)
+            bad = sum(int((~np.isfinite(v)).any(axis=(1, 2)).sum()) for v in vectors.values())
+            n_nonfinite += bad
+            buffer.append(([t_keys[i] for i in idx], b_texts, n_tokens, truncated, vectors))
+            buffered += len(idx)
+            n_encoded += len(idx)
+            n_truncated += int(truncated.sum())
+            bar.update(len(idx))
+            if buffered >= BLOCK_ROWS or time.monotonic() - last_flush >= FLUSH_SECONDS:
+                flush()
+        flush()
+    finally:
+        bar.close()
+    if n_nonfinite:
+        log.warning("%d vectors contain NaN or inf (float16 overflow? try --dtype float32)",
+                    n_nonfinite)
+    if n_truncated:
+        log.warning("%d of %d sentences were truncated at %d tokens", n_truncated, n_encoded,
+                    enc.max_length)
+    if shard_attrs:
+        writer.set_attrs(shard_attrs)
+    n_rows = writer.n_done
+    writer.finish(target)
+    return n_cached, n_resumed, n_encoded, n_truncated, n_rows
