@@ -1,0 +1,519 @@
+"""Probing classifiers that train many models at once, as one tensor program.
+
+Why batched: a layer-by-layer sweep trains (layer specs x L2 values) small models on the same
+examples. Training them one by one is dominated by per-step overhead, so here all of them are
+a leading "model" dimension: feature groups ``G`` (one per layer spec, the features differ)
+times ``R`` L2 values (same features, different weight decay). Parameters are stacked tensors,
+updates are batched matmuls and our own Adam over the stacks, each model with its own L2 and
+its own early stopping.
+
+Why each model's trajectory equals training it alone with the same seed: every model gets the
+same initial weights (drawn once from a generator seeded by ``seed``), sees the same example
+order (pass ``p`` is permuted by an RNG seeded by ``(seed, p)``), and the same dropout masks
+(one mask per step from a generator seeded by ``seed``, shared by all models), and no
+computation mixes models. Training ``G = R = 1`` (``--sequential``) runs the same code.
+
+SentEval's behaviour, reproduced (their code is the reference for the published numbers):
+nhid=0 -> ``Linear(F, C)``; nhid>0 -> ``Linear(F, H), Dropout(p), Sigmoid, Linear(H, C)``
+(dropout before the sigmoid, as published); cross-entropy (batch mean, which is what
+SentEval's ``CrossEntropyLoss`` computes on PyTorch >= 0.4); Adam lr 1e-3, betas 0.9/0.999,
+eps 1e-8, L2 added to the gradient (``weight_decay``, biases included); PyTorch's Linear init.
+Early stopping: rounds of ``epoch_size`` passes, then dev accuracy; a better dev accuracy keeps
+a copy of the model; otherwise the non-improvement count is checked (stop once it has reached
+``tenacity``) and incremented. The count is cumulative, never reset on improvement, exactly as
+in SentEval's code, so our numbers stay comparable with the published ones.
+
+A model that has stopped is frozen in the sense that matters: its best copy, dev score and
+epoch count no longer change (``active`` mask). Its live weights may keep being updated until
+every model of its feature group has stopped, when the group is dropped from the program; they
+are never read again, so the results are those of the model trained alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+_EVAL_CHUNK = 2048
+
+
+@contextlib.contextmanager
+def torch_runtime(threads: Optional[int] = None) -> Iterator[None]:
+    """Pin torch's intra-op threads and turn on deterministic algorithms, then restore both.
+
+    Why a context manager: these are process-wide torch switches; the probe sets them for
+    its own work and gives the process back as it found it (no hidden global state).
+    """
+    old_threads = torch.get_num_threads()
+    old_det = torch.are_deterministic_algorithms_enabled()
+    try:
+        if threads is not None:
+            torch.set_num_threads(max(1, int(threads)))
+        torch.use_deterministic_algorithms(True)
+        yield
+    finally:
+        torch.use_deterministic_algorithms(old_det)
+        torch.set_num_threads(old_threads)
+
+
+def pass_permutation(n: int, seed: int, pass_index: int) -> np.ndarray:
+    """The example order of training pass ``pass_index`` (same for every model of a seed)."""
+    return np.random.default_rng((int(seed), 0, int(pass_index))).permutation(n)
+
+
+def _as_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x.to(torch.float32)
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+
+
+def _as_groups(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+    t = _as_tensor(x)
+    if t.dim() == 2:
+        t = t.unsqueeze(0)
+    if t.dim() != 3:
+        raise ValueError(f"features must be (G, n, F) or (n, F), got shape {tuple(t.shape)}")
+    return t
+
+
+def _l2_table(l2: Sequence[float] | np.ndarray, n_groups: int) -> np.ndarray:
+    """``l2`` as (G, R): a 1-d grid is shared by every group."""
+    table = np.asarray(l2, dtype=np.float64)
+    if table.ndim == 0:
+        table = table.reshape(1, 1)
+    if table.ndim == 1:
+        table = np.tile(table[None, :], (n_groups, 1))
+    if table.shape[0] != n_groups or table.ndim != 2:
+        raise ValueError(f"l2 must be (R,) or (G={n_groups}, R), got shape {table.shape}")
+    return table
+
+
+class _Adam:
+    """Adam over stacked parameters with per-model weight decay (as torch.optim.Adam does)."""
+
+    def __init__(self, params: List[torch.Tensor], decay: List[torch.Tensor], lr: float,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.params, self.decay = params, decay
+        self.lr, self.b1, self.b2, self.eps = lr, betas[0], betas[1], eps
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = 0
+
+    def step(self, grads: List[torch.Tensor]) -> None:
+        self.t += 1
+        bc1 = 1.0 - self.b1 ** self.t
+        bc2_sqrt = math.sqrt(1.0 - self.b2 ** self.t)
+        for p, g, d, m, v in zip(self.params, grads, self.decay, self.m, self.v):
+            g = g.addcmul(p, d)
+            m.mul_(self.b1).add_(g, alpha=1.0 - self.b1)
+            v.mul_(self.b2).addcmul_(g, g, value=1.0 - self.b2)
+            denom = v.sqrt().div_(bc2_sqrt).add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lr / bc1)
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Drop the feature groups not in ``index`` (dimension 0 of every tensor)."""
+        for lst in (self.params, self.decay, self.m, self.v):
+            lst[:] = [t.index_select(0, index) for t in lst]
+
+
+class _Net:
+    """Stacked parameters of G x R models and their forward/backward passes.
+
+    Layouts (so one ``bmm`` per layer serves all R models of a group):
+    linear: ``W (G, F, R*C)``, ``b (G, 1, R*C)``; hidden: ``W1 (G, F, R*H)``, ``b1 (G, 1, R*H)``,
+    ``W2 (G, R, H, C)``, ``b2 (G, R, 1, C)``. Logits come out as ``(G, R, B, C)``.
+    """
+
+    def __init__(self, n_groups: int, n_l2: int, n_features: int, n_classes: int, nhid: int,
+                 dropout: float, seed: int) -> None:
+        self.G, self.R, self.F, self.C, self.H = n_groups, n_l2, n_features, n_classes, nhid
+        self.dropout = dropout
+        gen = torch.Generator().manual_seed(int(seed))
+
+        def linear_init(fan_in: int, fan_out: int) -> Tuple[torch.Tensor, torch.Tensor]:
+            # torch.nn.Linear's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both
+            bound = 1.0 / math.sqrt(fan_in)
+            w = (torch.rand((fan_out, fan_in), generator=gen) * 2 - 1) * bound
+            b = (torch.rand((fan_out,), generator=gen) * 2 - 1) * bound
+            return w.t().contiguous(), b
+
+        R = n_l2
+        if nhid == 0:
+            w, b = linear_init(n_features, n_classes)
+            self.params = [
+                w.unsqueeze(1).repeat(1, R, 1).reshape(1, n_features, R * n_classes)
+                 .repeat(n_groups, 1, 1).contiguous(),
+                b.repeat(R).reshape(1, 1, R * n_classes).repeat(n_groups, 1, 1).contiguous(),
+            ]
+        else:
+            w1, b1 = linear_init(n_features, nhid)
+            w2, b2 = linear_init(nhid, n_classes)
+            self.params = [
+                w1.unsqueeze(1).repeat(1, R, 1).reshape(1, n_features, R * nhid)
+                  .repeat(n_groups, 1, 1).contiguous(),
+                b1.repeat(R).reshape(1, 1, R * nhid).repeat(n_groups, 1, 1).contiguous(),
+                w2.reshape(1, 1, nhid, n_classes).repeat(n_groups, R, 1, 1).contiguous(),
+                b2.reshape(1, 1, 1, n_classes).repeat(n_groups, R, 1, 1).contiguous(),
+            ]
+        self.dropout_gen = torch.Generator().manual_seed(int(seed))
+
+    def decay_tensors(self, l2: torch.Tensor) -> List[torch.Tensor]:
+        """Per-model L2 ``(G, R)`` broadcast to each parameter's layout."""
+        G, R = l2.shape
+        if self.H == 0:
+            wide = l2.repeat_interleave(self.C, dim=1).reshape(G, 1, R * self.C)
+            return [wide, wide.clone()]
+        wide = l2.repeat_interleave(self.H, dim=1).reshape(G, 1, R * self.H)
+        per_model = l2.reshape(G, R, 1, 1)
+        return [wide, wide.clone(), per_model, per_model.clone()]
+
+    def forward(self, x: torch.Tensor, params: Optional[List[torch.Tensor]] = None,
+                train: bool = False) -> Tuple[torch.Tensor, tuple]:
+        """``x (Ga, B, F)`` -> logits ``(Ga, R, B, C)`` and what backward needs."""
+        p = self.params if params is None else params
+        Ga, B = x.shape[0], x.shape[1]
+        R = self.R
+        if self.H == 0:
+            z = torch.baddbmm(p[1], x, p[0]).view(Ga, B, R, self.C).permute(0, 2, 1, 3)
+            return z, (x,)
+        a = torch.baddbmm(p[1], x, p[0]).view(Ga, B, R, self.H).transpose(1, 2)
+        mask = None
+        if train and self.dropout > 0:
+            keep = 1.0 - self.dropout
+            mask = (torch.rand((B, self.H), generator=self.dropout_gen) < keep).to(x.dtype)
+            mask.div_(keep)
+            a = a * mask
+        h = torch.sigmoid(a)  # (Ga, R, B, H)
+        z = torch.matmul(h, p[2]).add_(p[3])
+        return z, (x, h, mask)
+
+    def backward(self, dz: torch.Tensor, saved: tuple) -> List[torch.Tensor]:
+        """Gradients of every parameter from ``dz = dLoss/dlogits (Ga, R, B, C)``."""
+        x = saved[0]
+        Ga, B = x.shape[0], x.shape[1]
+        xt = x.transpose(1, 2)
+        if self.H == 0:
+            d = dz.permute(0, 2, 1, 3).reshape(Ga, B, self.R * self.C)
+            return [torch.bmm(xt, d), d.sum(dim=1, keepdim=True)]
+        h, mask = saved[1], saved[2]
+        gw2 = torch.matmul(h.transpose(-1, -2), dz)
+        gb2 = dz.sum(dim=2, keepdim=True)
+        dh = torch.matmul(dz, self.params[2].transpose(-1, -2))
+        da = dh.mul_(h).mul_(1.0 - h)
+        if mask is not None:
+            da.mul_(mask)
+        d = da.transpose(1, 2).reshape(Ga, B, self.R * self.H)
+        return [torch.bmm(xt, d), d.sum(dim=1, keepdim=True), gw2, gb2]
+
+    def logits(self, x: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor:
+        """Eval-mode logits ``(G, R, n, C)`` of ``x (G, n, F)``, in row chunks."""
+        parts = [self.forward(x[:, i:i + _EVAL_CHUNK], params)[0]
+                 for i in range(0, x.shape[1], _EVAL_CHUNK)]
+        if not parts:
+            return torch.zeros((x.shape[0], self.R, 0, self.C))
+        return torch.cat(parts, dim=2)
+
+
+#: dLoss/dlogits for a batch: (logits (Ga,R,B,C), batch targets) -> (Ga,R,B,C)
+GradFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: dev score of every model: (dev logits (Ga,R,n,C)) -> (Ga,R) float64, higher is better
+ScoreFn = Callable[[torch.Tensor], np.ndarray]
+
+
+def _cross_entropy_grad(z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+    p = torch.softmax(z, dim=-1)
+    return p.sub_(onehot).div_(z.shape[2])
+
+
+def _soft_mse_grad(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """d/dz of mean((softmax(z) - target)^2) over the batch and the classes."""
+    p = torch.softmax(z, dim=-1)
+    g = (p - target).mul_(2.0 / (z.shape[2] * z.shape[3]))
+    return p * (g - (g * p).sum(dim=-1, keepdim=True))
+
+
+class _FitState:
+    """Outcome of one batched fit: best parameters, dev scores and epochs per model."""
+
+    def __init__(self, net: _Net, best: List[torch.Tensor], dev: np.ndarray,
+                 epochs: np.ndarray) -> None:
+        self.net, self.best, self.dev, self.epochs = net, best, dev, epochs
+
+
+def _train(net: _Net, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tensor,
+           l2: np.ndarray, *, grad_fn: GradFn, score_fn: ScoreFn, batch_size: int,
+           epoch_size: int, max_epoch: int, tenacity: int, seed: int, lr: float) -> _FitState:
+    """SentEval's fit loop, for all G x R models at once (see the module docstring)."""
+    G, R = l2.shape
+    n = x.shape[1]
+    adam = _Adam(net.params, net.decay_tensors(torch.as_tensor(l2, dtype=torch.float32)), lr)
+    best = [p.clone() for p in net.params]
+    best_score = np.full((G, R), -1.0)  # SentEval starts from -1
+    count = np.zeros((G, R), dtype=np.int64)
+    epochs = np.zeros((G, R), dtype=np.int64)
+    active = np.ones((G, R), dtype=bool)
+    groups = np.arange(G)  # feature groups still in the program
+    nepoch = 0
+    while active.any() and nepoch <= max_epoch:
+        all_groups = len(groups) == G
+        g_index = torch.as_tensor(groups)
+        for pass_index in range(nepoch, nepoch + epoch_size):
+            perm = torch.from_numpy(pass_permutation(n, seed, pass_index))
+            for start in range(0, n, batch_size):
+                idx = perm[start:start + batch_size]
+                xb = x.index_select(1, idx) if all_groups else x[g_index[:, None], idx[None, :]]
+                z, saved = net.forward(xb, train=True)
+                dz = grad_fn(z, targets.index_select(0, idx))
+                adam.step(net.backward(dz, saved))
+        nepoch += epoch_size
+        x_dev_active = x_dev if all_groups else x_dev.index_select(0, g_index)
+        scores = score_fn(net.logits(x_dev_active, net.params))
+        act = active[groups]
+        improved = act & (scores > best_score[groups])
+        stalled = act & ~improved
+        if improved.any():
+            mask = torch.from_numpy(improved)
+            for b, p in zip(best, net.params):
+                b[g_index] = torch.where(_broadcast_mask(mask, p), p, b[g_index])
+        sub_best = best_score[groups]
+        sub_best[improved] = scores[improved]
+        best_score[groups] = sub_best
+        sub_count = count[groups]
+        stop = stalled & (sub_count >= tenacity)
+        sub_count[stalled] += 1
+        count[groups] = sub_count
+        sub_active = act & ~stop
+        active[groups] = sub_active
+        sub_epochs = epochs[groups]
+        sub_epochs[act] = nepoch
+        epochs[groups] = sub_epochs
+        keep = sub_active.any(axis=1)
+        if not keep.all() and keep.any():
+            kept = torch.as_tensor(np.flatnonzero(keep))
+            adam.keep(kept)
+            net.params = adam.params
+            groups = groups[keep]
+        elif not keep.any():
+            break
+    log.debug("trained %d x %d models for %d epochs", G, R, nepoch)
+    return _FitState(net, best, best_score, epochs)
+
+
+def _broadcast_mask(mask: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """A (Ga, R) model mask shaped to broadcast over one parameter's stacked layout."""
+    Ga, R = mask.shape
+    if param.dim() == 3:  # (Ga, F|1, R*K): model r owns columns r*K .. r*K+K-1
+        k = param.shape[2] // R
+        return mask.repeat_interleave(k, dim=1).reshape(Ga, 1, R * k)
+    return mask.reshape(Ga, R, 1, 1)
+
+
+class SentEvalClassifier:
+    """SentEval's PyTorch MLP/logistic probe, batched over G feature groups x R L2 values.
+
+    ``fit(X, y, X_dev, y_dev, l2)`` with ``X (G, n, F)`` (or ``(n, F)``), int labels and
+    ``l2`` a grid ``(R,)`` shared by all groups or a table ``(G, R)``; then ``predict(X)`` ->
+    ``(G, R, n)`` labels from each model's best (dev-selected) weights. ``dev_score_`` holds
+    the best dev accuracy (fraction) and ``epochs_`` the epochs run, both ``(G, R)``.
+    """
+
+    name = "senteval"
+
+    def __init__(self, n_classes: Optional[int] = None, nhid: int = 0, dropout: float = 0.0,
+                 batch_size: int = 64, tenacity: int = 5, epoch_size: int = 4,
+                 max_epoch: int = 200, seed: int = 1111, lr: float = 1e-3) -> None:
+        self.n_classes = n_classes
+        self.nhid = nhid
+        self.dropout = dropout
+        self.batch_size = batch_size
+        self.tenacity = tenacity
+        self.epoch_size = epoch_size
+        self.max_epoch = max_epoch
+        self.seed = seed
+        self.lr = lr
+
+    @classmethod
+    def from_settings(cls, settings, seed: int, n_classes: int) -> "SentEvalClassifier":
+        """Build from a :class:`~estratos.probe.settings.ClassifierSettings`."""
+        return cls(n_classes=n_classes, nhid=settings.nhid, dropout=settings.dropout,
+                   batch_size=settings.batch_size, tenacity=settings.tenacity,
+                   epoch_size=settings.epoch_size, max_epoch=settings.max_epoch, seed=seed)
+
+    def fit(self, X, y, X_dev, y_dev, l2) -> "SentEvalClassifier":
+        x, x_dev = _as_groups(X), _as_groups(X_dev)
+        y = np.asarray(y, dtype=np.int64)
+        y_dev_t = torch.from_numpy(np.asarray(y_dev, dtype=np.int64))
+        n_classes = self.n_classes or int(max(y.max(initial=0), y_dev_t.max().item()) + 1)
+        table = _l2_table(l2, x.shape[0])
+        if len(y_dev_t) == 0:
+            raise ValueError("early stopping needs at least one dev example")
+        net = _Net(x.shape[0], table.shape[1], x.shape[2], n_classes, self.nhid, self.dropout,
+                   self.seed)
+        onehot = torch.nn.functional.one_hot(torch.from_numpy(y), n_classes).to(torch.float32)
+
+        def score(logits: torch.Tensor) -> np.ndarray:
+            return (logits.argmax(dim=-1) == y_dev_t).to(torch.float64).mean(dim=-1).numpy()
+
+        state = _train(net, x, onehot, x_dev, table, grad_fn=_cross_entropy_grad,
+                       score_fn=score, batch_size=self.batch_size, epoch_size=self.epoch_size,
+                       max_epoch=self.max_epoch, tenacity=self.tenacity, seed=self.seed,
+                       lr=self.lr)
+        self._state = state
+        self.dev_score_ = state.dev
+        self.epochs_ = state.epochs
+        self.l2_ = table
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """Labels ``(G, R, n)`` of every model's best weights."""
+        logits = self._state.net.logits(_as_groups(X), self._state.best)
+        return logits.argmax(dim=-1).numpy()
+
+    def score(self, X, y) -> np.ndarray:
+        """Accuracy (fraction) ``(G, R)`` of every model."""
+        return (self.predict(X) == np.asarray(y)[None, None, :]).mean(axis=-1)
+
+
+class RelatednessRegressor:
+    """Tai et al.'s SICK-R probe (as in SentEval), batched over G feature groups.
+
+    A score ``y`` in [1, K] becomes a distribution over K classes (:func:`score_distribution`);
+    ``Linear(F, K)`` + softmax is trained with MSE against it (Adam, batch 64, no L2); every
+    ``epoch_size`` (50) passes the dev Pearson of the expected score picks the best model;
+    stop after ``tenacity`` (3) non-improving rounds (cumulative count, checked as in the
+    classifier) or ``max_epoch`` (1000) passes. ``predict(X)`` -> expected scores ``(G, n)``.
+    """
+
+    name = "senteval-relatedness"
+
+    def __init__(self, n_classes: int = 5, batch_size: int = 64, tenacity: int = 3,
+                 epoch_size: int = 50, max_epoch: int = 1000, seed: int = 1111,
+                 lr: float = 1e-3) -> None:
+        self.n_classes = n_classes
+        self.batch_size = batch_size
+        self.tenacity = tenacity
+        self.epoch_size = epoch_size
+        self.max_epoch = max_epoch
+        self.seed = seed
+        self.lr = lr
+
+    def fit(self, X, scores, X_dev, dev_scores) -> "RelatednessRegressor":
+        x, x_dev = _as_groups(X), _as_groups(X_dev)
+        target = torch.from_numpy(score_distribution(scores, self.n_classes).astype(np.float32))
+        dev = np.asarray(dev_scores, dtype=np.float64)
+        net = _Net(x.shape[0], 1, x.shape[2], self.n_classes, 0, 0.0, self.seed)
+        levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64)
+
+        def score(logits: torch.Tensor) -> np.ndarray:
+            yhat = torch.softmax(logits.to(torch.float64), dim=-1) @ levels
+            return pearson_rows(yhat.numpy(), dev)
+
+        state = _train(net, x, target, x_dev, np.zeros((x.shape[0], 1)),
+                       grad_fn=_soft_mse_grad, score_fn=score, batch_size=self.batch_size,
+                       epoch_size=self.epoch_size, max_epoch=self.max_epoch,
+                       tenacity=self.tenacity, seed=self.seed, lr=self.lr)
+        self._state = state
+        self.dev_score_ = state.dev[:, 0]
+        self.epochs_ = state.epochs[:, 0]
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        logits = self._state.net.logits(_as_groups(X), self._state.best)[:, 0]
+        levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64)
+        return (torch.softmax(logits.to(torch.float64), dim=-1) @ levels).numpy()
+
+
+def score_distribution(scores: Sequence[float], n_classes: int = 5) -> np.ndarray:
+    """Tai et al.'s target: score y in [1, K] -> p with p[floor(y)] = y - floor(y) and
+    p[floor(y)-1] = floor(y) - y + 1 (1-indexed classes), so an integer y is one-hot."""
+    y = np.asarray(scores, dtype=np.float64)
+    if y.size and (y.min() < 1 or y.max() > n_classes):
+        raise ValueError(f"relatedness scores must lie in [1, {n_classes}]")
+    out = np.zeros((len(y), n_classes), dtype=np.float64)
+    fl = np.floor(y).astype(np.int64)
+    rows = np.arange(len(y))
+    frac = y - fl
+    upper = fl < n_classes  # y == K has no class above it
+    out[rows[upper], fl[upper]] = frac[upper]
+    out[rows, fl - 1] = 1.0 - frac
+    return out
+
+
+def pearson_rows(pred: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Pearson r of each row of ``pred (..., n)`` with ``gold (n,)``; NaN (constant) -> 0."""
+    p = pred - pred.mean(axis=-1, keepdims=True)
+    g = gold - gold.mean()
+    num = (p * g).sum(axis=-1)
+    den = np.sqrt((p * p).sum(axis=-1) * (g * g).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = num / den
+    return np.where(np.isfinite(r), r, 0.0)
+
+
+class LBFGSClassifier:
+    """Full-batch multinomial logistic regression (L-BFGS), same interface as SentEval's.
+
+    For fast exploration, not for comparison with published numbers. The objective is mean
+    cross-entropy + ``l2/2 * ||W||^2`` (scikit-learn with ``C = 1 / (l2 * n)``); dev data is
+    only used to choose L2 afterwards (no early stopping). ``epochs_`` = L-BFGS iterations.
+    """
+
+    name = "lbfgs"
+
+    def __init__(self, n_classes: Optional[int] = None, max_iter: int = 1000,
+                 tol: float = 1e-4, seed: int = 1111) -> None:
+        self.n_classes = n_classes
+        self.max_iter = max_iter
+        self.tol = tol
+        self.seed = seed
+
+    def fit(self, X, y, X_dev, y_dev, l2) -> "LBFGSClassifier":
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.linear_model import LogisticRegression
+
+        x, x_dev = _as_groups(X).numpy(), _as_groups(X_dev).numpy()
+        y = np.asarray(y, dtype=np.int64)
+        y_dev = np.asarray(y_dev, dtype=np.int64)
+        table = _l2_table(l2, x.shape[0])
+        G, R = table.shape
+        self.models_ = [[None] * R for _ in range(G)]
+        self.dev_score_ = np.zeros((G, R))
+        self.epochs_ = np.zeros((G, R), dtype=np.int64)
+        self._constant = None
+        classes = np.unique(y)
+        if len(classes) == 1:  # a degenerate fold: every prediction is the one class
+            self._constant = int(classes[0])
+            self.dev_score_[:] = (y_dev == self._constant).mean() if len(y_dev) else 0.0
+            return self
+        for g in range(G):
+            for r in range(R):
+                c = 1.0 / (max(table[g, r], 1e-12) * len(y))
+                clf = LogisticRegression(C=c, max_iter=self.max_iter, tol=self.tol)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    clf.fit(x[g], y)
+                self.models_[g][r] = clf
+                self.epochs_[g, r] = int(np.max(clf.n_iter_))
+                if len(y_dev):
+                    self.dev_score_[g, r] = float((clf.predict(x_dev[g]) == y_dev).mean())
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        x = _as_groups(X).numpy()
+        G, R = self.dev_score_.shape
+        if self._constant is not None:
+            return np.full((G, R, x.shape[1]), self._constant, dtype=np.int64)
+        return np.stack([np.stack([self.models_[g][r].predict(x[g]) for r in range(R)])
+                         for g in range(G)]).astype(np.int64)
+
+    def score(self, X, y) -> np.ndarray:
+        return (self.predict(X) == np.asarray(y)[None, None, :]).mean(axis=-1)
