@@ -73,3 +73,50 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 if __name__ == "__main__":  # python -m estratos.cli
     main()
+@tasks_group.command("build")
+@click.argument("suite", type=click.Choice(["synthetic-es"]))
+@click.option("--out", metavar="DIR", default=None,
+              help="Output folder [default: ~/.cache/estratos/synthetic-es, where the "
+                   "registry looks without --data-dir].")
+@click.option("--seed", type=int, default=1111, show_default=True, help="Generator seed.")
+@click.option("--n-per-task", type=int, default=3000, show_default=True,
+              help="Examples per task (train/dev/test = 80/10/10).")
+@click.option("--task", "task_names", multiple=True, metavar="NAME",
+              help="Build only this task (repeatable) [default: all eight].")
+def tasks_build_cmd(suite: str, out: Optional[str], seed: int, n_per_task: int,
+                    task_names: Sequence[str]) -> None:
+    """Generate a built-in suite (estratos.tasks.synthetic.build_synthetic_es)."""
+    from estratos.tasks.synthetic import build_synthetic_es
+
+    paths = build_synthetic_es(out, seed=seed, n_per_task=n_per_task,
+                               tasks=task_names or None)
+    for name, path in paths.items():
+        click.echo(f"{suite}:{name}\t{path}")
+
+
+@tasks_group.command("download")
+@click.argument("benchmark", type=click.Choice(["es"]))
+@click.option("--data-dir", metavar="DIR", default="~/.cache/estratos/es", show_default=True,
+              help="Folder to fill with senteval/ and discoeval/ (pass it to --data-dir later).")
+@click.option("--base-url", default="https://github.com", show_default=True,
+              help="Where the GitHub repositories are served from (a mirror).")
+@click.option("--timeout", type=float, default=10.0, show_default=True,
+              help="Seconds to wait to connect and for each read.")
+@click.option("--no-xprobe", is_flag=True, help="Skip the Spanish X-Probe files.")
+@click.option("--keep-archive", is_flag=True, help="Keep the downloaded repository archive.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bars [default: when stderr is a terminal].")
+def tasks_download_cmd(benchmark: str, data_dir: str, base_url: str, timeout: float,
+                       no_xprobe: bool, keep_archive: bool, progress: Optional[bool]) -> None:
+    """Download and unpack a benchmark's data (estratos.tasks.download.download_es)."""
+    import sys
+
+    from estratos.tasks.download import download_es
+
+    show = sys.stderr.isatty() if progress is None else progress
+    report = download_es(data_dir, base_url=base_url, timeout=timeout, xprobe=not no_xprobe,
+                         keep_archive=keep_archive, progress=show)
+    for line in report.lines():
+        click.echo(line)
+    if not report.complete:
+        raise click.ClickException(f"{len(report.missing)} expected files are missing")

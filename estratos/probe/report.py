@@ -1,0 +1,235 @@
+"""``estratos report``: paper-style tables (and figures) from results files alone.
+
+The report needs no cache, no model and no torch: it reads results JSON lines
+(:mod:`~estratos.probe.report_load`), averages seeds and lays out the tables
+(:mod:`~estratos.probe.report_tables`), optionally calibrates them by a baseline and computes
+the EN-ES gap (:mod:`~estratos.probe.odesia`), and writes Markdown, LaTeX, CSV, JSON
+(:mod:`~estratos.probe.report_writers`) and PNG figures (:mod:`~estratos.probe.report_plots`).
+
+Everything is computed and rendered in memory before the first file is written, and each
+file is written atomically, so a failing report leaves no half-written output.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from estratos.errors import OptionError, ResultsError
+from estratos.probe import odesia
+from estratos.probe.report_load import LoadedResults, Notice, load_results
+from estratos.probe.report_tables import (
+    Aggregate, Cell, Footnotes, Stat, Table, aggregate, dataset_tables, group_table,
+    layer_label, layer_tables)
+from estratos.probe.report_writers import (
+    DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section, write_atomic)
+
+log = logging.getLogger(__name__)
+
+FORMATS: Tuple[str, ...] = tuple(WRITERS)
+PathLike = Union[str, os.PathLike]
+
+
+def parse_formats(formats: Union[str, Sequence[str]]) -> Tuple[str, ...]:
+    """'md,latex' or ['md', 'latex'] -> ('md', 'latex'); unknown names name ``--format``."""
+    items = formats.split(",") if isinstance(formats, str) else list(formats)
+    names = [f.strip().lower() for f in items if f.strip()]
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown or not names:
+        raise OptionError(f"--format: unknown format {', '.join(map(repr, unknown)) or '(none)'}"
+                          f"; choose from {', '.join(FORMATS)}")
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass
+class ReportSummary:
+    """What :func:`write_report` did: the files written and what the reader must know."""
+
+    out: Path
+    files: List[Path] = field(default_factory=list)
+    notices: List[Notice] = field(default_factory=list)
+    n_records: int = 0
+    n_rows: int = 0
+    n_datasets: int = 0
+
+    def describe(self) -> str:
+        """One line per file written, then a count (what the CLI prints)."""
+        lines = [f"wrote {path}" for path in self.files]
+        lines.append(f"report of {self.n_records} cells ({self.n_rows} rows x "
+                     f"{self.n_datasets} datasets) in {self.out}"
+                     + (f"; {len(self.notices)} notice(s), see the report" if self.notices
+                        else ""))
+        return "\n".join(lines)
+
+
+def _unique_paths(paths: Sequence[PathLike]) -> List[str]:
+    seen: Dict[str, str] = {}
+    for p in paths:
+        seen.setdefault(os.path.realpath(p), os.fspath(p))
+    return list(seen.values())
+
+
+def _rule_text(reference: odesia.Reference) -> str:
+    if reference == "auto":
+        return "upper bound when b >= the midpoint of its range, else its lower bound"
+    if isinstance(reference, str):
+        return f"{reference} bound"
+    return f"fixed reference point r = {reference:g} (--reference)"
+
+
+def _delta_sections(agg: Aggregate, calib: Dict[str, odesia.Calibration],
+                    dagg: Aggregate, notes: Footnotes, baseline_label: str,
+                    reference: odesia.Reference) -> List[Section]:
+    """Delta versions of the group and per-dataset tables."""
+
+    def group_cell(row, group) -> Cell:
+        stat = dagg.group_cell(row, group)
+        return Cell(stat=stat, partial=bool(stat and stat.partial))
+
+    def dataset_cell(row, ds) -> Cell:
+        cal = calib.get(ds.task)
+        has_score = (row, ds.task) in agg.seeds
+        if cal is None:
+            return Cell(notes=(notes.number(f"{ds.task}: no baseline result, so no Delta"),)
+                        if has_score else ())
+        if cal.undefined:
+            return Cell(undefined=has_score, notes=(
+                notes.number(f"{ds.task}: Delta undefined: {cal.undefined}"),)
+                if has_score else ())
+        return Cell(stat=dagg.cell(row, ds.task))
+
+    # rows whose every Delta is undefined still belong in the per-dataset tables
+    shown = Aggregate(dagg.rows, dagg.datasets, dagg.groups,
+                      {k: v for k, v in agg.seeds.items() if k[0].system.kind != "baseline"})
+    intro = DELTA_LEGEND.format(baseline=baseline_label, rule=_rule_text(reference),
+                                undefined=UNDEFINED)
+    tables = [group_table(dagg, notes, cell_fn=group_cell, key="delta-groups",
+                          title="Delta vs baseline: groups")]
+    tables += dataset_tables(shown, notes, cell_fn=dataset_cell, key="delta-datasets",
+                             title="Delta vs baseline")
+    return [Section("Delta vs baseline (ODESIA)", tables, intro)]
+
+
+def _gap_table(gap: odesia.Gap, notes: Footnotes) -> Table:
+    header = ["Model", "Pooling", "Layer", "Seeds"] + [p.name for p in gap.pairs]
+    note_of = {p.name: tuple(notes.number(n) for n in gap.notes if n.startswith(p.name + ":"))
+               for p in gap.pairs}
+    header_notes = [()] * 4 + [note_of[p.name] for p in gap.pairs]
+    rows = []
+    for row in list(gap.rows) + [None]:
+        cells_here = [gap.cells.get((row, p.name)) for p in gap.pairs]
+        if row is None and not any(cells_here):
+            continue
+        counts = sorted({n for c in cells_here if c for n in (c.n_en, c.n_es)}) or [0]
+        seeds = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        label = [Cell(row.system.label), Cell(row.system.pooling or "n/a"),
+                 Cell(layer_label(row.layer))] if row is not None else [
+                     Cell("best of each language"), Cell(""), Cell("")]
+        values = []
+        for c in cells_here:
+            if c is None or c.ind is None:
+                values.append(Cell())
+            else:
+                values.append(Cell(stat=Stat(c.ind, None, min(c.n_en, c.n_es))))
+        rows.append(label + [Cell(seeds)] + values)
+    return Table("gap", "EN-ES gap: Ind = Delta_EN - Delta_ES", header, header_notes, rows,
+                 caption="per pair of datasets; the last row pairs the best Delta of each "
+                         "language")
+
+
+def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLike] = (),
+                 gap: Optional[Tuple[PathLike, PathLike]] = None,
+                 pairs: Optional[PathLike] = None,
+                 reference: odesia.Reference = "auto") -> ReportContent:
+    """Load results and compute every table of a report (nothing is written).
+
+    ``baseline`` files (of ``estratos baseline``) add Delta tables; ``gap=(EN, ES)`` adds
+    Ind(EN, ES) over the dataset ``pairs`` (default: the shipped pairs file). All files,
+    including the baseline and gap ones, also appear in the score tables.
+    """
+    reference = odesia.parse_reference(reference)
+    paths = _unique_paths(list(results) + list(baseline) + list(gap or ()))
+    if not paths:
+        raise OptionError("give at least one RESULTS file (or --gap EN ES)")
+    loaded: LoadedResults = load_results(paths)
+    baseline_paths = {os.path.realpath(p) for p in baseline}
+    for rec in loaded.records:
+        if os.path.realpath(rec.path) in baseline_paths and rec.data["kind"] != "baseline":
+            raise ResultsError(f"{rec.path}:{rec.line}: --baseline files may hold only "
+                               f"baseline results (kind \"baseline\"), found kind "
+                               f"{rec.data['kind']!r}")
+    if not loaded.records:
+        raise ResultsError(f"no results to report in {', '.join(paths)}")
+    agg = aggregate(loaded.records)
+    notes = Footnotes()
+    sections = [Section("Group averages", [group_table(agg, notes)]),
+                Section("Per dataset", dataset_tables(agg, notes, title="Datasets"))]
+    layers = layer_tables(agg, notes)
+    if layers:
+        sections.append(Section("Per layer", layers))
+    content = ReportContent(loaded.sources, loaded.notices, agg, sections, notes,
+                            reference=reference)
+    base_scores = odesia.baseline_scores(agg) if (baseline or gap) else {}
+    if baseline:
+        if not base_scores:
+            raise ResultsError(f"--baseline: no baseline results in {', '.join(map(str, baseline))}"
+                               " (make them with `estratos baseline`)")
+        content.calib = odesia.calibrations(agg, base_scores, reference)
+        content.delta = odesia.delta_aggregate(agg, content.calib)
+        labels = sorted({r.system.label for r in agg.rows if r.system.kind == "baseline"})
+        sections += _delta_sections(agg, content.calib, content.delta, notes,
+                                    ", ".join(labels), reference)
+    if gap:
+        pair_list = odesia.load_pairs(pairs)
+        en, es = (aggregate(load_results([p]).records) for p in gap)
+        calib_en = odesia.calibrations(en, base_scores, reference)
+        calib_es = odesia.calibrations(es, base_scores, reference)
+        if not calib_en or not calib_es:
+            side = "EN" if not calib_en else "ES"
+            raise ResultsError(f"--gap: no baseline results for the {side} datasets; add them "
+                               "with --baseline (from `estratos baseline`) or in the results")
+        content.gap = odesia.compute_gap(en, es, pair_list, calib_en, calib_es)
+        sections.append(Section("EN-ES gap (ODESIA Ind)", [_gap_table(content.gap, notes)],
+                                f"EN: `{os.fspath(gap[0])}`, ES: `{os.fspath(gap[1])}`."))
+    return content
+
+
+def write_report(results: Sequence[PathLike], out: PathLike, *,
+                 formats: Union[str, Sequence[str]] = FORMATS, plot: bool = False,
+                 baseline: Sequence[PathLike] = (),
+                 gap: Optional[Tuple[PathLike, PathLike]] = None,
+                 pairs: Optional[PathLike] = None,
+                 reference: odesia.Reference = "auto") -> ReportSummary:
+    """Build a report and write it to the folder ``out`` (see :func:`build_report`).
+
+    Files: report.md, report.tex, groups.csv + datasets.csv (+ gap.csv), report.json, and
+    with ``plot`` PNG figures under ``out/plots`` (needs the ``plot`` extra).
+    """
+    fmts = parse_formats(formats)
+    out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OptionError(f"--out: {out_dir} exists and is not a folder")
+    if plot:
+        from estratos.probe.report_plots import require_matplotlib
+
+        require_matplotlib()
+    content = build_report(results, baseline=baseline, gap=gap, pairs=pairs,
+                           reference=reference)
+    rendered: Dict[str, str] = {}
+    for fmt in fmts:
+        rendered.update(WRITERS[fmt](content))
+    summary = ReportSummary(out_dir, notices=list(content.notices),
+                            n_records=sum(len(v) for v in content.agg.seeds.values()),
+                            n_rows=len(content.agg.rows), n_datasets=len(content.agg.datasets))
+    for name, text in rendered.items():
+        write_atomic(out_dir / name, text)
+        summary.files.append(out_dir / name)
+    if plot:
+        from estratos.probe.report_plots import write_plots
+
+        summary.files += write_plots(content.agg, out_dir / "plots")
+    log.info("report of %d cells written to %s", summary.n_records, out_dir)
+    return summary

@@ -1,0 +1,348 @@
+"""Writing a report's content as Markdown, LaTeX, CSV and JSON.
+
+Markdown and LaTeX render the same display tables (:mod:`estratos.probe.report_tables`), so
+they always agree; CSV and JSON are long, machine-readable forms of the aggregate with more
+digits and the extra metrics (F1, Spearman, Delta and its baseline/reference). Every writer
+returns text; :func:`write_atomic` puts it on disk so an interrupted report never leaves a
+half-written file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from estratos.probe.odesia import Calibration, Gap
+from estratos.probe.report_load import Notice
+from estratos.probe.report_tables import (
+    DECIMALS, EXTRA_METRICS, Aggregate, Cell, Footnotes, Row, Stat, Table, layer_label)
+
+MISSING = "—"
+UNDEFINED = "undef."
+LEGEND = ("Scores on the paper's scale: accuracy and F1 in %, correlations (SS) Pearson x100. "
+          "Each number is the mean ± sample std over the seeds present (std omitted for one "
+          "seed); the Seeds column gives their number. Best per column in bold, runner-up "
+          "underlined; {missing} = no result; * = mean over fewer datasets than the group has "
+          "in this report.")
+DELTA_LEGEND = ("Delta = (s - b) / |b - r| x 100 against the baseline {baseline}; r is the "
+                "metric's {rule}. {undefined} = undefined (b = r or unbounded metric).")
+
+
+@dataclass
+class Section:
+    title: str
+    tables: List[Table]
+    intro: str = ""
+
+
+@dataclass
+class ReportContent:
+    """Everything the writers need; built by :func:`estratos.probe.report.build_report`."""
+
+    sources: List[str]
+    notices: List[Notice]
+    agg: Aggregate
+    sections: List[Section]
+    footnotes: Footnotes
+    delta: Optional[Aggregate] = None
+    calib: Mapping[str, Calibration] = field(default_factory=dict)
+    gap: Optional[Gap] = None
+    reference: Any = "auto"
+
+
+# --------------------------------------------------------------------------- cell text
+
+def _num(x: float) -> str:
+    text = f"{x:.{DECIMALS}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def value_text(cell: Cell, pm: str) -> str:
+    """The number(s) of a value cell without marks: '54.1 ± 0.3', '—', 'undef.'."""
+    if cell.undefined:
+        return UNDEFINED
+    if cell.stat is None:
+        return MISSING
+    text = _num(cell.stat.mean)
+    if cell.stat.std is not None:
+        text += f"{pm}{_num(cell.stat.std)}"
+    return text + ("*" if cell.partial else "")
+
+
+def _table_notes(table: Table) -> List[int]:
+    used = {n for notes in table.header_notes for n in notes}
+    used |= {n for row in table.rows for cell in row for n in cell.notes}
+    return sorted(used)
+
+
+# --------------------------------------------------------------------------- markdown
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _md_cell(cell: Cell) -> str:
+    if not cell.is_value:
+        return _md_escape(cell.text or "")
+    text = value_text(cell, " ± ")
+    if cell.mark == "best":
+        text = f"**{text}**"
+    elif cell.mark == "second":
+        text = f"<u>{text}</u>"
+    return text + "".join(f" [{n}]" for n in cell.notes)
+
+
+def markdown_table(table: Table, footnotes: Footnotes) -> str:
+    header = [_md_escape(h) + "".join(f" [{n}]" for n in notes)
+              for h, notes in zip(table.header, table.header_notes)]
+    first_value = next((i for i, c in enumerate(table.rows[0]) if c.is_value), len(header)) \
+        if table.rows else len(header)
+    align = ["---" if i < first_value else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    if not table.rows:
+        lines.append("| " + " | ".join([MISSING] * len(header)) + " |")
+    texts = dict(footnotes.items())
+    extra = []
+    if table.caption:
+        extra.append(f"{_md_escape(table.caption)}.")
+    extra += [f"[{n}] {_md_escape(texts[n])}" for n in _table_notes(table)]
+    if any(c.partial for row in table.rows for c in row):
+        extra.append("\\* mean over the datasets this row has (fewer than the group has here).")
+    return "\n".join(lines) + ("\n\n" + "  \n".join(extra) if extra else "") + "\n"
+
+
+def to_markdown(content: ReportContent) -> str:
+    out = ["# estratos report", ""]
+    out.append("Results: " + ", ".join(f"`{s}`" for s in content.sources) + ".")
+    out.append("")
+    out.append(LEGEND.format(missing=MISSING))
+    for section in content.sections:
+        out += ["", f"## {section.title}", ""]
+        if section.intro:
+            out += [section.intro, ""]
+        for table in section.tables:
+            if len(section.tables) > 1:
+                out += [f"### {table.title}", ""]
+            out.append(markdown_table(table, content.footnotes).rstrip("\n"))
+            out.append("")
+        if out[-1] == "":
+            out.pop()
+    if content.notices:
+        out += ["", "## Notices", ""]
+        out += [f"- {_md_escape(str(n))}" for n in content.notices]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- latex
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                  "^": r"\textasciicircum{}", "—": "---", "±": r"$\pm$"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def _tex_notes(notes: Sequence[int]) -> str:
+    return f"$^{{{','.join(str(n) for n in notes)}}}$" if notes else ""
+
+
+def _tex_cell(cell: Cell) -> str:
+    if not cell.is_value:
+        return latex_escape(cell.text or "")
+    text = value_text(cell, r" $\pm$ ").replace(MISSING, "---")
+    if cell.mark == "best":
+        text = rf"\textbf{{{text}}}"
+    elif cell.mark == "second":
+        text = rf"\underline{{{text}}}"
+    return text + _tex_notes(cell.notes)
+
+
+def latex_table(table: Table, footnotes: Footnotes) -> str:
+    n_labels = next((i for i, c in enumerate(table.rows[0]) if c.is_value), len(table.header)) \
+        if table.rows else len(table.header)
+    spec = "l" * n_labels + "r" * (len(table.header) - n_labels)
+    header = [latex_escape(h) + _tex_notes(n) for h, n in zip(table.header, table.header_notes)]
+    lines = [r"\begin{table}[ht]", r"\centering", r"\small",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(header) + r" \\",
+             r"\midrule"]
+    lines += [" & ".join(_tex_cell(c) for c in row) + r" \\" for row in table.rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    texts = dict(footnotes.items())
+    notes = [rf"$^{{{n}}}${latex_escape(texts[n])}" for n in _table_notes(table)]
+    if any(c.partial for row in table.rows for c in row):
+        notes.append(r"* mean over the datasets this row has (fewer than the group has here).")
+    if notes:
+        lines += [r"\par\smallskip\footnotesize", " \\\\\n".join(notes)]
+    caption = latex_escape(table.title + (f" ({table.caption})" if table.caption else ""))
+    lines += [rf"\caption{{{caption}}}", rf"\label{{tab:{_label(table.key)}}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _label(key: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-:." else "-" for ch in key)
+
+
+def to_latex(content: ReportContent) -> str:
+    out = ["% estratos report: tables for \\input{}; needs \\usepackage{booktabs}",
+           "% " + latex_escape(LEGEND.format(missing="---")), ""]
+    for section in content.sections:
+        out.append(f"% {section.title}")
+        for table in section.tables:
+            out.append(latex_table(table, content.footnotes))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- csv / json
+
+def _r(x: Optional[float]) -> Optional[float]:
+    return None if x is None else round(x, 4)
+
+
+def _row_fields(row: Row) -> Dict[str, Any]:
+    s = row.system
+    return {"kind": s.kind, "model": s.model, "revision": s.revision, "pooling": s.pooling,
+            "classifier": s.classifier, "layer": row.layer}
+
+
+def _stat_fields(prefix: str, stat: Optional[Stat]) -> Dict[str, Any]:
+    return {f"{prefix}mean": _r(stat.mean) if stat else None,
+            f"{prefix}std": _r(stat.std) if stat else None,
+            f"{prefix}n_seeds": stat.n if stat else None}
+
+
+def group_records(content: ReportContent) -> List[Dict[str, Any]]:
+    """One flat record per (row, group) with a value."""
+    agg, out = content.agg, []
+    for row in agg.rows:
+        for group in agg.groups:
+            stat = agg.group_cell(row, group)
+            if stat is None:
+                continue
+            rec = _row_fields(row) | {"group": group} | _stat_fields("", stat)
+            rec |= {"n_datasets": stat.n_datasets, "n_datasets_group": stat.n_total}
+            if content.delta is not None:
+                rec |= _stat_fields("delta_", content.delta.group_cell(row, group))
+            out.append(rec)
+    return out
+
+
+def dataset_records(content: ReportContent) -> List[Dict[str, Any]]:
+    """One flat record per (row, dataset) with a value."""
+    agg, out = content.agg, []
+    for row in agg.rows:
+        for ds in agg.datasets:
+            stat = agg.cell(row, ds.task)
+            if stat is None:
+                continue
+            rec = _row_fields(row) | {"group": ds.group, "task": ds.task, "name": ds.name,
+                                      "metric": ds.metric} | _stat_fields("", stat)
+            for metric in EXTRA_METRICS:
+                rec |= _stat_fields(f"{metric}_", agg.extra(row, ds.task, metric))
+            rec["fallback"] = "; ".join(ds.fallbacks) or None
+            if content.delta is not None:
+                cal = content.calib.get(ds.task)
+                rec |= _stat_fields("delta_", content.delta.cell(row, ds.task))
+                rec |= {"baseline": _r(cal.baseline) if cal else None,
+                        "reference": _r(cal.reference) if cal else None,
+                        "delta_undefined": cal.undefined if cal else "no baseline"}
+            out.append(rec)
+    return out
+
+
+def gap_records(gap: Gap) -> List[Dict[str, Any]]:
+    """One flat record per (row, pair) with Delta on both sides and Ind."""
+    out = []
+    for pair in gap.pairs:
+        ds_en, ds_es = gap.resolved[pair.name]
+        for row in list(gap.rows) + [None]:
+            cell = gap.cells.get((row, pair.name))
+            if cell is None:
+                continue
+            fields = _row_fields(row) if row is not None else {
+                "kind": "best", "model": None, "revision": None, "pooling": None,
+                "classifier": None, "layer": None}
+            out.append({"pair": pair.name, "en_task": ds_en.task if ds_en else None,
+                        "es_task": ds_es.task if ds_es else None} | fields | {
+                "delta_en": _r(cell.delta_en), "delta_es": _r(cell.delta_es),
+                "ind": _r(cell.ind), "n_seeds_en": cell.n_en, "n_seeds_es": cell.n_es,
+                "best_en": cell.source_en, "best_es": cell.source_es})
+    return out
+
+
+def _csv(records: List[Dict[str, Any]], columns: Optional[List[str]] = None) -> str:
+    buf = io.StringIO()
+    cols = columns or (list(records[0]) if records else [])
+    writer = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    writer.writeheader()
+    for rec in records:
+        writer.writerow({k: "" if v is None else v for k, v in rec.items()})
+    return buf.getvalue()
+
+
+def to_csv(content: ReportContent) -> Dict[str, str]:
+    """File name -> CSV text: groups.csv, datasets.csv and (with a gap) gap.csv."""
+    files = {"groups.csv": _csv(group_records(content)),
+             "datasets.csv": _csv(dataset_records(content))}
+    if content.gap is not None:
+        files["gap.csv"] = _csv(gap_records(content.gap))
+    return files
+
+
+def to_json(content: ReportContent) -> str:
+    doc = {
+        "estratos_report": 1,
+        "sources": content.sources,
+        "notices": [str(n) for n in content.notices],
+        "notes": {str(n): text for n, text in content.footnotes.items()},
+        "groups": content.agg.groups,
+        "datasets": [{"task": d.task, "name": d.name, "group": d.group, "metric": d.metric,
+                      "fallbacks": list(d.fallbacks)} for d in content.agg.datasets],
+        "group_scores": group_records(content),
+        "dataset_scores": dataset_records(content),
+        "delta": None if content.delta is None else {
+            "reference": content.reference,
+            "calibration": {task: {"baseline": _r(c.baseline), "reference": _r(c.reference),
+                                   "undefined": c.undefined}
+                            for task, c in sorted(content.calib.items())}},
+        "gap": None if content.gap is None else {
+            "pairs": [{"name": p.name, "en": p.en, "es": p.es} for p in content.gap.pairs],
+            "notes": content.gap.notes, "cells": gap_records(content.gap)},
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+# --------------------------------------------------------------------------- files
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write via a temporary file in the same folder and rename it into place."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+#: format name -> function(content) -> {file name: text}
+WRITERS: Mapping[str, Callable[[ReportContent], Dict[str, str]]] = {
+    "md": lambda c: {"report.md": to_markdown(c)},
+    "latex": lambda c: {"report.tex": to_latex(c)},
+    "csv": to_csv,
+    "json": lambda c: {"report.json": to_json(c)},
+}
