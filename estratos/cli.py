@@ -64,15 +64,6 @@ def cache_group() -> None:
 # ---- report and baseline -----------------------------------------------------------------
 
 # ---- demo --------------------------------------------------------------------------------
-
-
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    """Console-script entry point."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="estratos")
-
-
-if __name__ == "__main__":  # python -m estratos.cli
-    main()
 @tasks_group.command("build")
 @click.argument("suite", type=click.Choice(["synthetic-es"]))
 @click.option("--out", metavar="DIR", default=None,
@@ -120,3 +111,12 @@ def tasks_download_cmd(benchmark: str, data_dir: str, base_url: str, timeout: fl
         click.echo(line)
     if not report.complete:
         raise click.ClickException(f"{len(report.missing)} expected files are missing")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="estratos")
+
+
+if __name__ == "__main__":  # python -m estratos.cli
+    main()

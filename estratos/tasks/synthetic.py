@@ -45,6 +45,7 @@ SPLIT_FRACTIONS: Tuple[Tuple[str, float], ...] = (("tr", 0.8), ("va", 0.1), ("te
 MIN_PER_TASK = 200
 MAX_PER_TASK = 200_000
 _MAX_TRIES = 2000
+FALLBACK_DIR = Path("~/.cache/estratos/synthetic-es")
 
 Token = Tuple[str, str]  # (word, tag); tags: DET NOUN ADJ VERB PREP A REL CLITIC CONJ
 
@@ -333,9 +334,22 @@ def _write_atomic(path: Path, text: str) -> None:
             tmp.unlink()
 
 
-def build_synthetic_es(out_dir: os.PathLike | str, seed: int = 1111, n_per_task: int = 3000,
+def default_dir() -> Path:
+    """Where the registry looks for synthetic-es when no ``--data-dir`` names it."""
+    try:
+        from estratos.tasks.suites.synthetic_es import SYNTHETIC_ES_DEFAULT_DIR
+    except ImportError:  # registry not installed: the documented default
+        return FALLBACK_DIR.expanduser()
+    return Path(SYNTHETIC_ES_DEFAULT_DIR).expanduser()
+
+
+def build_synthetic_es(out_dir: Optional[os.PathLike | str] = None, seed: int = 1111,
+                       n_per_task: int = 3000,
                        tasks: Optional[Iterable[str]] = None) -> Dict[str, Path]:
     """Write the synthetic-es task files into ``out_dir``; returns ``{task name: path}``.
+
+    ``out_dir`` defaults to :func:`default_dir` (``~/.cache/estratos/synthetic-es``), where
+    the registry finds the suite without ``--data-dir``.
 
     ``tasks`` limits the build to some task names (default: all eight). Every file is written
     atomically (temporary file + rename), and ``build_info.json`` records the seed, sizes and
@@ -347,7 +361,7 @@ def build_synthetic_es(out_dir: os.PathLike | str, seed: int = 1111, n_per_task:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise OptionError(f"--seed must be an integer, got {seed!r}")
     _check_n(n_per_task, ())
-    out = Path(out_dir).expanduser()
+    out = default_dir() if out_dir is None else Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise OptionError(f"--out {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
