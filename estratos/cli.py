@@ -54,14 +54,139 @@ def cache_group() -> None:
 
 
 # ---- encode (stage one) ------------------------------------------------------------------
+@cli.command("encode")
+@click.option("--model", help="Hugging Face model id or local folder (AutoModel).")
+@click.option("--encoder", metavar="MODULE:FUNCTION",
+              help="A SentEval-style batcher(params, batch) instead of --model.")
+@click.option("--out", required=True, metavar="CACHE.h5", help="Cache file to create or extend.")
+@click.option("--sentences", "sentences_file", metavar="FILE",
+              help="UTF-8 text file, one sentence per line.")
+@click.option("--tasks", metavar="IDS", help="Encode the sentences of these tasks.")
+@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
+              help="Where task data lives (with --tasks; repeatable).")
+@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16",
+              show_default=True, help="Stored vector precision.")
+@click.option("--max-length", type=int, default=None,
+              help="Truncate inputs to this many tokens [default: model limit, max 512].")
+@click.option("--batch-tokens", type=int, default=8192, show_default=True,
+              help="Token budget per batch (batch size x padded length).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N, mps.")
+@click.option("--shard", metavar="I/N", default=None,
+              help="Encode shard I (0-based) of N [default: SLURM array variables if set].")
+@click.option("--pooling", "poolings", multiple=True, type=click.Choice(["cls", "mean"]),
+              help="Poolings to store (repeatable) [default: cls and mean].")
+@click.option("--lowercase", is_flag=True, help="Lower-case sentences before tokenizing.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar [default: when stderr is a terminal].")
+def encode_command(model, encoder, out, sentences_file, tasks, data_dirs, dtype, max_length,
+                   batch_tokens, device, shard, poolings, lowercase, progress) -> None:
+    """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
+    from estratos.encode import encode_sentences, gather_sentences
+
+    summary = encode_sentences(
+        gather_sentences(sentences_file, tasks, data_dirs), model, out,
+        poolings=poolings or ("cls", "mean"), dtype=dtype, max_length=max_length,
+        batch_tokens=batch_tokens, device=device, shard=shard or "auto", lowercase=lowercase,
+        encoder=encoder, progress=progress)
+    click.echo(summary.describe())
+
 
 # ---- cache subcommands -------------------------------------------------------------------
+@cache_group.command("info")
+@click.argument("cache")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of key: value lines.")
+def cache_info_command(cache: str, as_json: bool) -> None:
+    """Attributes, rows, layers, dims and size of a cache (estratos.cache.cache_info)."""
+    import json
+
+    from estratos.cache import cache_info, format_info
+
+    info = cache_info(cache)
+    click.echo(json.dumps(info, indent=2, sort_keys=True) if as_json else format_info(info))
+
+
+@cache_group.command("verify")
+@click.argument("cache")
+@click.option("--sentences", "sentences_file", metavar="FILE",
+              help="Also check that these sentences (one a line) are present.")
+@click.option("--tasks", metavar="IDS", help="Also check that these tasks' sentences are present.")
+@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
+              help="Where task data lives (with --tasks; repeatable).")
+@click.pass_context
+def cache_verify_command(ctx: click.Context, cache: str, sentences_file, tasks, data_dirs) -> None:
+    """Check completeness, checksums, NaNs and required sentences; exit 1 if anything is wrong
+    (estratos.cache.verify_cache)."""
+    from estratos.cache import verify_cache
+    from estratos.encode import gather_sentences
+
+    needed = None
+    if sentences_file is not None or tasks is not None or data_dirs:
+        needed = gather_sentences(sentences_file, tasks, data_dirs)
+    report = verify_cache(cache, needed)
+    click.echo(report.summary())
+    if not report.ok:
+        ctx.exit(1)
+
+
+@cache_group.command("merge")
+@click.argument("out")
+@click.argument("shards", nargs=-1, required=True)
+def cache_merge_command(out: str, shards) -> None:
+    """Merge the shard files of `encode --shard` into OUT (estratos.cache.merge_shards)."""
+    from estratos.cache import merge_shards
+
+    result = merge_shards(out, shards)
+    click.echo(f"merged {result['shards']} shards into {result['path']} ({result['n_rows']} rows)")
+
 
 # ---- tasks subcommands -------------------------------------------------------------------
 
 # ---- probe (stage two) -------------------------------------------------------------------
 
 # ---- report and baseline -----------------------------------------------------------------
+@cli.command("report")
+@click.argument("results", nargs=-1)
+@click.option("--out", required=True, metavar="DIR", help="Folder for the report files.")
+@click.option("--format", "formats", default="md,latex,csv,json", show_default=True,
+              metavar="LIST", help="Comma list of md, latex, csv, json.")
+@click.option("--plot", is_flag=True,
+              help='PNG heatmaps and per-group layer plots (needs pip install "estratos[plot]").')
+@click.option("--baseline", "baselines", multiple=True, metavar="BASELINE.jsonl",
+              help="Results of `estratos baseline`: adds ODESIA Delta tables (repeatable).")
+@click.option("--gap", nargs=2, default=None, metavar="EN_RESULTS ES_RESULTS",
+              help="Adds ODESIA Ind(EN, ES) = Delta_EN - Delta_ES over paired datasets.")
+@click.option("--pairs", metavar="PAIRS.toml", default=None,
+              help="EN-ES dataset pairs for --gap [default: the shipped pairs file].")
+@click.option("--reference", default="auto", show_default=True,
+              help="Delta's reference point: auto, upper, lower or a number.")
+def report_command(results, out, formats, plot, baselines, gap, pairs, reference) -> None:
+    """Paper-style tables (and figures) from RESULTS files alone
+    (estratos.probe.report.write_report)."""
+    from estratos.probe.report import write_report
+
+    summary = write_report(results, out, formats=formats, plot=plot, baseline=baselines,
+                           gap=tuple(gap) if gap else None, pairs=pairs, reference=reference)
+    click.echo(summary.describe())
+
+
+@cli.command("baseline")
+@click.option("--tasks", required=True, metavar="IDS", help="Tasks to run (as for probe).")
+@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
+              help="Where task data lives (repeatable).")
+@click.option("--out", required=True, metavar="RESULTS.jsonl", help="Results file to append to.")
+@click.option("--seed", "seeds", multiple=True, type=int,
+              help="Seed for folds and held-out parts (repeatable) [default: 1111].")
+@click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
+def baseline_command(tasks, data_dirs, out, seeds, overwrite) -> None:
+    """Whitespace TF-IDF + logistic regression / cosine baseline, written as results
+    (estratos.probe.baseline.run_baseline)."""
+    from estratos.probe.baseline import run_baseline
+    from estratos.tasks import DataDirs, select_tasks
+
+    records = run_baseline(select_tasks(tasks), DataDirs.parse(data_dirs), out,
+                           seeds=seeds or (1111,), overwrite=overwrite)
+    click.echo(f"wrote {len(records)} baseline results to {out}")
+
 
 # ---- demo --------------------------------------------------------------------------------
 @tasks_group.command("build")

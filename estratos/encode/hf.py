@@ -93,6 +93,9 @@ class HFEncoder:
         self.lowercase = bool(lowercase)
         self.device = devices.select_device(device)
         devices.prepare_cpu_threads(self.device)
+        looks_local = self.model_name.startswith(("/", "./", "../", "~")) or Path(self.model_name).exists()
+        if looks_local and not Path(self.model_name).expanduser().is_dir():
+            raise OptionError(f"--model: {self.model_name!r} is not a model folder (no such directory)")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
             self.model = AutoModel.from_pretrained(self.model_name)

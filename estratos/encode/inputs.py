@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
-from estratos.errors import InputError
+from estratos.errors import InputError, OptionError
 
 
 def read_sentence_file(path: os.PathLike | str) -> List[str]:
@@ -52,3 +52,16 @@ def task_sentences(task_expr: str, data_dirs: Sequence[str]) -> List[str]:
         for sentence in load_task(spec, dirs).sentences:
             seen.setdefault(sentence, None)
     return list(seen)
+
+
+def gather_sentences(sentences_file: Optional[os.PathLike | str] = None,
+                     tasks: Optional[str] = None,
+                     data_dirs: Sequence[str] = ()) -> List[str]:
+    """The sentences named by ``--sentences FILE`` or ``--tasks IDS --data-dir DIR`` (exactly one)."""
+    if (sentences_file is None) == (tasks is None):
+        raise OptionError("give exactly one of --sentences FILE and --tasks IDS")
+    if sentences_file is not None:
+        if data_dirs:
+            raise OptionError("--data-dir: only used with --tasks")
+        return read_sentence_file(sentences_file)
+    return task_sentences(tasks, data_dirs)
