@@ -36,6 +36,11 @@ class TaskSpec:
     per-task overrides of the probe's classifier settings (read-only, so no task can change
     another's settings), ``labels`` the sorted label names when known in advance (``None``:
     taken from the data, sorted).
+
+    ``extra_metrics`` are reported beside ``metric`` (e.g. ``("f1",)`` for binary paraphrase
+    tasks, as the benchmark reports F1 for PAWS and MRPC); ``score_range`` is the (low, high)
+    range of gold scores for ``cosine``/``relatedness`` tasks (SICK-R: 1..5), used to validate
+    files and by the relatedness protocol to build its score distribution.
     """
 
     suite: str
@@ -50,6 +55,8 @@ class TaskSpec:
     labels: Optional[Tuple[str, ...]] = None
     classifier: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    extra_metrics: Tuple[str, ...] = ()
+    score_range: Optional[Tuple[float, float]] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
@@ -62,6 +69,15 @@ class TaskSpec:
             raise ValueError(f"{self.id}: unknown protocol {self.protocol!r}")
         if self.metric not in METRICS:
             raise ValueError(f"{self.id}: unknown metric {self.metric!r}")
+        object.__setattr__(self, "extra_metrics", tuple(self.extra_metrics))
+        for extra in self.extra_metrics:
+            if extra not in METRICS:
+                raise ValueError(f"{self.id}: unknown extra metric {extra!r}")
+        if self.score_range is not None:
+            low, high = (float(v) for v in self.score_range)
+            if not low < high:
+                raise ValueError(f"{self.id}: empty score range {self.score_range!r}")
+            object.__setattr__(self, "score_range", (low, high))
 
     @property
     def id(self) -> str:

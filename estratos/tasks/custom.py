@@ -1,0 +1,179 @@
+"""Custom tasks: a small TOML spec (``--task-file``) pointing at TSV or JSON-lines files.
+
+Example (``docs/tasks.md`` has the full reference)::
+
+    name = "Polarity"          # task id: custom:Polarity
+    group = "SC"
+    language = "es"
+    format = "tsv"             # or "jsonl"
+    combiner = "single"
+    protocol = "split"
+    labels = ["neg", "pos"]    # optional (default: the labels found, sorted)
+
+    [files]                    # relative to data_dir (default: this file's folder)
+    train = "train.tsv"
+    dev = "dev.tsv"
+    test = "test.tsv"
+
+    [columns]                  # tsv only: column numbers, 0-based
+    sentences = [0]
+    label = 1                  # or: score = 1
+    header = false
+
+Every problem is an :class:`InputError` naming the TOML file (and line for syntax errors).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Dict
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from estratos.errors import InputError
+from estratos.tasks.building import SCORE_PROTOCOLS
+from estratos.tasks.formats import format_names
+from estratos.tasks.suites.common import CLASSIFIER_KEYS
+from estratos.tasks.types import COMBINER_SLOTS, METRICS, PROTOCOLS, TaskSpec
+
+REQUIRED = ("name", "group", "format", "combiner", "protocol", "files")
+OPTIONAL = ("suite", "language", "metric", "labels", "extra_metrics", "score_range",
+            "data_dir", "description", "columns", "classifier")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_LINE = re.compile(r"line (\d+)")
+
+
+def _fail(message: str, path: Path, line: int | None = None) -> InputError:
+    return InputError(message, path, line)
+
+
+def _read_toml(path: Path) -> Dict[str, Any]:
+    if not path.is_file():
+        raise _fail("missing task file", path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise _fail("invalid UTF-8", path, line) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = _LINE.search(str(exc))
+        raise _fail(f"invalid TOML: {exc}", path, int(match.group(1)) if match else None) \
+            from None
+
+
+def _tsv_files(doc: Dict[str, Any], combiner: str, scores: bool, path: Path) -> Dict[str, Any]:
+    columns = doc.get("columns")
+    if not isinstance(columns, dict):
+        raise _fail("format 'tsv' needs a [columns] table (sentences, label or score)", path)
+    unknown = set(columns) - {"sentences", "label", "score", "header", "columns", "encoding"}
+    if unknown:
+        raise _fail(f"unknown keys in [columns]: {', '.join(sorted(unknown))}", path)
+    sentences = columns.get("sentences")
+    if not isinstance(sentences, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in sentences):
+        raise _fail("columns.sentences must be a list of column numbers (0-based)", path)
+    if len(sentences) != COMBINER_SLOTS[combiner]:
+        raise _fail(f"combiner {combiner!r} takes {COMBINER_SLOTS[combiner]} sentences, "
+                    f"columns.sentences lists {len(sentences)}", path)
+    key = "score" if scores else "label"
+    if key not in columns:
+        raise _fail(f"columns.{key} is required for protocol "
+                    f"{'with scores' if scores else 'with classes'}", path)
+    target = columns[key]
+    if not isinstance(target, int) or isinstance(target, bool) or target < 0:
+        raise _fail(f"columns.{key} must be a column number (0-based)", path)
+    files: Dict[str, Any] = {"sentences": sentences, key: target,
+                             "header": bool(columns.get("header", False))}
+    if "columns" in columns:
+        files["columns"] = int(columns["columns"])
+    if "encoding" in columns:
+        files["encoding"] = str(columns["encoding"])
+    return files
+
+
+def load_task_file(path: os.PathLike | str) -> TaskSpec:
+    """Read a custom task's TOML spec; file paths in it are relative to ``data_dir``.
+
+    The returned spec is not registered: pass it to ``select_tasks(..., extra=[spec])`` or
+    directly to ``load_task``.
+    """
+    path = Path(path)
+    doc = _read_toml(path)
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise _fail(f"missing required keys: {', '.join(missing)}", path)
+    unknown = set(doc) - set(REQUIRED) - set(OPTIONAL)
+    if unknown:
+        raise _fail(f"unknown keys: {', '.join(sorted(unknown))}", path)
+    for key in ("name", "group", "format", "combiner", "protocol", "suite", "language",
+                "metric", "data_dir", "description"):
+        if key in doc and not isinstance(doc[key], str):
+            raise _fail(f"{key} must be a string", path)
+    name, suite = doc["name"], doc.get("suite", "custom")
+    for label, value in (("name", name), ("suite", suite)):
+        if not _NAME.match(value):
+            raise _fail(f"{label} {value!r} may only hold letters, digits and _ . + -", path)
+    fmt, combiner, protocol = doc["format"], doc["combiner"], doc["protocol"]
+    if fmt not in format_names():
+        raise _fail(f"unknown format {fmt!r} (formats: {', '.join(format_names())})", path)
+    if combiner not in COMBINER_SLOTS:
+        raise _fail(f"unknown combiner {combiner!r} (combiners: "
+                    f"{', '.join(COMBINER_SLOTS)})", path)
+    if protocol not in PROTOCOLS:
+        raise _fail(f"unknown protocol {protocol!r} (protocols: {', '.join(PROTOCOLS)})", path)
+    scores = protocol in SCORE_PROTOCOLS
+    metric = doc.get("metric", "pearson" if scores else "accuracy")
+    if metric not in METRICS:
+        raise _fail(f"unknown metric {metric!r} (metrics: {', '.join(METRICS)})", path)
+    table = doc["files"]
+    if not isinstance(table, dict) or not table or not all(
+            isinstance(v, str) for v in table.values()):
+        raise _fail("[files] must map split names to file paths", path)
+    root = (path.parent / doc.get("data_dir", ".")).resolve()
+    if fmt == "tsv":
+        files = _tsv_files(doc, combiner, scores, path)
+        files["splits"] = dict(table)
+    elif fmt == "jsonl":
+        files = {"splits": dict(table)}
+    else:
+        files = dict(table)
+    files["root"] = str(root)
+    labels = doc.get("labels")
+    if labels is not None:
+        if scores:
+            raise _fail(f"labels make no sense with protocol {protocol!r} (scores)", path)
+        if not isinstance(labels, list) or not labels or not all(
+                isinstance(v, (str, int)) and not isinstance(v, bool) for v in labels):
+            raise _fail("labels must be a non-empty list of strings", path)
+        labels = tuple(str(v) for v in labels)
+        if len(set(labels)) != len(labels):
+            raise _fail("labels has duplicates", path)
+    classifier = doc.get("classifier", {})
+    if not isinstance(classifier, dict):
+        raise _fail("[classifier] must be a table", path)
+    bad = set(classifier) - set(CLASSIFIER_KEYS)
+    if bad:
+        raise _fail(f"unknown classifier keys: {', '.join(sorted(bad))} "
+                    f"(allowed: {', '.join(CLASSIFIER_KEYS)})", path)
+    score_range = doc.get("score_range")
+    if score_range is not None:
+        if not (isinstance(score_range, list) and len(score_range) == 2 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in score_range)):
+            raise _fail("score_range must be [low, high]", path)
+        score_range = tuple(float(v) for v in score_range)
+    try:
+        return TaskSpec(suite=suite, name=name, group=doc["group"],
+                        language=doc.get("language", "und"), loader=fmt, combiner=combiner,
+                        protocol=protocol, metric=metric, files=files, labels=labels,
+                        classifier=classifier, description=doc.get("description", ""),
+                        extra_metrics=tuple(doc.get("extra_metrics", ())),
+                        score_range=score_range)
+    except (ValueError, TypeError) as exc:
+        raise _fail(f"invalid task spec: {exc}", path) from None

@@ -1,0 +1,195 @@
+"""Loading a task: which splits to read, the fallbacks for missing ones, and the TaskData.
+
+The published protocol of a spec assumes every split's files exist. When some are missing
+(the Spanish benchmark lacks several train files), :func:`plan_task` picks the documented
+fallback, the same for every format:
+
+* ``split`` / ``relatedness`` without train: train on the dev (``valid``/``va``) file minus a
+  held-out part (10%, fixed seed, stratified by class) that becomes the dev split; test on
+  test. Without dev: the held-out part comes from train instead.
+* ``kfold`` without train (PAWS here): protocol ``inner-kfold`` on the test file alone
+  (split ``all``).
+* anything else missing (a test file, a class file, an STS subset) is an error.
+
+The plan only looks at which files exist, so ``estratos tasks list`` can show it without
+reading data. :func:`load_task` then reads the planned files through the spec's format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from estratos.errors import InputError
+from estratos.tasks.building import HOLDOUT_FRACTION, TaskBuilder, holdout
+from estratos.tasks.datadirs import DataDirs
+from estratos.tasks.formats import Source, get_format
+from estratos.tasks.reading import LoadContext
+from estratos.tasks.types import TaskData, TaskSpec
+
+log = logging.getLogger(__name__)
+
+#: name of the split that a held-out part is cut from, while loading
+POOL = "pool"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`load_task` will read and produce for one spec (decided without reading)."""
+
+    spec: TaskSpec
+    root: Path
+    protocol: str
+    reads: Tuple[Source, ...]
+    splits: Tuple[str, ...]
+    holdout_from: Optional[Source] = None
+    fallback: Optional[str] = None
+    missing: Tuple[Tuple[str, Path], ...] = ()
+
+    @property
+    def present(self) -> bool:
+        return not self.missing
+
+
+def task_root(spec: TaskSpec, data_dirs: DataDirs) -> Path:
+    """The folder a spec's relative file names start from.
+
+    Custom specs (``--task-file``) carry their own ``files["root"]``; registered ones use the
+    suite's data folder.
+    """
+    if "root" in spec.files:
+        return Path(spec.files["root"])
+    return data_dirs.for_suite(spec.suite)
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _names(source: Source, root: Path) -> str:
+    return " + ".join(_rel(p, root) for p in dict.fromkeys(source.paths))
+
+
+def plan_task(spec: TaskSpec, data_dirs: DataDirs) -> Plan:
+    """Decide the effective protocol, the files to read and the fallback (stats files only)."""
+    root = task_root(spec, data_dirs)
+    fmt = get_format(spec.loader)
+    published = fmt.sources(spec, root)
+    have = {name: src for name, src in published.items() if src.exists}
+    notes = [n for n in [fmt.note(spec, root)] if n]
+
+    def missing_of(*names: str) -> Tuple[Tuple[str, Path], ...]:
+        return tuple((name, p) for name in names if name in published
+                     for p in published[name].missing)
+
+    def plan(protocol: str, reads: Sequence[Source], splits: Sequence[str],
+             fallback: Optional[str] = None, pool: Optional[Source] = None,
+             missing: Tuple[Tuple[str, Path], ...] = ()) -> Plan:
+        text = "; ".join(notes + ([fallback] if fallback else [])) or None
+        return Plan(spec, root, protocol, tuple(reads), tuple(splits), pool, text, missing)
+
+    protocol = spec.protocol
+    if protocol in ("split", "relatedness"):
+        if "test" not in have:
+            return plan(protocol, (), ("train", "dev", "test"),
+                        missing=missing_of("test", "train", "dev"))
+        pct = f"{HOLDOUT_FRACTION:.0%}"
+        if "train" in have and "dev" in have:
+            return plan(protocol, (have["train"], have["dev"], have["test"]),
+                        ("train", "dev", "test"))
+        if "dev" in have:
+            pool = dataclasses.replace(have["dev"], split=POOL)
+            text = (f"no train file ({_names(published['train'], root)}): train on "
+                    f"{_names(have['dev'], root)} minus a held-out {pct} (fixed seed) that "
+                    f"is the dev split; test on {_names(have['test'], root)}")
+            return plan(protocol, (pool, have["test"]), ("train", "dev", "test"), text, pool)
+        if "train" in have:
+            pool = dataclasses.replace(have["train"], split=POOL)
+            where = _names(published["dev"], root) if "dev" in published else "none published"
+            text = (f"no dev file ({where}): dev is a held-out {pct} (fixed seed) of "
+                    f"{_names(have['train'], root)}")
+            return plan(protocol, (pool, have["test"]), ("train", "dev", "test"), text, pool)
+        return plan(protocol, (), ("train", "dev", "test"), missing=missing_of("train", "dev"))
+    if protocol == "kfold":
+        if "test" not in have:
+            return plan(protocol, (), ("train", "test"), missing=missing_of("test", "train"))
+        if "train" in have:
+            return plan(protocol, (have["train"], have["test"]), ("train", "test"))
+        text = (f"no train file ({_names(published['train'], root)}): nested k-fold "
+                f"cross-validation on the test file {_names(have['test'], root)} alone")
+        return plan("inner-kfold", (dataclasses.replace(have["test"], split="all"),),
+                    ("all",), text)
+    # inner-kfold and cosine: every published source is required
+    missing = missing_of(*published)
+    if missing:
+        splits = ("all",) if protocol == "inner-kfold" else tuple(published)
+        return plan(protocol, (), splits, missing=missing)
+    if protocol == "inner-kfold":
+        reads = [dataclasses.replace(src, split="all") for src in published.values()]
+        return plan(protocol, reads, ("all",))
+    return plan(protocol, tuple(published.values()), tuple(published))
+
+
+def _missing_error(plan: Plan, split: str, path: Path) -> InputError:
+    return InputError(f"missing required file (the {split} split of {plan.spec.id})", path)
+
+
+def load_task(spec: TaskSpec, data_dirs: DataDirs,
+              ctx: Optional[LoadContext] = None) -> TaskData:
+    """Read and validate a task's files into a :class:`TaskData` (fallbacks applied).
+
+    Bad input raises :class:`~estratos.errors.InputError` naming the file and line, unless a
+    collecting ``ctx`` is given (``estratos tasks check``), in which case problems are
+    recorded there and the returned data may be partial.
+    """
+    ctx = ctx or LoadContext()
+    plan = plan_task(spec, data_dirs)
+    for split, path in plan.missing:
+        ctx.report(_missing_error(plan, split, path))
+    fmt = get_format(spec.loader)
+    builder = TaskBuilder(spec)
+    if plan.missing:
+        return builder.build(plan.protocol, plan.splits, plan.fallback)
+    fmt.read_many(spec, plan.reads, builder, ctx)
+    for source in plan.reads:
+        if builder.count(source.split) == 0 and not ctx.problems:
+            ctx.report(InputError(f"no examples for the {source.split} split",
+                                  source.paths[0]))
+    sources = {src.split: _names(src, plan.root) for src in plan.reads}
+    for split, note in builder.notes.items():
+        sources[split] = f"{sources.get(split, '')} ({note})"
+    if plan.holdout_from is None:
+        data = builder.build(plan.protocol, plan.splits, plan.fallback, sources)
+    else:
+        read_splits = [src.split for src in plan.reads]
+        data = builder.build(plan.protocol, read_splits, plan.fallback, sources)
+        pool_name = _names(plan.holdout_from, plan.root)
+        train, dev = holdout(data.splits[POOL], stratify=not builder.scores)
+        splits = {"train": train, "dev": dev}
+        splits.update({k: v for k, v in data.splits.items() if k != POOL})
+        sources = {k: v for k, v in sources.items() if k != POOL}
+        sources["train"] = f"{pool_name} minus held-out part"
+        sources["dev"] = f"held-out {HOLDOUT_FRACTION:.0%} of {pool_name}"
+        data = dataclasses.replace(data, splits={k: splits[k] for k in plan.splits},
+                                   sources={k: sources[k] for k in plan.splits})
+    log.info("loaded %s: %s (%d sentences)%s", spec.id, data.sizes, len(data.sentences),
+             f"; fallback: {data.fallback}" if data.fallback else "")
+    return data
+
+
+def unique_sentences(specs: Iterable[TaskSpec], data_dirs: DataDirs) -> List[str]:
+    """The normalized sentences all ``specs`` need, each once, in first-seen order.
+
+    This is what ``encode`` caches for a task selection.
+    """
+    seen: Dict[str, None] = {}
+    for spec in specs:
+        for sentence in load_task(spec, data_dirs).sentences:
+            seen.setdefault(sentence, None)
+    return list(seen)

@@ -1,0 +1,133 @@
+"""The registry of task specs and suites, and task selection by name.
+
+Specs are plain data registered by the suite modules (``estratos.tasks.suites``) when the
+package is imported; nothing here knows a task by name. Selection expressions are the same
+everywhere a task list is taken (CLI ``--tasks``, ``select_tasks``): a comma list whose items
+are task ids (``suite:name``), suite names, ``suite:GROUP`` or bare names unique across suites.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from estratos.errors import TaskError
+from estratos.tasks.types import TaskSpec
+
+
+@dataclass(frozen=True)
+class SuiteInfo:
+    """A suite: a benchmark's tasks sharing one data folder layout.
+
+    ``default_dir`` is where the suite's data is looked for when no ``--data-dir`` names it
+    (only suites that estratos builds itself have one).
+    """
+
+    name: str
+    language: str
+    description: str
+    default_dir: Optional[Path] = None
+
+
+_SUITES: Dict[str, SuiteInfo] = {}
+_SPECS: Dict[str, TaskSpec] = {}
+
+
+def register_suite(info: SuiteInfo) -> SuiteInfo:
+    """Declare a suite (once); its specs are added with :func:`register`."""
+    if info.name in _SUITES and _SUITES[info.name] != info:
+        raise ValueError(f"suite {info.name!r} registered twice")
+    _SUITES[info.name] = info
+    return info
+
+
+def register(*specs: TaskSpec) -> None:
+    """Add specs to the registry; their suite must be registered and ids unique."""
+    for spec in specs:
+        if spec.suite not in _SUITES:
+            raise ValueError(f"{spec.id}: suite {spec.suite!r} is not registered")
+        if spec.id in _SPECS and _SPECS[spec.id] != spec:
+            raise ValueError(f"task {spec.id!r} registered twice")
+        _SPECS[spec.id] = spec
+
+
+def suites() -> List[SuiteInfo]:
+    """All registered suites, in registration order."""
+    return list(_SUITES.values())
+
+
+def suite_info(name: str) -> Optional[SuiteInfo]:
+    """The registered suite called ``name`` (None when unknown)."""
+    return _SUITES.get(name)
+
+
+def all_specs() -> List[TaskSpec]:
+    """Every registered spec, in registry order (suite by suite, as declared)."""
+    return list(_SPECS.values())
+
+
+def get_spec(task_id: str) -> TaskSpec:
+    """The spec registered as ``task_id`` (``suite:name``; a unique bare name also works)."""
+    if task_id in _SPECS:
+        return _SPECS[task_id]
+    found = select_tasks(task_id)
+    if len(found) != 1:
+        raise TaskError(f"{task_id!r} names {len(found)} tasks, not one: "
+                        + ", ".join(s.id for s in found))
+    return found[0]
+
+
+def _close_matches(word: str, candidates: Sequence[str]) -> str:
+    matches = difflib.get_close_matches(word, list(candidates), n=5, cutoff=0.5)
+    if not matches:
+        lowered = word.lower()
+        matches = [c for c in candidates if lowered in c.lower()][:5]
+    return (" (closest: " + ", ".join(matches) + ")") if matches else ""
+
+
+def _resolve_item(item: str, specs: Sequence[TaskSpec]) -> List[TaskSpec]:
+    """The specs one selection item names, in registry order."""
+    ids = {s.id: s for s in specs}
+    suite_names = list(dict.fromkeys(s.suite for s in specs))
+    if item in ids:
+        return [ids[item]]
+    if item in suite_names:
+        return [s for s in specs if s.suite == item]
+    if ":" in item:
+        suite, _, rest = item.partition(":")
+        if suite in suite_names:
+            group = [s for s in specs if s.suite == suite and s.group == rest]
+            if group:
+                return group
+            in_suite = [s.name for s in specs if s.suite == suite]
+            groups = sorted({s.group for s in specs if s.suite == suite})
+            raise TaskError(f"unknown task or group {item!r} in suite {suite}"
+                            + _close_matches(rest, in_suite + groups))
+        raise TaskError(f"unknown suite {suite!r} in {item!r}"
+                        + _close_matches(suite, suite_names))
+    bare = [s for s in specs if s.name == item]
+    if len(bare) == 1:
+        return bare
+    if len(bare) > 1:
+        raise TaskError(f"task name {item!r} is ambiguous; say which: "
+                        + ", ".join(s.id for s in bare))
+    everything = list(ids) + suite_names + list(dict.fromkeys(s.name for s in specs))
+    raise TaskError(f"unknown task {item!r}" + _close_matches(item, everything))
+
+
+def select_tasks(expr: str, extra: Sequence[TaskSpec] = ()) -> List[TaskSpec]:
+    """The specs named by a selection expression, in registry order, without duplicates.
+
+    ``extra`` are specs that are not registered (custom tasks from ``--task-file``); they
+    take part in selection after the registered ones.
+    """
+    pool = all_specs() + [s for s in extra if s.id not in _SPECS]
+    items = [part.strip() for part in expr.split(",") if part.strip()]
+    if not items:
+        raise TaskError("empty task selection")
+    chosen = set()
+    for item in items:
+        chosen.update(s.id for s in _resolve_item(item, pool))
+    return [s for s in pool if s.id in chosen]
