@@ -140,6 +140,56 @@ def cache_merge_command(out: str, shards) -> None:
 
 
 # ---- tasks subcommands -------------------------------------------------------------------
+_DATA_DIR_HELP = ("Data folder: DIR (a benchmark's own folder, for every suite) or SUITE=DIR; "
+                  "repeatable [default: $ESTRATOS_DATA].")
+
+
+@tasks_group.command("list")
+@click.argument("selection", required=False, metavar="[IDS]")
+@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR", help=_DATA_DIR_HELP)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="Output format.")
+@click.option("--sizes", is_flag=True, help="Count examples per split (reads line counts).")
+@click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
+              help="Also list a custom task (repeatable).")
+def tasks_list_command(selection, data_dirs, fmt, sizes, task_files) -> None:
+    """List tasks: group, protocol, metric, data presence and fallbacks
+    (estratos.tasks.commands.tasks_list_text)."""
+    from estratos.tasks.commands import tasks_list_text
+
+    click.echo(tasks_list_text(selection, data_dirs, fmt, sizes, task_files))
+
+
+@tasks_group.command("show")
+@click.argument("task_id", metavar="ID")
+@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR", help=_DATA_DIR_HELP)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Output format.")
+@click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
+              help="A custom task spec (repeatable).")
+def tasks_show_command(task_id, data_dirs, fmt, task_files) -> None:
+    """Load one task and show its files, splits, labels and an example
+    (estratos.tasks.commands.tasks_show_text)."""
+    from estratos.tasks.commands import tasks_show_text
+
+    click.echo(tasks_show_text(task_id, data_dirs, fmt, task_files))
+
+
+@tasks_group.command("check")
+@click.argument("selection", required=False, metavar="[IDS]")
+@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR", help=_DATA_DIR_HELP)
+@click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
+              help="Also check a custom task (repeatable).")
+@click.pass_context
+def tasks_check_command(ctx: click.Context, selection, data_dirs, task_files) -> None:
+    """Validate task files, printing every problem as file:line; exit 1 if any
+    (estratos.tasks.commands.tasks_check)."""
+    from estratos.tasks.commands import tasks_check
+
+    outcome = tasks_check(selection, data_dirs, task_files)
+    click.echo(outcome.text)
+    ctx.exit(outcome.exit_code)
+
 
 # ---- probe (stage two) -------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from estratos.tasks import suites as _suites  # noqa: F401  (registers the built
 from estratos.tasks.loading import Plan, load_task, plan_task, task_root, unique_sentences
 from estratos.tasks.custom import load_task_file
 from estratos.tasks.describe import (check_tasks, describe_task, list_tasks, render_task,
-                                     render_task_list, show_task)
+                                     render_task_list, show_task, tasks_with_files)
 from estratos.tasks.reading import LoadContext
 from estratos.tasks.suites.synthetic_es import SYNTHETIC_ES_DEFAULT_DIR
 
@@ -28,5 +28,6 @@ __all__ = [
     "select_tasks", "suite_info", "all_suites", "ENV_VAR", "DataDirs", "Plan", "load_task",
     "plan_task", "task_root", "unique_sentences", "load_task_file", "check_tasks",
     "describe_task", "list_tasks", "render_task", "render_task_list", "show_task",
+    "tasks_with_files",
     "LoadContext", "SYNTHETIC_ES_DEFAULT_DIR",
 ]

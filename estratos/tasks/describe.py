@@ -192,7 +192,22 @@ def check_tasks(specs: Sequence[TaskSpec], data_dirs: DataDirs) -> List[str]:
         except InputError as exc:  # file-level errors that end a file's reading
             ctx.problems.append(exc)
         except OptionError as exc:
-            problems.append(f"{spec.id}: {exc}")
+            problems.append(f"{exc} [{spec.id}]")
             continue
         problems.extend(f"{message} [{spec.id}]" for message in ctx.messages())
     return problems
+
+
+def tasks_with_files(specs: Sequence[TaskSpec], data_dirs: DataDirs) -> List[TaskSpec]:
+    """The specs for which at least one data file exists (what ``tasks check`` checks by
+    default: a task none of whose files are there is simply not installed)."""
+    out = []
+    for spec in specs:
+        try:
+            root = plan_task(spec, data_dirs).root
+        except OptionError:
+            continue
+        sources = get_format(spec.loader).sources(spec, root)
+        if any(p.is_file() for src in sources.values() for p in src.paths):
+            out.append(spec)
+    return out

@@ -80,7 +80,11 @@ def get_spec(task_id: str) -> TaskSpec:
 
 
 def _close_matches(word: str, candidates: Sequence[str]) -> str:
-    matches = difflib.get_close_matches(word, list(candidates), n=5, cutoff=0.5)
+    by_lower: Dict[str, str] = {}
+    for candidate in candidates:
+        by_lower.setdefault(candidate.lower(), candidate)
+    matches = [by_lower[m] for m in
+               difflib.get_close_matches(word.lower(), list(by_lower), n=5, cutoff=0.5)]
     if not matches:
         lowered = word.lower()
         matches = [c for c in candidates if lowered in c.lower()][:5]
