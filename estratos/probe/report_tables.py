@@ -12,7 +12,8 @@ Choices written down here because the paper does not fix them:
   group averages of the seeds every dataset of the cell has; when the row lacks some of the
   group's datasets the mean covers those present and is flagged (``partial``);
 - dataset columns are sorted by group (paper order), then by name in natural order;
-- best / runner-up are decided on the values as displayed (one decimal), ties share a mark.
+- best / runner-up are decided on the values as displayed (one decimal), ties share a mark;
+  partial group means take no mark (they average other datasets).
 """
 
 from __future__ import annotations
@@ -277,10 +278,11 @@ def mark_cells(cells: List[List[Cell]], columns: Sequence[int], by: str = "colum
     else:
         lines = [[(r, c) for c in columns] for r in range(len(cells))]
     for line in lines:
-        values = sorted({v for r, c in line
-                         if (v := _rounded(cells[r][c].stat)) is not None}, reverse=True)
-        if len(line) < 2 or not values:
+        line = [(r, c) for r, c in line if not cells[r][c].partial]  # not comparable
+        present = [v for r, c in line if (v := _rounded(cells[r][c].stat)) is not None]
+        if len(present) < 2:  # a lone value is not "best" of anything
             continue
+        values = sorted(set(present), reverse=True)
         for r, c in line:
             v = _rounded(cells[r][c].stat)
             if v is None:

@@ -1,0 +1,401 @@
+"""estratos report: loading results, aggregation, tables, writers (golden files) and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+import pytest
+from click.testing import CliRunner
+
+from estratos.cli import cli
+from estratos.errors import InputError, OptionError, ResultsError
+from estratos.probe.report import build_report, parse_formats, write_report
+from estratos.probe.report_load import load_results
+from estratos.probe.report_tables import (
+    Aggregate, Cell, Stat, aggregate, mark_cells, natural_key)
+from estratos.probe.report_writers import to_markdown
+
+GOLDEN = Path(__file__).parent / "golden" / "report"
+#: set ESTRATOS_UPDATE_GOLDEN=1 to rewrite the golden files after a deliberate change
+UPDATE = os.environ.get("ESTRATOS_UPDATE_GOLDEN") == "1"
+
+
+def record(task: str, group: str, layer: Any, seed: int, score: Optional[float], *,
+           model: str = "org/beto", revision: str = "r1", metric: str = "accuracy",
+           kind: str = "probe", pooling: Optional[str] = "cls", classifier: str = "senteval",
+           fallback: Optional[str] = None, test: Optional[Dict[str, Any]] = None,
+           schema: int = 1) -> Dict[str, Any]:
+    """A results line as docs/contracts.md defines it (only the fields a report reads)."""
+    suite, name = task.split(":")
+    return {"schema": schema, "kind": kind, "task": task, "suite": suite, "name": name,
+            "group": group, "language": "es", "layer": layer, "pooling": pooling, "seed": seed,
+            "protocol": "split", "fallback": fallback, "classifier": {"name": classifier},
+            "metric": metric, "score": score,
+            "test": test if test is not None else {metric: score},
+            "model": model, "revision": revision}
+
+
+def write_lines(path: Path, records: Iterable[Dict[str, Any]], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail, encoding="utf-8")
+    return path
+
+
+def fixture_records() -> List[Dict[str, Any]]:
+    """Two models, layers 0, 1, avg; BETO with two seeds, MiniLM with one; MiniLM lacks MC
+    at layer 1 (a missing cell); PAWS and SPwiki carry fallbacks."""
+    out = []
+    tasks = [("es-senteval:TASS1", "SC", "accuracy", 50.0, None),
+             ("es-senteval:MC", "SC", "accuracy", 70.0, None),
+             ("es-senteval:PAWS", "SPC", "accuracy", 60.0, "k-fold on the test file"),
+             ("es-senteval:STS17", "SS", "pearson", 65.0, None),
+             ("es-discoeval:SPwiki", "SP", "accuracy", 30.0, "trained on valid")]
+    for model, revision, seeds, shift in (("org/beto", "r1", (1111, 2222), 4.0),
+                                          ("org/mini", "r2", (1111,), 0.0)):
+        for li, layer in enumerate((0, 1, "avg")):
+            for si, seed in enumerate(seeds):
+                for t, (task, group, metric, base, fallback) in enumerate(tasks):
+                    if model == "org/mini" and layer == 1 and task.endswith(":MC"):
+                        continue
+                    score = round(base + shift + 1.5 * li + 0.6 * si - 0.3 * t, 2)
+                    test = {metric: score}
+                    if task.endswith("PAWS"):
+                        test["f1"] = round(score - 5.25, 2)
+                    if metric == "pearson":
+                        test = {"pearson": score / 100, "spearman": (score - 2) / 100}
+                    out.append(record(task, group, layer, seed, score, model=model,
+                                      revision=revision, metric=metric, fallback=fallback,
+                                      test=test))
+    return out
+
+
+def baseline_records() -> List[Dict[str, Any]]:
+    values = {"es-senteval:TASS1": ("SC", "accuracy", 45.0),
+              "es-senteval:MC": ("SC", "accuracy", 62.0),
+              "es-senteval:PAWS": ("SPC", "accuracy", 55.0),
+              "es-senteval:STS17": ("SS", "pearson", 40.0),
+              "es-discoeval:SPwiki": ("SP", "accuracy", 20.0)}
+    return [record(task, group, None, 1111, score, model="baseline:tfidf",
+                   revision="tfidf-v1", metric=metric, kind="baseline", pooling=None,
+                   classifier="tfidf", fallback="k-fold on the test file"
+                   if task.endswith("PAWS") else None)
+            for task, (group, metric, score) in values.items()]
+
+
+@pytest.fixture
+def fixture_dir(tmp_path: Path, monkeypatch) -> Path:
+    """results.jsonl + baseline.jsonl in the current folder (relative names in outputs)."""
+    monkeypatch.chdir(tmp_path)
+    write_lines(tmp_path / "results.jsonl", fixture_records())
+    write_lines(tmp_path / "baseline.jsonl", baseline_records())
+    return tmp_path
+
+
+# ------------------------------------------------------------------------------ golden files
+
+GOLDEN_FILES = ("report.md", "report.tex", "groups.csv", "datasets.csv", "report.json")
+
+
+def test_golden_files(fixture_dir: Path):
+    summary = write_report(["results.jsonl"], "out", baseline=["baseline.jsonl"])
+    assert sorted(p.name for p in summary.files) == sorted(GOLDEN_FILES)
+    for name in GOLDEN_FILES:
+        produced = (fixture_dir / "out" / name).read_text(encoding="utf-8")
+        golden = GOLDEN / name
+        if UPDATE:
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_text(produced, encoding="utf-8")
+        assert produced == golden.read_text(encoding="utf-8"), f"{name} differs from golden"
+
+
+def test_golden_group_table_reads_as_the_paper(fixture_dir: Path):
+    write_report(["results.jsonl"], "out", formats="md")
+    md = (fixture_dir / "out" / "report.md").read_text(encoding="utf-8")
+    header = next(line for line in md.splitlines() if line.startswith("| Model"))
+    # groups in the paper's order, only those present, fallbacks footnoted on their group
+    assert header.endswith("| SC | SPC [1] | SS | SP [2] |")
+    assert "[1] es-senteval:PAWS: k-fold on the test file" in md
+    assert "[2] es-discoeval:SPwiki: trained on valid" in md
+    rows = [line for line in md.split("## Per dataset")[0].splitlines()
+            if line.startswith("| org/")]
+    # sorted by model, then layer 0, 1, avg; two seeds -> mean ± std, one seed -> mean only
+    assert [r.split(" | ")[2] for r in rows] == ["0", "1", "avg"] * 2
+    assert " ± " in rows[0] and " ± " not in rows[3]
+    assert rows[0].split(" | ")[3] == "2" and rows[3].split(" | ")[3] == "1"
+    # MiniLM layer 1 has no MC: its SC cell is a partial mean, its MC cell a dash
+    assert rows[4].split(" | ")[4].endswith("*")
+    sc_table = md.split("### Datasets: SC")[1].split("###")[0]
+    mini_l1 = next(line for line in sc_table.splitlines() if "org/mini" in line
+                   and line.split(" | ")[2] == "1")
+    assert "| — |" in mini_l1 and "| 0.0 " not in mini_l1
+    # best per column bold, runner-up underlined
+    assert "**" in rows[2] and "<u>" in rows[1]
+
+
+def test_csv_and_json_carry_f1_and_spearman(fixture_dir: Path):
+    write_report(["results.jsonl"], "out", formats="csv,json")
+    with open(fixture_dir / "out" / "datasets.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    paws = next(r for r in rows if r["name"] == "PAWS" and r["model"] == "org/mini"
+                and r["layer"] == "0")
+    assert float(paws["mean"]) == pytest.approx(59.4)
+    assert float(paws["f1_mean"]) == pytest.approx(59.4 - 5.25)
+    assert paws["fallback"] == "k-fold on the test file"
+    sts = next(r for r in rows if r["name"] == "STS17" and r["model"] == "org/mini"
+               and r["layer"] == "0")
+    assert float(sts["spearman_mean"]) == pytest.approx(float(sts["mean"]) - 2)
+    doc = json.loads((fixture_dir / "out" / "report.json").read_text(encoding="utf-8"))
+    assert doc["groups"] == ["SC", "SPC", "SS", "SP"]
+    assert doc["delta"] is None and doc["gap"] is None
+    beto0 = [g for g in doc["group_scores"] if g["model"] == "org/beto" and g["layer"] == 0]
+    assert [g["n_seeds"] for g in beto0] == [2, 2, 2, 2]
+
+
+# ------------------------------------------------------------------------------ aggregation
+
+def _agg(records) -> Aggregate:
+    return aggregate(load_results([write_lines(_agg.tmp / "r.jsonl", records)]).records)
+
+
+@pytest.fixture(autouse=True)
+def _agg_tmp(tmp_path):
+    _agg.tmp = tmp_path
+
+
+def test_mean_and_sample_std_over_seeds():
+    agg = _agg([record("s:A", "SC", 0, seed, score) for seed, score in
+                ((1, 50.0), (2, 52.0), (3, 57.0))])
+    stat = agg.cell(agg.rows[0], "s:A")
+    assert stat.mean == pytest.approx(53.0)
+    assert stat.std == pytest.approx(3.605551, rel=1e-6)  # ddof=1
+    assert stat.n == 3
+    single = _agg([record("s:A", "SC", 0, 1, 50.0)])
+    assert single.cell(single.rows[0], "s:A").std is None
+
+
+def test_group_cell_mean_of_dataset_means_and_per_seed_std():
+    agg = _agg([record("s:A", "SC", 0, 1, 50.0), record("s:A", "SC", 0, 2, 54.0),
+                record("s:B", "SC", 0, 1, 70.0), record("s:B", "SC", 0, 2, 70.0)])
+    g = agg.group_cell(agg.rows[0], "SC")
+    assert g.mean == pytest.approx(61.0)
+    # per-seed group means: 60, 62 -> sample std sqrt(2)
+    assert g.std == pytest.approx(2 ** 0.5)
+    assert (g.n, g.n_datasets, g.n_total, g.partial) == (2, 2, 2, False)
+
+
+def test_rows_sorted_numerically_then_avg_and_datasets_naturally():
+    recs = [record("s:STS17", "SS", layer, 1, 60.0, metric="pearson")
+            for layer in ("avg", 10, 2, 0)]
+    recs += [record("s:STS9", "SS", 0, 1, 1.0, metric="pearson"),
+             record("s:X", "SC", 0, 1, 1.0, model="a/first")]
+    agg = _agg(recs)
+    assert [(r.system.model, r.layer) for r in agg.rows] == [
+        ("a/first", 0), ("org/beto", 0), ("org/beto", 2), ("org/beto", 10),
+        ("org/beto", "avg")]
+    assert [d.name for d in agg.datasets] == ["X", "STS9", "STS17"]
+    assert natural_key("STS9") < natural_key("STS14")
+
+
+def test_same_name_in_two_suites_is_labelled_by_task_id():
+    agg = _agg([record("en-senteval:STS17", "SS", 0, 1, 1.0, metric="pearson"),
+                record("es-senteval:STS17", "SS", 0, 1, 1.0, metric="pearson")])
+    assert {d.label for d in agg.datasets} == {"en-senteval:STS17", "es-senteval:STS17"}
+
+
+def test_pooling_and_classifier_make_separate_rows():
+    agg = _agg([record("s:A", "SC", 0, 1, 50.0, pooling="cls"),
+                record("s:A", "SC", 0, 1, 60.0, pooling="mean"),
+                record("s:A", "SC", 0, 1, 70.0, pooling="mean", classifier="lbfgs")])
+    assert len(agg.rows) == 3
+    assert all(s.n == 1 for s in (agg.cell(r, "s:A") for r in agg.rows))
+
+
+def test_marks_best_and_runner_up_with_ties():
+    cells = [[Cell(stat=Stat(v, None, 1))] for v in (70.04, 70.0, 69.0, 10.0)] + [[Cell()]]
+    mark_cells(cells, [0])
+    assert [row[0].mark for row in cells] == ["best", "best", "second", None, None]
+
+
+def test_inconsistent_task_metadata_is_an_error(tmp_path):
+    path = write_lines(tmp_path / "r.jsonl", [record("s:A", "SC", 0, 1, 1.0),
+                                              record("s:A", "SPC", 1, 1, 1.0)])
+    with pytest.raises(ResultsError, match=r"r\.jsonl:2: task s:A has group 'SPC'"):
+        aggregate(load_results([path]).records)
+
+
+# ------------------------------------------------------------------------------ bad input
+
+def test_truncated_last_line_is_reported_and_skipped(tmp_path):
+    path = write_lines(tmp_path / "r.jsonl", [record("s:A", "SC", 0, 1, 50.0)],
+                       tail='{"schema": 1, "kind": "probe", "task": "s:A", "sco')
+    loaded = load_results([path])
+    assert len(loaded.records) == 1
+    assert len(loaded.notices) == 1
+    assert str(loaded.notices[0]).startswith(f"{path}:2: truncated")
+    out = tmp_path / "out"
+    summary = write_report([path], out, formats="md")
+    assert summary.notices == loaded.notices
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Notices" in md and f"{path}:2: truncated" in md
+
+
+def test_broken_line_in_the_middle_is_an_error(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(record("s:A", "SC", 0, 1, 1.0)) + "\n{oops\n"
+                    + json.dumps(record("s:A", "SC", 1, 1, 1.0)) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"r\.jsonl:2: not a JSON line"):
+        load_results([path])
+
+
+def test_mixed_schema_versions_are_a_clear_error(tmp_path):
+    a = write_lines(tmp_path / "a.jsonl", [record("s:A", "SC", 0, 1, 1.0)])
+    b = write_lines(tmp_path / "b.jsonl", [record("s:A", "SC", 1, 1, 1.0),
+                                           record("s:A", "SC", 2, 1, 1.0, schema=2)])
+    with pytest.raises(ResultsError) as err:
+        load_results([a, b])
+    msg = str(err.value)
+    assert f"{b}:2: results schema version 2 differs from version 1 of {a}:1" in msg
+    assert "cannot be mixed" in msg
+
+
+def test_unsupported_schema_version(tmp_path):
+    path = write_lines(tmp_path / "r.jsonl", [record("s:A", "SC", 0, 1, 1.0, schema=7)])
+    with pytest.raises(ResultsError, match=r"r\.jsonl:1: unsupported results schema "
+                                           r"version 7 \(this estratos reads version 1\)"):
+        load_results([path])
+
+
+def test_duplicate_cells_last_wins_and_is_reported(tmp_path):
+    a = write_lines(tmp_path / "a.jsonl", [record("s:A", "SC", 0, 1, 10.0),
+                                           record("s:A", "SC", 0, 1, 20.0)])
+    b = write_lines(tmp_path / "b.jsonl", [record("s:A", "SC", 0, 1, 30.0)])
+    loaded = load_results([a, b])
+    assert [r.data["score"] for r in loaded.records] == [30.0]
+    assert [n.line for n in loaded.notices] == [2, 1]
+    assert f"(also at {a}:1)" in loaded.notices[0].message
+    assert f"(also at {a}:2)" in loaded.notices[1].message
+    assert "last one is kept" in loaded.notices[1].message
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"score": "high"}, "field 'score' must be a number"),
+    ({"layer": -1}, "field 'layer' must be a hidden-state index"),
+    ({"layer": None}, "a probe result needs a layer"),
+    ({"kind": "other"}, "unknown kind 'other'"),
+    ({"seed": "1"}, "field 'seed' must be int"),
+    ({"task": None}, "field 'task' must be str"),
+])
+def test_malformed_records_name_file_and_line(tmp_path, change, message):
+    bad = record("s:A", "SC", 0, 1, 1.0) | change
+    path = write_lines(tmp_path / "r.jsonl", [record("s:A", "SC", 1, 1, 1.0), bad])
+    with pytest.raises(InputError) as err:
+        load_results([path])
+    assert str(err.value).startswith(f"{path}:2: ") and message in str(err.value)
+
+
+def test_missing_field_and_non_object(tmp_path):
+    rec = record("s:A", "SC", 0, 1, 1.0)
+    del rec["model"]
+    path = write_lines(tmp_path / "r.jsonl", [rec])
+    with pytest.raises(InputError, match=r"r\.jsonl:1: missing field 'model'"):
+        load_results([path])
+    path.write_text("[1, 2]\n" + json.dumps(record("s:A", "SC", 0, 1, 1.0)) + "\n")
+    with pytest.raises(InputError, match=r"r\.jsonl:1: a results line must be a JSON object"):
+        load_results([path])
+
+
+def test_null_score_is_left_out_with_a_notice(tmp_path):
+    path = write_lines(tmp_path / "r.jsonl", [record("s:A", "SC", 0, 1, None),
+                                              record("s:A", "SC", 1, 1, 3.0)])
+    loaded = load_results([path])
+    assert len(loaded.records) == 1 and "no finite score" in loaded.notices[0].message
+
+
+def test_missing_results_file(tmp_path):
+    with pytest.raises(InputError, match="results file not found"):
+        load_results([tmp_path / "nope.jsonl"])
+
+
+def test_unknown_format_names_the_option(fixture_dir):
+    with pytest.raises(OptionError, match="--format: unknown format 'pdf'"):
+        write_report(["results.jsonl"], "out", formats="md,pdf")
+    assert not (fixture_dir / "out").exists()
+    assert parse_formats("md, LaTeX,md") == ("md", "latex")
+
+
+def test_baseline_file_must_hold_baselines(fixture_dir):
+    with pytest.raises(ResultsError, match=r"results\.jsonl:1: --baseline files may hold "
+                                           r"only baseline results"):
+        build_report(["results.jsonl"], baseline=["results.jsonl"])
+
+
+def test_out_must_be_a_folder(fixture_dir):
+    (fixture_dir / "afile").write_text("x")
+    with pytest.raises(OptionError, match="--out"):
+        write_report(["results.jsonl"], "afile")
+
+
+def test_error_leaves_nothing_written(fixture_dir):
+    write_lines(fixture_dir / "v2.jsonl", [record("s:A", "SC", 0, 1, 1.0, schema=2)])
+    with pytest.raises(ResultsError):
+        write_report(["results.jsonl", "v2.jsonl"], "out")
+    assert not (fixture_dir / "out").exists()
+
+
+def test_markdown_shows_dash_for_missing_never_zero(tmp_path):
+    path = write_lines(tmp_path / "r.jsonl", [
+        record("s:A", "SC", 0, 1, 50.0), record("s:B", "SC", 0, 1, 60.0),
+        record("s:A", "SC", 1, 1, 52.0)])
+    md = to_markdown(build_report([path]))
+    layer1 = next(line for line in md.split("### Datasets")[0].splitlines()
+                  if line.startswith("| org/beto") and line.split(" | ")[2] == "1")
+    assert layer1.endswith("| 52.0* |")  # partial group mean: flagged, never "best"
+    table = md.split("## Per layer")[1]
+    assert "| SC | B | 60.0 | — |" in table
+
+
+# ------------------------------------------------------------------------------ CLI
+
+def test_cli_report_writes_and_exits_zero(fixture_dir):
+    result = CliRunner().invoke(cli, ["report", "results.jsonl", "--out", "out",
+                                      "--format", "md,csv", "--baseline", "baseline.jsonl"])
+    assert result.exit_code == 0, result.output
+    assert "wrote out/report.md" in result.output
+    assert (fixture_dir / "out" / "groups.csv").exists()
+    assert not (fixture_dir / "out" / "report.tex").exists()
+
+
+def test_cli_bad_format_exits_2_with_option_name(fixture_dir):
+    result = CliRunner().invoke(cli, ["report", "results.jsonl", "--out", "out",
+                                      "--format", "docx"])
+    assert result.exit_code == 2
+    assert "--format: unknown format 'docx'" in result.output
+
+
+def test_cli_mixed_schema_exits_nonzero(fixture_dir):
+    write_lines(fixture_dir / "v2.jsonl", [record("s:A", "SC", 0, 1, 1.0, schema=2)])
+    result = CliRunner().invoke(cli, ["report", "results.jsonl", "v2.jsonl", "--out", "out"])
+    assert result.exit_code == 1
+    assert "v2.jsonl:1: results schema version 2 differs" in result.output
+    assert not (fixture_dir / "out").exists()
+
+
+def test_cli_needs_some_results(fixture_dir):
+    result = CliRunner().invoke(cli, ["report", "--out", "out"])
+    assert result.exit_code == 2 and "RESULTS" in result.output
+
+
+def test_report_does_not_import_torch(fixture_dir):
+    """Reports are rebuilt from results alone: no torch import on the way."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from estratos.probe.report import write_report; "
+            "write_report(['results.jsonl'], 'out', baseline=['baseline.jsonl']); "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=fixture_dir, capture_output=True,
+                          text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert proc.returncode == 0, proc.stderr
