@@ -17,14 +17,18 @@ from typing import Any
 from estratos.errors import InputError
 
 
+class ForbiddenGlobal(pickle.UnpicklingError):
+    """The pickle names a global (a class or function): refused, never imported."""
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler whose :meth:`find_class` always refuses (no global is ever loaded)."""
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
-        raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed")
+        raise ForbiddenGlobal(f"it names the global '{module}.{name}'")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("persistent references are not allowed")
+        raise ForbiddenGlobal("it holds a persistent reference")
 
 
 def load_pickle(path: os.PathLike | str) -> Any:
@@ -41,10 +45,10 @@ def load_pickle(path: os.PathLike | str) -> Any:
         raise InputError("empty file (no data)", path)
     try:
         return RestrictedUnpickler(io.BytesIO(data), encoding="utf-8").load()
-    except pickle.UnpicklingError as exc:
+    except ForbiddenGlobal as exc:
         raise InputError(f"refusing to unpickle: {exc} (a pickle can run code; task "
                          "pickles may only hold lists, tuples and strings)", path) from None
-    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
             UnicodeDecodeError, MemoryError, OverflowError) as exc:
         raise InputError(f"not a readable pickle ({type(exc).__name__}: {exc})",
                          path) from None
