@@ -18,8 +18,9 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 from estratos.errors import InputError, OptionError
-from estratos.tasks.download import (BENCHMARK_REPO, XPROBE_REPO, DownloadError, download_es,
-                                     fetch)
+from estratos.tasks.download import (BENCHMARK_REPO, NOT_PUBLISHED, REFERENCE_SHA256,
+                                     XPROBE_REPO, DownloadError, download_es, fetch,
+                                     registry_files)
 
 ARCHIVE_PATH = f"/{BENCHMARK_REPO}/archive/HEAD.zip"
 TOP = "Spanish-Sentence-Evaluation-HEAD"
@@ -282,3 +283,10 @@ def test_cli_download(server, tmp_path, monkeypatch):
     res = runner.invoke(cli, ["tasks", "download", "es", "--data-dir", str(out),
                               "--base-url", "http://127.0.0.1:9", "--timeout", "0"])
     assert res.exit_code == 2 and "--timeout" in res.output
+
+
+def test_registry_and_download_agree_on_the_files(tmp_path):
+    # every file a Spanish task reads is either in the published set or known unpublished,
+    # and every published file is read by some task
+    expected = registry_files(tmp_path)
+    assert expected == set(REFERENCE_SHA256) | set(NOT_PUBLISHED)

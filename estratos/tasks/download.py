@@ -27,7 +27,7 @@ import socket
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
@@ -51,7 +51,6 @@ _CHUNK = 1 << 16
 #: Files of the published benchmark that are not in the public sources (too large for the
 #: repositories); tasks/ falls back to other splits when they are absent (see its docs).
 NOT_PUBLISHED: Tuple[str, ...] = (
-    *(f"senteval/Probing/{t}.txt" for t in XPROBE_TASKS),
     *(f"{XPROBE_DIR}/{t}/tr.txt" for t in XPROBE_TASKS),
     "senteval/PAWS/paraphrase_train.txt",
     "discoeval/SP/wiki/train.txt", "discoeval/SP/mlsum/train.txt",
@@ -349,35 +348,28 @@ def unpack_archive(archive: Path, data_dir: Path, reference: Mapping[str, str],
             report.installed.append(rel)
 
 
-def registry_files(data_dir: Path) -> Set[str]:
+def registry_files(data_dir: Path, suites: Tuple[str, ...] = ("es-senteval", "es-discoeval")
+                   ) -> Set[str]:
     """Files the task registry reads for the Spanish suites, relative to ``data_dir``.
 
-    Taken from the registered specs' ``files`` (string values that name a path inside the
-    folder); suites not loaded, or specs whose files are patterns, simply add nothing.
+    Asked from the registry itself (each spec's data format lists the files of every
+    published split), so this report and ``estratos tasks check`` agree on what is expected.
     """
-    try:
-        from estratos.tasks import registry
-        import estratos.tasks.suites  # noqa: F401  (registers the suites)
-    except ImportError:
-        return set()
+    from estratos.tasks import DataDirs, all_specs, task_root
+    from estratos.tasks.formats import get_format
+
+    dirs = DataDirs(default=data_dir)
     found: Set[str] = set()
-
-    def walk(value: object) -> Iterable[str]:
-        if isinstance(value, str):
-            yield value
-        elif isinstance(value, Mapping):
-            for v in value.values():
-                yield from walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                yield from walk(v)
-
-    for spec in registry.all_specs():
-        if spec.suite not in ("es-senteval", "es-discoeval"):
+    for spec in all_specs():
+        if spec.suite not in suites:
             continue
-        for value in walk(dict(spec.files)):
-            if "/" in value and not any(c in value for c in "*?[{"):
-                found.add(value.strip("/"))
+        root = task_root(spec, dirs)
+        for source in get_format(spec.loader).sources(spec, root).values():
+            for path in source.paths:
+                try:
+                    found.add(Path(path).relative_to(data_dir).as_posix())
+                except ValueError:  # a file outside the data folder is not ours to fetch
+                    continue
     return found
 
 
