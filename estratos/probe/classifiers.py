@@ -128,7 +128,8 @@ class _Net:
 
     Layouts (so one ``bmm`` per layer serves all R models of a group):
     linear: ``W (G, F, R*C)``, ``b (G, 1, R*C)``; hidden: ``W1 (G, F, R*H)``, ``b1 (G, 1, R*H)``,
-    ``W2 (G, R, H, C)``, ``b2 (G, R, 1, C)``. Logits come out as ``(G, R, B, C)``.
+    ``W2 (G, R, H, C)``, ``b2 (G, R, 1, C)``. Logits come out as ``(G, B, R, C)``
+    (contiguous, so softmax over C is a fast inner-dimension reduction).
     """
 
     def __init__(self, n_groups: int, n_l2: int, n_features: int, n_classes: int, nhid: int,
@@ -176,12 +177,12 @@ class _Net:
 
     def forward(self, x: torch.Tensor, params: Optional[List[torch.Tensor]] = None,
                 train: bool = False) -> Tuple[torch.Tensor, tuple]:
-        """``x (Ga, B, F)`` -> logits ``(Ga, R, B, C)`` and what backward needs."""
+        """``x (Ga, B, F)`` -> logits ``(Ga, B, R, C)`` and what backward needs."""
         p = self.params if params is None else params
         Ga, B = x.shape[0], x.shape[1]
         R = self.R
         if self.H == 0:
-            z = torch.baddbmm(p[1], x, p[0]).view(Ga, B, R, self.C).permute(0, 2, 1, 3)
+            z = torch.baddbmm(p[1], x, p[0]).view(Ga, B, R, self.C)
             return z, (x,)
         a = torch.baddbmm(p[1], x, p[0]).view(Ga, B, R, self.H).transpose(1, 2)
         mask = None
@@ -191,18 +192,19 @@ class _Net:
             mask.div_(keep)
             a = a * mask
         h = torch.sigmoid(a)  # (Ga, R, B, H)
-        z = torch.matmul(h, p[2]).add_(p[3])
+        z = torch.matmul(h, p[2]).add_(p[3]).transpose(1, 2).contiguous()
         return z, (x, h, mask)
 
     def backward(self, dz: torch.Tensor, saved: tuple) -> List[torch.Tensor]:
-        """Gradients of every parameter from ``dz = dLoss/dlogits (Ga, R, B, C)``."""
+        """Gradients of every parameter from ``dz = dLoss/dlogits (Ga, B, R, C)``."""
         x = saved[0]
         Ga, B = x.shape[0], x.shape[1]
         xt = x.transpose(1, 2)
         if self.H == 0:
-            d = dz.permute(0, 2, 1, 3).reshape(Ga, B, self.R * self.C)
+            d = dz.reshape(Ga, B, self.R * self.C)
             return [torch.bmm(xt, d), d.sum(dim=1, keepdim=True)]
         h, mask = saved[1], saved[2]
+        dz = dz.transpose(1, 2)  # (Ga, R, B, C)
         gw2 = torch.matmul(h.transpose(-1, -2), dz)
         gb2 = dz.sum(dim=2, keepdim=True)
         dh = torch.matmul(dz, self.params[2].transpose(-1, -2))
@@ -213,29 +215,29 @@ class _Net:
         return [torch.bmm(xt, d), d.sum(dim=1, keepdim=True), gw2, gb2]
 
     def logits(self, x: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor:
-        """Eval-mode logits ``(G, R, n, C)`` of ``x (G, n, F)``, in row chunks."""
+        """Eval-mode logits ``(G, n, R, C)`` of ``x (G, n, F)``, in row chunks."""
         parts = [self.forward(x[:, i:i + _EVAL_CHUNK], params)[0]
                  for i in range(0, x.shape[1], _EVAL_CHUNK)]
         if not parts:
-            return torch.zeros((x.shape[0], self.R, 0, self.C))
-        return torch.cat(parts, dim=2)
+            return torch.zeros((x.shape[0], 0, self.R, self.C))
+        return torch.cat(parts, dim=1)
 
 
-#: dLoss/dlogits for a batch: (logits (Ga,R,B,C), batch targets) -> (Ga,R,B,C)
+#: dLoss/dlogits for a batch: (logits (Ga,B,R,C), batch targets (B,C)) -> (Ga,B,R,C)
 GradFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-#: dev score of every model: (dev logits (Ga,R,n,C)) -> (Ga,R) float64, higher is better
+#: dev score of every model: (dev logits (Ga,n,R,C)) -> (Ga,R) float64, higher is better
 ScoreFn = Callable[[torch.Tensor], np.ndarray]
 
 
 def _cross_entropy_grad(z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
     p = torch.softmax(z, dim=-1)
-    return p.sub_(onehot).div_(z.shape[2])
+    return p.sub_(onehot[None, :, None, :]).div_(z.shape[1])
 
 
 def _soft_mse_grad(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """d/dz of mean((softmax(z) - target)^2) over the batch and the classes."""
     p = torch.softmax(z, dim=-1)
-    g = (p - target).mul_(2.0 / (z.shape[2] * z.shape[3]))
+    g = (p - target[None, :, None, :]).mul_(2.0 / (z.shape[1] * z.shape[3]))
     return p * (g - (g * p).sum(dim=-1, keepdim=True))
 
 
@@ -359,7 +361,8 @@ class SentEvalClassifier:
         onehot = torch.nn.functional.one_hot(torch.from_numpy(y), n_classes).to(torch.float32)
 
         def score(logits: torch.Tensor) -> np.ndarray:
-            return (logits.argmax(dim=-1) == y_dev_t).to(torch.float64).mean(dim=-1).numpy()
+            hits = logits.argmax(dim=-1) == y_dev_t[None, :, None]
+            return hits.to(torch.float64).mean(dim=1).numpy()
 
         state = _train(net, x, onehot, x_dev, table, grad_fn=_cross_entropy_grad,
                        score_fn=score, batch_size=self.batch_size, epoch_size=self.epoch_size,
@@ -374,7 +377,7 @@ class SentEvalClassifier:
     def predict(self, X) -> np.ndarray:
         """Labels ``(G, R, n)`` of every model's best weights."""
         logits = self._state.net.logits(_as_groups(X), self._state.best)
-        return logits.argmax(dim=-1).numpy()
+        return logits.argmax(dim=-1).transpose(1, 2).numpy()
 
     def score(self, X, y) -> np.ndarray:
         """Accuracy (fraction) ``(G, R)`` of every model."""
@@ -412,8 +415,8 @@ class RelatednessRegressor:
         levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64)
 
         def score(logits: torch.Tensor) -> np.ndarray:
-            yhat = torch.softmax(logits.to(torch.float64), dim=-1) @ levels
-            return pearson_rows(yhat.numpy(), dev)
+            yhat = torch.softmax(logits.to(torch.float64), dim=-1) @ levels  # (Ga, n, 1)
+            return pearson_rows(yhat.transpose(1, 2).numpy(), dev)
 
         state = _train(net, x, target, x_dev, np.zeros((x.shape[0], 1)),
                        grad_fn=_soft_mse_grad, score_fn=score, batch_size=self.batch_size,
@@ -425,7 +428,7 @@ class RelatednessRegressor:
         return self
 
     def predict(self, X) -> np.ndarray:
-        logits = self._state.net.logits(_as_groups(X), self._state.best)[:, 0]
+        logits = self._state.net.logits(_as_groups(X), self._state.best)[:, :, 0]
         levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64)
         return (torch.softmax(logits.to(torch.float64), dim=-1) @ levels).numpy()
 

@@ -1,0 +1,434 @@
+"""The probe grid runner: every (task, layer spec, pooling, seed) cell, from the cache alone.
+
+Why it is organised this way: the cost of a layer sweep is dominated by per-model overhead,
+so cells are grouped by (task, seed) and all their layer specs and L2 values are trained as
+one batched program (:mod:`estratos.probe.classifiers`). Each task's cache rows are read
+once (contiguous block reads) and reused for every layer spec and seed. Before any training,
+every task is checked against the cache (complete, every sentence present, no NaN), so a
+long run never dies half-way on a missing sentence. Results are appended cell by cell to a
+JSON-lines store (:mod:`estratos.probe.results`), which makes a killed run resumable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from estratos import __version__
+from estratos import errors as _errors
+from estratos.errors import CacheError, EstratosError, MissingSentences, OptionError
+from estratos.probe import protocols as P
+from estratos.probe.classifiers import (LBFGSClassifier, RelatednessRegressor,
+                                        SentEvalClassifier, torch_runtime)
+from estratos.probe.features import (AVG, LayerSpec, build_features, layer_matrix,
+                                     parse_layers, slot_vectors)
+from estratos.probe.results import ResultsStore, cell_key
+from estratos.probe.settings import ClassifierSettings, resolve_settings
+
+log = logging.getLogger(__name__)
+
+#: features of one (task, seed) program are kept under this many bytes by splitting the
+#: layer specs into groups trained one after the other (results do not depend on it)
+FEATURE_BUDGET_BYTES = 1_500_000_000
+#: SentEval's relatedness regressor settings (recorded in results)
+_CHECK_ROWS = 65536
+RELATEDNESS_SETTINGS = {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 3,
+                        "epoch_size": 50, "max_epoch": 1000, "dropout": 0.0, "l2_grid": [0.0]}
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (affinity-aware)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunOptions:
+    cache_path: str
+    out: str
+    layers: Tuple[LayerSpec, ...]
+    pooling: str
+    seeds: Tuple[int, ...]
+    classifier: str
+    sequential: bool
+    overwrite: bool
+    expect_model: Optional[str]
+    threads: int
+
+
+def _check_seeds(seeds: Sequence[Any]) -> Tuple[int, ...]:
+    if isinstance(seeds, (int, np.integer)):
+        seeds = (int(seeds),)
+    out: List[int] = []
+    for s in seeds:
+        if isinstance(s, bool):
+            raise OptionError(f"--seeds: {s!r} is not an integer seed")
+        try:
+            value = int(s)
+        except (TypeError, ValueError):
+            raise OptionError(f"--seeds: {s!r} is not an integer seed") from None
+        if value < 0:
+            raise OptionError(f"--seeds: seeds must be >= 0, got {value}")
+        if value not in out:
+            out.append(value)
+    if not out:
+        raise OptionError("--seeds: give at least one seed")
+    return tuple(out)
+
+
+def parse_seeds(text: str) -> Tuple[int, ...]:
+    """``--seeds 1111,1,2`` -> (1111, 1, 2)."""
+    return _check_seeds([t.strip() for t in str(text).split(",") if t.strip()])
+
+
+def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: Any) -> str:
+    dirs = []
+    for spec in specs:
+        try:
+            d = str(data_dirs.for_suite(spec.suite))
+        except (EstratosError, AttributeError):  # no DataDirs (tasks built in memory)
+            continue
+        if d not in dirs:
+            dirs.append(d)
+    data = " ".join(f"--data-dir {d}" for d in dirs) or "--data-dir DIR"
+    ids = ",".join(s.id for s in specs)
+    return f"estratos encode --model {model} --out {cache_path} --tasks {ids} {data}"
+
+
+def _check_vectors(cache_path: Path, spec_id: str, vectors: np.ndarray,
+                   sentences: Sequence[str], pooling: str) -> None:
+    bad = ~np.isfinite(vectors).all(axis=(1, 2))
+    if bad.any():
+        first = sentences[int(np.flatnonzero(bad)[0])]
+        raise CacheError(f"{cache_path}: {int(bad.sum())} row(s) needed by {spec_id} hold NaN "
+                         f"or infinite {pooling} vectors, e.g. {first[:60]!r}; the cache is "
+                         "corrupted: re-encode these sentences (`estratos cache verify` lists "
+                         "them)")
+
+
+def _positive_label(task: Any) -> Optional[int]:
+    """Index of the positive class when the task reports F1 (binary tasks only)."""
+    spec = task.spec
+    wants_f1 = spec.metric == "f1" or "f1" in tuple(getattr(spec, "extra_metrics", ()) or ())
+    if not wants_f1:
+        return None
+    labels = list(task.labels)
+    if len(labels) != 2:
+        log.warning("%s: F1 asked for a task with %d classes; only binary F1 is reported",
+                    spec.id, len(labels))
+        return None
+    for name in ("1", "true", "True", "yes", "paraphrase", "entailment"):
+        if name in labels:
+            return labels.index(name)
+    return 1  # the second label in sorted order
+
+
+def _score(metric: str, test: Mapping[str, Any]) -> float:
+    if metric in ("accuracy", "f1"):
+        return round(float(test.get(metric, test.get("accuracy", 0.0))), 2)
+    return round(100.0 * float(test[metric]), 2)
+
+
+def _settings_for(spec: Any, classifier: str) -> ClassifierSettings:
+    return resolve_settings(spec.classifier, classifier=classifier, task=spec.id)
+
+
+def _layer_chunks(layers: Sequence[LayerSpec], n_examples: int, n_features: int
+                  ) -> List[List[LayerSpec]]:
+    per_layer = max(1, n_examples * n_features * 4)
+    size = max(1, FEATURE_BUDGET_BYTES // per_layer)
+    return [list(layers[i:i + size]) for i in range(0, len(layers), size)]
+
+
+def _relatedness_levels(task: Any) -> Tuple[float, int]:
+    """(offset, K): scores are shifted by ``offset`` onto 1..K for Tai et al.'s target."""
+    rng = getattr(task.spec, "score_range", None)
+    low, high = (1.0, 5.0) if rng is None else (float(rng[0]), float(rng[1]))
+    k = int(round(high - low)) + 1
+    return 1.0 - low, k
+
+
+def _run_cells(task: Any, vectors: np.ndarray, layers: List[LayerSpec], seed: int,
+               settings: ClassifierSettings, sequential: bool) -> List[P.CellOutcome]:
+    """Train and evaluate one (task, seed) group of layer specs."""
+    spec = task.spec
+    splits = task.splits
+    protocol = task.protocol
+    n_classes = max(1, len(task.labels))
+
+    def feats(name: str) -> np.ndarray:
+        return build_features(vectors, layers, splits[name], spec.combiner)
+
+    def wrap(make):
+        return (lambda: P.OneAtATime(make)) if sequential else make
+
+    if protocol == "cosine":
+        subsets = {}
+        for name, split in splits.items():
+            u = np.stack([slot_vectors(layer_matrix(vectors, s), split.slots[0]) for s in layers])
+            v = np.stack([slot_vectors(layer_matrix(vectors, s), split.slots[1]) for s in layers])
+            subsets[name] = (u, v, split.labels)
+        return P.cosine_protocol(subsets)
+    if protocol == "relatedness":
+        offset, k = _relatedness_levels(task)
+        make = wrap(lambda: RelatednessRegressor(n_classes=k, seed=seed))
+        shift = lambda name: np.asarray(splits[name].labels, dtype=np.float64) + offset  # noqa: E731
+        outcomes = P.relatedness_protocol(make, (feats("train"), shift("train")),
+                                          (feats("dev"), shift("dev")),
+                                          (feats("test"), shift("test")))
+        for o in outcomes:  # MSE on the task's own scale (the shift cancels)
+            o.test["mse"] = float(o.test["mse"])
+        return outcomes
+
+    if settings.name == "lbfgs":
+        base = lambda: LBFGSClassifier(n_classes=n_classes, seed=seed)  # noqa: E731
+    else:
+        base = lambda: SentEvalClassifier.from_settings(settings, seed, n_classes)  # noqa: E731
+    make = wrap(base)
+    positive = _positive_label(task)
+    labels = lambda name: np.asarray(splits[name].labels, dtype=np.int64)  # noqa: E731
+    if protocol == "split":
+        return P.split_protocol(make, (feats("train"), labels("train")),
+                                (feats("dev"), labels("dev")), (feats("test"), labels("test")),
+                                settings.l2_grid, positive=positive)
+    if protocol == "kfold":
+        return P.kfold_protocol(make, (feats("train"), labels("train")),
+                                (feats("test"), labels("test")), settings.l2_grid,
+                                k=settings.kfold, seed=seed,
+                                validation_split=settings.validation_split, positive=positive)
+    if protocol == "inner-kfold":
+        return P.inner_kfold_protocol(make, (feats("all"), labels("all")), settings.l2_grid,
+                                      k=settings.kfold, seed=seed,
+                                      validation_split=settings.validation_split,
+                                      positive=positive)
+    raise ValueError(f"{spec.id}: unknown protocol {protocol!r}")
+
+
+def _record(task: Any, layer: LayerSpec, pooling: str, seed: int, settings: ClassifierSettings,
+            outcome: P.CellOutcome, seconds: float, identity: Mapping[str, Any]) -> Dict[str, Any]:
+    spec = task.spec
+    if task.protocol == "relatedness":
+        classifier = {"name": settings.name, **RELATEDNESS_SETTINGS}
+    else:
+        classifier = settings.record()
+    return {
+        "schema": 1, "kind": "probe",
+        "task": spec.id, "suite": spec.suite, "name": spec.name, "group": spec.group,
+        "language": spec.language,
+        "layer": layer if layer == AVG else int(layer), "pooling": pooling, "seed": int(seed),
+        "protocol": task.protocol, "fallback": task.fallback,
+        "classifier": classifier,
+        "metric": spec.metric, "score": _score(spec.metric, outcome.test),
+        "l2": outcome.l2, "dev": outcome.dev, "test": outcome.test,
+        "sizes": dict(task.sizes), "epochs": outcome.epochs, "seconds": round(seconds, 3),
+        "model": identity.get("model"), "revision": identity.get("revision"),
+        "cache": {k: identity.get(k) for k in ("path", "dtype", "max_length", "n_states",
+                                                 "dim", "tokenizer")},
+        "estratos_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def _todo(spec: Any, opts: _RunOptions, identity: Mapping[str, Any], done: set
+          ) -> Dict[int, List[LayerSpec]]:
+    """Layer specs still to run, per seed (all of them with ``overwrite``)."""
+    def key(layer: LayerSpec, seed: int) -> tuple:
+        return cell_key({"task": spec.id, "layer": layer, "pooling": opts.pooling,
+                         "seed": seed, "classifier": {"name": opts.classifier},
+                         "model": identity.get("model"), "revision": identity.get("revision")})
+    return {seed: [l for l in opts.layers if opts.overwrite or key(l, seed) not in done]
+            for seed in opts.seeds}
+
+
+def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions,
+                done: set) -> List[Dict[str, Any]]:
+    """All cells of one task: read its rows once, then one batched program per seed."""
+    settings = _settings_for(spec, opts.classifier)
+    identity = cache.identity()
+    todo = _todo(spec, opts, identity, done)
+    if not any(todo.values()):
+        log.info("%s: every cell already in %s; skipped", spec.id, opts.out)
+        return []
+    rows = cache.rows_for(task.sentences)
+    needed = sorted({l for ls in todo.values() for l in ls}, key=str)
+    if any(l == AVG for l in needed):
+        states = list(range(cache.n_states))
+    else:
+        states = sorted(int(l) for l in needed)
+    t0 = time.perf_counter()
+    vectors = cache.read(rows, opts.pooling, states)
+    log.info("%s: read %d rows x %d states in %.2fs", spec.id, len(rows), len(states),
+             time.perf_counter() - t0)
+    _check_vectors(Path(opts.cache_path), spec.id, vectors, task.sentences, opts.pooling)
+    position = {s: i for i, s in enumerate(states)}
+    if len(states) != cache.n_states:  # the avg spec never reaches here without all states
+        remap = lambda l: position[int(l)]  # noqa: E731
+    else:
+        remap = lambda l: l  # noqa: E731
+    store = ResultsStore(opts.out)
+    written: List[Dict[str, Any]] = []
+    n_examples = sum(len(s) for s in task.splits.values())
+    from estratos.probe.features import COMBINER_WIDTH
+    n_features = COMBINER_WIDTH[spec.combiner] * vectors.shape[2]
+    for seed in opts.seeds:
+        for chunk in _layer_chunks(todo[seed], n_examples, n_features):
+            t0 = time.perf_counter()
+            outcomes = _run_cells(task, vectors, [remap(l) for l in chunk], seed, settings,
+                                  opts.sequential)
+            seconds = (time.perf_counter() - t0) / len(chunk)
+            records = [_record(task, layer, opts.pooling, seed, settings, o, seconds, identity)
+                       for layer, o in zip(chunk, outcomes)]
+            written += store.append(records, skip_done=not opts.overwrite)
+            log.info("%s seed %d: %d cell(s) in %.1fs", spec.id, seed, len(chunk),
+                     seconds * len(chunk))
+    return written
+
+
+def _spec_state(spec: Any) -> Dict[str, Any]:
+    """A picklable copy of a TaskSpec's fields (its read-only mappings are not picklable)."""
+    state = {}
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        state[f.name] = dict(value) if isinstance(value, Mapping) else value
+    return state
+
+
+def _default_loader() -> Callable[[Any, Any], Any]:
+    from estratos.tasks import load_task
+
+    return load_task
+
+
+def _worker(spec_state: Dict[str, Any], data_dirs: Any, opts: _RunOptions,
+            done: set, loader: Optional[Callable[[Any, Any], Any]]) -> Tuple[str, Any]:
+    """Process-pool entry point: one task; user errors come back as (class name, message)."""
+    from estratos.tasks.types import TaskSpec
+
+    load_task = loader or _default_loader()
+
+    try:
+        spec = TaskSpec(**spec_state)
+        with torch_runtime(opts.threads):
+            from estratos.cache import open_cache
+            with open_cache(opts.cache_path) as cache:
+                task = load_task(spec, data_dirs)
+                return "ok", _probe_task(cache, spec, task, opts, done)
+    except EstratosError as exc:
+        return "error", (type(exc).__name__, str(exc))
+
+
+def _reraise(name: str, message: str) -> None:
+    cls = getattr(_errors, name, None)
+    if cls is _errors.MissingSentences:
+        raise MissingSentences(message, missing=0)
+    if cls is _errors.InputError:
+        raise _errors.InputError(message)
+    if isinstance(cls, type) and issubclass(cls, EstratosError):
+        raise cls(message)
+    raise EstratosError(message)
+
+
+def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: Any,
+              out: os.PathLike | str, *, layers: Union[str, Sequence[LayerSpec]] = "all",
+              pooling: str = "cls", seeds: Sequence[int] = (1111,),
+              classifier: str = "senteval", sequential: bool = False, jobs: int = 1,
+              overwrite: bool = False, expect_model: Optional[str] = None,
+              threads: Optional[int] = None,
+              loader: Optional[Callable[[Any, Any], Any]] = None) -> List[Dict[str, Any]]:
+    """Probe every (task, layer spec, pooling, seed) cell; returns the records written.
+
+    ``layers``: ``"all"`` (every hidden state + ``avg``) or a comma list / sequence of
+    indices and ``"avg"``. ``jobs`` runs tasks in that many processes, each pinned to
+    ``cores // jobs`` torch threads (``threads`` overrides). Cells already in ``out`` are
+    skipped unless ``overwrite``. Raises :class:`OptionError`, :class:`CacheError`
+    (incomplete cache, NaN rows), :class:`MissingSentences` (with the ``estratos encode``
+    command that adds them) or :class:`SettingsMismatch` (``expect_model``) before training.
+    ``loader(spec, data_dirs) -> TaskData`` replaces :func:`estratos.tasks.load_task` (for
+    data built in memory; with ``jobs > 1`` it must be a picklable module-level function).
+    """
+    from estratos.cache import open_cache
+
+    load_task = loader or _default_loader()
+
+    seeds_t = _check_seeds(seeds)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise OptionError(f"--jobs: must be a positive integer, got {jobs!r}")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise OptionError(f"--threads: must be a positive integer, got {threads!r}")
+    specs = list(specs)
+    if not specs:
+        raise OptionError("--tasks: no task selected")
+    settings = {spec.id: _settings_for(spec, classifier) for spec in specs}  # validates early
+    del settings
+    cache_path = Path(cache_path)
+    expect = {"model": expect_model} if expect_model else None
+    out_path = Path(out)
+    with open_cache(cache_path, expect=expect) as cache:
+        if pooling not in cache.poolings:
+            raise OptionError(f"--pooling: {pooling!r} is not in the cache {cache_path} "
+                              f"(it has {', '.join(cache.poolings)})")
+        layer_specs = parse_layers(layers, cache.n_states)
+        tasks = {}
+        missing: Dict[str, int] = {}
+        for spec in specs:
+            task = load_task(spec, data_dirs)
+            try:
+                cache.rows_for(task.sentences)
+            except MissingSentences as exc:
+                missing[spec.id] = exc.missing
+            tasks[spec.id] = task
+        if missing:
+            total = sum(missing.values())
+            short = [s for s in specs if s.id in missing]
+            detail = ", ".join(f"{k}: {v}" for k, v in missing.items())
+            raise MissingSentences(
+                f"{cache_path}: {total} sentence(s) the tasks need are not in the cache "
+                f"({detail}); add them with: "
+                f"{_encode_hint(cache_path, cache.attrs.get('model'), short, data_dirs)}",
+                missing=total)
+        n_jobs = min(jobs, len(specs))
+        opts = _RunOptions(str(cache_path), str(out_path), layer_specs, pooling, seeds_t,
+                           classifier, bool(sequential), bool(overwrite), expect_model,
+                           threads or max(1, available_cores() // n_jobs))
+        store = ResultsStore(out_path)
+        done = set() if overwrite else store.done_keys()
+        written: List[Dict[str, Any]] = []
+        pending = [spec for spec in specs
+                   if any(_todo(spec, opts, cache.identity(), done).values())]
+        for spec in pending:  # NaN/inf rows are found before any training starts
+            rows = cache.rows_for(tasks[spec.id].sentences)
+            for i in range(0, len(rows), _CHECK_ROWS):
+                _check_vectors(cache_path, spec.id, cache.read(rows[i:i + _CHECK_ROWS], pooling),
+                               tasks[spec.id].sentences[i:i + _CHECK_ROWS], pooling)
+        if n_jobs == 1:
+            with torch_runtime(opts.threads):
+                for spec in specs:
+                    written += _probe_task(cache, spec, tasks[spec.id], opts, done)
+            return written
+    del tasks
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx) as pool:
+        futures = [pool.submit(_worker, _spec_state(spec), data_dirs, opts, done, loader)
+                   for spec in specs]
+        errors = []
+        for fut in futures:
+            status, payload = fut.result()
+            if status == "ok":
+                written += payload
+            else:
+                errors.append(payload)
+    if errors:
+        _reraise(*errors[0])
+    return written

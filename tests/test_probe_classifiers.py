@@ -1,0 +1,205 @@
+"""The batched probe trainers: accuracy, batched == alone, determinism, SentEval parity."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from estratos.probe.classifiers import (LBFGSClassifier, RelatednessRegressor,
+                                        SentEvalClassifier, pass_permutation, pearson_rows,
+                                        score_distribution, torch_runtime)
+
+
+def blobs(n: int, n_features: int = 12, n_classes: int = 3, spread: float = 1.0,
+          seed: int = 0, groups: int = 1):
+    """Gaussian blobs; group g scales the features by (g+1) (same labels)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(n_classes, n_features)) * 3.0
+    y = np.arange(n) % n_classes
+    x = centers[y] + rng.normal(size=(n, n_features)) * spread
+    return np.stack([x * (g + 1) for g in range(groups)]).astype(np.float32), y
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with torch_runtime(1):
+        yield
+
+
+def test_linear_probe_separates_separable_blobs():
+    x_all, y_all = blobs(480, seed=5)
+    x, y = x_all[:, :300], y_all[:300]
+    xd, yd = x_all[:, 300:390], y_all[300:390]
+    xt, yt = x_all[:, 390:], y_all[390:]
+    clf = SentEvalClassifier(seed=3).fit(x, y, xd, yd, [1e-4])
+    assert clf.score(xt, yt)[0, 0] >= 0.97
+    assert clf.dev_score_[0, 0] >= 0.97
+    assert clf.epochs_[0, 0] % 4 == 0 and clf.epochs_[0, 0] >= 4
+
+
+def test_mlp_probe_learns_xor_that_a_linear_probe_cannot():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-4, 4, size=(800, 2)).astype(np.float32)
+    y = ((x[:, 0] > 0) ^ (x[:, 1] > 0)).astype(np.int64)
+    tr, dv, te = slice(0, 500), slice(500, 650), slice(650, 800)
+    mlp = SentEvalClassifier(nhid=32, seed=1, epoch_size=16).fit(
+        x[tr], y[tr], x[dv], y[dv], [1e-5])
+    lin = SentEvalClassifier(seed=1).fit(x[tr], y[tr], x[dv], y[dv], [1e-5])
+    assert mlp.score(x[te], y[te])[0, 0] >= 0.9
+    assert lin.score(x[te], y[te])[0, 0] <= 0.75
+
+
+@pytest.mark.parametrize("nhid,dropout", [(0, 0.0), (16, 0.2)])
+def test_batched_models_equal_models_trained_alone(nhid, dropout):
+    x_all, y_all = blobs(400, spread=4.0, groups=3, seed=7)
+    x, y, xd, yd = x_all[:, :300], y_all[:300], x_all[:, 300:], y_all[300:]
+    grid = [1e-5, 1e-3, 1e-1]
+    batched = SentEvalClassifier(nhid=nhid, dropout=dropout, seed=11, tenacity=2,
+                                 max_epoch=40).fit(x, y, xd, yd, grid)
+    pred = batched.predict(xd)
+    for g in range(3):
+        for r, l2 in enumerate(grid):
+            alone = SentEvalClassifier(nhid=nhid, dropout=dropout, seed=11, tenacity=2,
+                                       max_epoch=40).fit(x[g], y, xd[g], yd, [l2])
+            assert alone.dev_score_[0, 0] == batched.dev_score_[g, r]
+            assert alone.epochs_[0, 0] == batched.epochs_[g, r]
+            np.testing.assert_array_equal(alone.predict(xd[g])[0, 0], pred[g, r])
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers():
+    x_all, y_all = blobs(300, spread=5.0, groups=2, seed=3)
+    args = (x_all[:, :200], y_all[:200], x_all[:, 200:], y_all[200:], [1e-5, 1e-2])
+
+    def run(seed):
+        clf = SentEvalClassifier(nhid=8, dropout=0.1, seed=seed, max_epoch=20).fit(*args)
+        return clf.dev_score_, clf._state.best[0].numpy().copy()
+
+    a, b, c = run(5), run(5), run(6)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[1], c[1])
+
+
+def _reference_senteval(x, y, xd, yd, l2, seed, tenacity, epoch_size, max_epoch, batch=64):
+    """SentEval's fit loop written plainly with torch.nn + torch.optim.Adam (one model),
+    using the same seeded init and pass permutations as ours."""
+    n_features, n_classes = x.shape[1], int(max(y.max(), yd.max()) + 1)
+    gen = torch.Generator().manual_seed(seed)
+    bound = 1 / np.sqrt(n_features)
+    model = torch.nn.Linear(n_features, n_classes)
+    with torch.no_grad():
+        model.weight.copy_((torch.rand((n_classes, n_features), generator=gen) * 2 - 1) * bound)
+        model.bias.copy_((torch.rand((n_classes,), generator=gen) * 2 - 1) * bound)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=l2)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    X, Y = torch.from_numpy(x), torch.from_numpy(y)
+    Xd, Yd = torch.from_numpy(xd), torch.from_numpy(yd)
+    nepoch, best, count, stop = 0, -1.0, 0, False
+    best_model = None
+    while not stop and nepoch <= max_epoch:
+        for p in range(nepoch, nepoch + epoch_size):
+            perm = torch.from_numpy(pass_permutation(len(x), seed, p))
+            for i in range(0, len(x), batch):
+                idx = perm[i:i + batch]
+                loss = loss_fn(model(X[idx]), Y[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        nepoch += epoch_size
+        with torch.no_grad():
+            acc = (model(Xd).argmax(1) == Yd).double().mean().item()
+        if acc > best:
+            best, best_model = acc, copy.deepcopy(model)
+        else:
+            if count >= tenacity:
+                stop = True
+            count += 1
+    return best, nepoch, best_model
+
+
+def test_matches_a_plain_torch_senteval_loop():
+    x_all, y_all = blobs(350, spread=6.0, seed=9)
+    x, y, xd, yd = x_all[0, :250], y_all[:250], x_all[0, 250:], y_all[250:]
+    ref_acc, ref_epochs, ref_model = _reference_senteval(x, y, xd, yd, 1e-3, seed=4,
+                                                         tenacity=2, epoch_size=2, max_epoch=30)
+    ours = SentEvalClassifier(seed=4, tenacity=2, epoch_size=2, max_epoch=30).fit(
+        x, y, xd, yd, [1e-3])
+    assert ours.dev_score_[0, 0] == pytest.approx(ref_acc, abs=1e-12)
+    assert ours.epochs_[0, 0] == ref_epochs
+    w = ours._state.best[0][0].numpy().T  # (C, F)
+    np.testing.assert_allclose(w, ref_model.weight.detach().numpy(), atol=1e-4)
+
+
+def test_cumulative_tenacity_stops_after_tenacity_plus_one_stalls():
+    # constant features: dev accuracy never improves after the first round
+    x = np.zeros((64, 3), dtype=np.float32)
+    y = np.arange(64) % 2
+    clf = SentEvalClassifier(seed=1, tenacity=3, epoch_size=1, max_epoch=100).fit(
+        x, y, x, y, [0.0])
+    # round 1 improves (from -1); rounds 2..5 stall; the 5th sees count == 3 and stops
+    assert clf.epochs_[0, 0] == 5
+
+
+def test_max_epoch_bounds_training():
+    x_all, y_all = blobs(200, spread=8.0, seed=2)
+    clf = SentEvalClassifier(seed=1, tenacity=1000, epoch_size=3, max_epoch=7).fit(
+        x_all[0, :150], y_all[:150], x_all[0, 150:], y_all[150:], [1e-5])
+    # rounds run while nepoch <= max_epoch: 0, 3, 6 -> stops at 9
+    assert clf.epochs_[0, 0] == 9
+
+
+def test_l2_table_per_group_and_bad_shapes():
+    x_all, y_all = blobs(120, groups=2)
+    x, y = x_all[:, :80], y_all[:80]
+    xd, yd = x_all[:, 80:], y_all[80:]
+    clf = SentEvalClassifier(seed=1, max_epoch=4).fit(x, y, xd, yd, np.array([[1e-5], [1e-2]]))
+    assert clf.dev_score_.shape == (2, 1)
+    with pytest.raises(ValueError):
+        SentEvalClassifier(seed=1).fit(x, y, xd, yd, np.zeros((3, 1)))
+
+
+def test_score_distribution_follows_tai_et_al():
+    p = score_distribution([1.0, 2.5, 4.2, 5.0, 3.0])
+    expected = np.zeros((5, 5))
+    expected[0, 0] = 1.0
+    expected[1, 1], expected[1, 2] = 0.5, 0.5      # y=2.5: classes 2 and 3 (1-indexed)
+    expected[2, 3], expected[2, 4] = 0.8, 0.2      # y=4.2: p[4] = 1 - 0.2, p[5] = 0.2
+    expected[3, 4] = 1.0
+    expected[4, 2] = 1.0
+    np.testing.assert_allclose(p, expected, atol=1e-12)
+    np.testing.assert_allclose(p @ np.arange(1, 6), [1.0, 2.5, 4.2, 5.0, 3.0])
+    with pytest.raises(ValueError):
+        score_distribution([0.5])
+
+
+def test_relatedness_regressor_tracks_a_linear_score():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=6)
+    x = rng.normal(size=(500, 6)).astype(np.float32)
+    raw = x @ w
+    score = 1 + 4 * (raw - raw.min()) / (raw.max() - raw.min())
+    reg = RelatednessRegressor(seed=1, epoch_size=5, max_epoch=60).fit(
+        x[:300], score[:300], x[300:400], score[300:400])
+    pred = reg.predict(x[400:])
+    assert pred.shape == (1, 100)
+    assert pearson_rows(pred, score[400:])[0] > 0.9
+    assert reg.dev_score_[0] > 0.9
+
+
+def test_lbfgs_classifier_accuracy_and_interface():
+    x_all, y_all = blobs(400, groups=2, seed=5)
+    clf = LBFGSClassifier(seed=1).fit(x_all[:, :300], y_all[:300], x_all[:, 300:],
+                                      y_all[300:], [1e-5, 1e-2])
+    assert clf.predict(x_all[:, 300:]).shape == (2, 2, 100)
+    assert (clf.score(x_all[:, 300:], y_all[300:]) >= 0.95).all()
+    assert (clf.epochs_ > 0).all()
+
+
+def test_torch_runtime_restores_global_switches():
+    before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled())
+    with torch_runtime(1):
+        assert torch.are_deterministic_algorithms_enabled()
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == before

@@ -1,0 +1,108 @@
+"""Helpers shared by the probe tests: tiny caches written with the real cache writer, and
+hand-made tasks (no test functions here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
+from estratos.text import sentence_key
+
+MODEL = "test/tiny-model"
+
+
+def write_cache(path: Path, sentences: Sequence[str], cls: np.ndarray,
+                mean: Optional[np.ndarray] = None, *, model: str = MODEL,
+                dtype: str = "float32", complete: bool = True) -> Path:
+    """A cache holding ``sentences`` with vectors ``cls``/``mean`` (N, L+1, D)."""
+    import h5py
+
+    from estratos.cache import schema
+    from estratos.cache.writer import CacheWriter
+
+    mean = cls if mean is None else mean
+    attrs = {"encoder": "hf", "model": model, "revision": "rev-1", "tokenizer": model,
+             "max_length": 128, "lowercase": False, "dtype": dtype,
+             "poolings": ("cls", "mean")}
+    writer = CacheWriter.create(schema.partial_path(path), attrs)
+    writer.append([sentence_key(s) for s in sentences], list(sentences),
+                  [5] * len(sentences), [False] * len(sentences),
+                  {"cls": np.asarray(cls), "mean": np.asarray(mean)})
+    writer.finish(path)
+    if not complete:
+        with h5py.File(path, "r+") as f:
+            f.attrs["complete"] = False
+    return path
+
+
+def spec(name: str = "Toy", *, combiner: str = "single", protocol: str = "split",
+         metric: str = "accuracy", classifier: Optional[Mapping] = None,
+         group: str = "SC", **kw) -> TaskSpec:
+    return TaskSpec(suite="toy", name=name, group=group, language="es", loader="memory",
+                    combiner=combiner, protocol=protocol, metric=metric,
+                    classifier=dict(classifier or {}), **kw)
+
+
+def single_task(task_spec: TaskSpec, sentences: Sequence[str],
+                splits: Mapping[str, Tuple[Sequence[int], Sequence]],
+                labels: Sequence[str]) -> TaskData:
+    """A TaskData whose examples each use one sentence (index into ``sentences``)."""
+    out: Dict[str, Split] = {}
+    for name, (ids, y) in splits.items():
+        out[name] = Split(name, (SlotRefs.single(ids),), np.asarray(y))
+    return TaskData(task_spec, tuple(sentences), out, tuple(labels), task_spec.protocol)
+
+
+def toy_classification(n: int = 240, n_states: int = 3, dim: int = 8, seed: int = 0,
+                       informative: Sequence[int] = (1, 2)):
+    """Sentences s0..s{n-1}, 2 classes, vectors informative only in ``informative`` states.
+
+    Returns (sentences, vectors (n, n_states, dim) float32, labels (n,)).
+    """
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 2
+    vec = rng.normal(size=(n, n_states, dim)).astype(np.float32)
+    for s in informative:
+        vec[:, s, 0] += np.where(y == 1, 2.5, -2.5)
+    return toy_sentences(n), vec, y
+
+
+def toy_sentences(n: int, stem: str = "frase número") -> list:
+    """``n`` distinct sentences whose keys do not end in a NUL byte.
+
+    Why: at the time of writing, the cache reader reads ``/keys`` as numpy ``S16``, which
+    drops trailing NUL bytes, so such sentences (1 in 256) are reported missing. Reported to
+    the lead; the probe tests are not about that.
+    """
+    out, i = [], 0
+    while len(out) < n:
+        text = f"{stem} {i}"
+        if not sentence_key(text).endswith(b"\0"):
+            out.append(text)
+        i += 1
+    return out
+
+
+def toy_split_task(n: int = 240, **kw):
+    """A split-protocol toy task and its vectors: train 60%, dev 20%, test 20%."""
+    sentences, vec, y = toy_classification(n, **kw)
+    a, b = int(0.6 * n), int(0.8 * n)
+    ids = np.arange(n)
+    task_spec = kw.pop("task_spec", None) or spec()
+    task = single_task(task_spec, sentences, {"train": (ids[:a], y[:a]),
+                                              "dev": (ids[a:b], y[a:b]),
+                                              "test": (ids[b:], y[b:])}, ("neg", "pos"))
+    return task, sentences, vec
+
+
+class MemoryLoader:
+    """``loader`` for run_probe: returns prepared TaskData by task id."""
+
+    def __init__(self, tasks: Mapping[str, TaskData]) -> None:
+        self.tasks = dict(tasks)
+
+    def __call__(self, task_spec: TaskSpec, data_dirs) -> TaskData:
+        return self.tasks[task_spec.id]
