@@ -1,0 +1,155 @@
+"""Registry, selection expressions, data folders, spec immutability and cheap listing."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from estratos.cli import cli
+from estratos.errors import OptionError, TaskError
+from estratos.tasks import (SYNTHETIC_ES_DEFAULT_DIR, DataDirs, all_specs, describe_task,
+                            get_spec, list_tasks, select_tasks)
+from estratos.tasks.formats import format_names
+
+
+def ids(specs):
+    return [s.id for s in specs]
+
+
+def test_suites_and_counts():
+    suites = {}
+    for spec in all_specs():
+        suites[spec.suite] = suites.get(spec.suite, 0) + 1
+    assert suites["es-senteval"] == 21 and suites["es-discoeval"] == 11
+    assert suites["synthetic-es"] == 8
+    assert suites["en-discoeval"] >= 12 and suites["en-senteval"] >= 20
+    assert all(spec.loader in format_names() for spec in all_specs())
+
+
+def test_selection_forms():
+    assert ids(select_tasks("es-senteval:TASS1")) == ["es-senteval:TASS1"]
+    assert len(select_tasks("es-discoeval")) == 11
+    assert ids(select_tasks("es-discoeval:SP")) == ["es-discoeval:SPthesis",
+                                                    "es-discoeval:SPnews", "es-discoeval:SPwiki"]
+    assert ids(select_tasks("TASS2")) == ["es-senteval:TASS2"]
+    # registry order, no duplicates, whatever the order asked
+    assert ids(select_tasks("es-senteval:SQC, TASS1 ,es-senteval:TASS1")) == [
+        "es-senteval:TASS1", "es-senteval:SQC"]
+    assert len(select_tasks("es-senteval:LPT")) == 9
+
+
+def test_selection_errors_suggest_close_matches():
+    with pytest.raises(TaskError, match=r"unknown task 'TAS1' \(closest: TASS1"):
+        select_tasks("TAS1")
+    with pytest.raises(TaskError, match="ambiguous; say which: es-discoeval:RST, "
+                                        "en-discoeval:RST"):
+        select_tasks("RST")
+    with pytest.raises(TaskError, match="closest: es-discoeval"):
+        select_tasks("es-discoevl:SP")
+    with pytest.raises(TaskError, match="closest: SP"):
+        select_tasks("es-discoeval:SPP")
+    with pytest.raises(TaskError, match="empty task selection"):
+        select_tasks(" , ")
+    assert get_spec("es-senteval:MC").name == "MC"
+    with pytest.raises(TaskError):
+        get_spec("RST")
+
+
+def test_spec_settings_are_read_only_and_per_task():
+    dc, ssp = get_spec("es-discoeval:DCopus"), get_spec("es-discoeval:SSPmlsum")
+    with pytest.raises(TypeError):
+        dc.classifier["nhid"] = 0  # type: ignore[index]
+    assert dc.classifier["nhid"] == 2000 and "nhid" not in ssp.classifier
+    assert get_spec("es-senteval:WordContent").classifier == {"nhid": 0}
+    assert get_spec("es-senteval:NLI").classifier == {"max_epoch": 15, "epoch_size": 1,
+                                                      "l2_grid": "noreg"}
+    assert get_spec("es-senteval:PAWS").extra_metrics == ("f1",)
+    assert get_spec("es-senteval:SICKRelatedness").score_range == (1.0, 5.0)
+    tense = get_spec("synthetic-es:Tense")
+    assert (tense.group, tense.language, tense.protocol, tense.combiner) == (
+        "LPT", "es", "split", "single")
+
+
+def test_data_dirs_parsing(tmp_path):
+    dirs = DataDirs.parse([str(tmp_path), "en-senteval=/data/senteval"])
+    assert dirs.for_suite("es-senteval") == tmp_path
+    assert dirs.for_suite("en-senteval") == Path("/data/senteval")
+    assert DataDirs.parse([], env={"ESTRATOS_DATA": str(tmp_path)}).for_suite(
+        "es-discoeval") == tmp_path
+    none = DataDirs.parse([], env={})
+    assert none.for_suite("synthetic-es") == SYNTHETIC_ES_DEFAULT_DIR
+    with pytest.raises(OptionError, match="--data-dir"):
+        none.for_suite("es-senteval")
+    with pytest.raises(OptionError, match="unknown suite 'es-sentval'"):
+        DataDirs.parse(["es-sentval=/x"])
+    with pytest.raises(OptionError, match="more than one folder"):
+        DataDirs.parse(["/a", "/b"])
+    # a folder whose name holds '=' is still a folder
+    assert DataDirs.parse(["/data/run=3"]).default == Path("/data/run=3")
+
+
+def test_listing_reads_no_data(es_data_dir, monkeypatch):
+    real_open = builtins.open
+    data_root = str(es_data_dir)
+
+    def guarded_open(file, *args, **kwargs):
+        if str(file).startswith(data_root):
+            raise AssertionError(f"listing must not read data files ({file})")
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    monkeypatch.setattr(io, "open", guarded_open)
+    rows = list_tasks(all_specs(), DataDirs.parse([str(es_data_dir)]))
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["es-senteval:TASS1"]["present"] is True
+    assert by_id["es-senteval:PAWS"]["protocol"] == "inner-kfold"
+    assert by_id["es-discoeval:DCwiki"]["fallback"].startswith("no train file")
+    assert by_id["en-senteval:MR"]["present"] is False
+
+
+def test_describe_without_data_dir_is_not_an_error():
+    info = describe_task(get_spec("es-senteval:TASS1"), DataDirs.parse([], env={}))
+    assert info["present"] is False and "--data-dir" in info["missing"][0]
+
+
+def test_cli_list_json_keys(es_data_dir):
+    result = CliRunner().invoke(cli, ["tasks", "list", "es-senteval:TASS1,PAWS", "--format",
+                                      "json", "--sizes", "--data-dir", str(es_data_dir)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["id"] for r in rows] == ["es-senteval:TASS1", "es-senteval:PAWS"]
+    for row in rows:
+        assert {"id", "group", "language", "sizes", "n_classes", "protocol", "metric",
+                "present", "fallback"} <= set(row)
+        assert {"train", "dev", "test"} <= set(row["sizes"])
+    assert rows[0]["sizes"] == {"train": 4802, "dev": 2443, "test": 7260}
+    assert rows[1]["fallback"] and rows[1]["sizes"]["all"] == 2000
+
+
+def test_cli_list_table_and_show(es_data_dir):
+    runner = CliRunner()
+    result = runner.invoke(cli, ["tasks", "list", "es-discoeval", "--data-dir",
+                                 str(es_data_dir)])
+    assert result.exit_code == 0
+    assert "es-discoeval:SPwiki" in result.output and "present *" in result.output
+    assert "*1 no train file" in result.output
+    result = runner.invoke(cli, ["tasks", "show", "es-senteval:STS14", "--data-dir",
+                                 str(es_data_dir)])
+    assert result.exit_code == 0, result.output
+    assert "news: 480 examples" in result.output and "cosine" in result.output
+    result = runner.invoke(cli, ["tasks", "show", "es-senteval:TASS1", "--format", "json",
+                                 "--data-dir", str(es_data_dir)])
+    info = json.loads(result.output)
+    assert info["splits"]["train"]["size"] == 4802 and info["n_classes"] == 3
+
+
+def test_cli_check_real_data_passes(es_data_dir):
+    result = CliRunner().invoke(cli, ["tasks", "check", "es-senteval:TASS1,es-discoeval:RST",
+                                      "--data-dir", str(es_data_dir)])
+    assert result.exit_code == 0, result.output
+    assert "checked 2 tasks: no problems" in result.output
