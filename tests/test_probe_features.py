@@ -1,0 +1,124 @@
+"""Classifier settings (overrides never leak) and feature combiners / layer specs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from estratos.errors import OptionError, TaskError
+from estratos.probe.features import (AVG, build_features, combine, layer_matrix, parse_layers,
+                                     slot_vectors)
+from estratos.probe.settings import (DEFAULT_L2_GRID, NOREG_GRID, ClassifierSettings,
+                                     resolve_settings)
+from estratos.tasks.types import SlotRefs, Split
+
+from test_probe_support import spec
+
+
+# ---- settings ------------------------------------------------------------------------------
+
+def test_dc_override_does_not_leak_into_the_next_task():
+    dc = spec("DC", combiner="dc", group="DC",
+              classifier={"nhid": 2000, "tenacity": 8, "epoch_size": 15, "l2_grid": "noreg"})
+    sc = spec("TASS1")
+    first = resolve_settings(dc.classifier, task=dc.id)
+    second = resolve_settings(sc.classifier, task=sc.id)
+    assert (first.nhid, first.tenacity, first.epoch_size, first.l2_grid) == (2000, 8, 15,
+                                                                            NOREG_GRID)
+    assert second == ClassifierSettings()
+    assert (second.nhid, second.tenacity, second.epoch_size, second.max_epoch) == (0, 5, 4, 200)
+    assert second.l2_grid == DEFAULT_L2_GRID
+    # and the defaults themselves are untouched
+    assert ClassifierSettings().nhid == 0
+
+
+def test_nli_like_override_and_record():
+    s = resolve_settings({"max_epoch": 15, "epoch_size": 1, "l2_grid": "noreg"},
+                         classifier="lbfgs")
+    rec = s.record()
+    assert rec == {"name": "lbfgs", "nhid": 0, "optim": "adam", "batch_size": 64,
+                   "tenacity": 5, "epoch_size": 1, "max_epoch": 15, "dropout": 0.0,
+                   "l2_grid": [1e-9]}
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    ({"nhidden": 3}, "unknown classifier override"),
+    ({"nhid": -1}, "nhid"),
+    ({"dropout": 1.5}, "dropout"),
+    ({"l2_grid": "lots"}, "l2_grid"),
+    ({"l2_grid": []}, "l2_grid"),
+    ({"optim": "sgd,lr=0.1"}, "optim"),
+    ({"tenacity": 2.5}, "tenacity"),
+])
+def test_bad_overrides_name_the_task_and_key(overrides, needle):
+    with pytest.raises(TaskError, match=needle) as info:
+        resolve_settings(overrides, task="toy:Bad")
+    assert "toy:Bad" in str(info.value)
+
+
+def test_unknown_classifier_names_the_option():
+    with pytest.raises(OptionError, match="--classifier"):
+        resolve_settings({}, classifier="svm")
+
+
+# ---- layer specs ---------------------------------------------------------------------------
+
+def test_parse_layers():
+    assert parse_layers("all", 4) == (0, 1, 2, 3, AVG)
+    assert parse_layers("0,3,avg", 7) == (0, 3, AVG)
+    assert parse_layers(" 2 , 2, AVG", 7) == (2, AVG)
+    assert parse_layers([1, "avg"], 3) == (1, AVG)
+
+
+@pytest.mark.parametrize("expr,needle", [("top", "unknown layer spec"), ("0,7", "out of range"),
+                                         ("-1", "out of range"), ("1.5", "unknown layer spec"),
+                                         ("", "unknown layer spec")])
+def test_bad_layer_specs_name_the_option(expr, needle):
+    with pytest.raises(OptionError, match=needle) as info:
+        parse_layers(expr, 7)
+    assert "--layers" in str(info.value)
+
+
+def test_avg_is_the_mean_over_all_hidden_states():
+    v = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_allclose(layer_matrix(v, AVG), v.mean(axis=1))
+    np.testing.assert_array_equal(layer_matrix(v, 1), v[:, 1])
+
+
+# ---- combiners -----------------------------------------------------------------------------
+
+def test_combiners_by_hand():
+    x = [np.array([[1.0, -2.0]]), np.array([[3.0, 4.0]]), np.array([[0.5, 0.5]]),
+         np.array([[1.0, 1.0]]), np.array([[2.0, 0.0]]), np.array([[9.0, 9.0]])]
+    a, b = x[0][0], x[1][0]
+    np.testing.assert_allclose(combine("single", x[:1])[0], a)
+    np.testing.assert_allclose(combine("pair", x[:2])[0], [2, 6, 3, -8])
+    np.testing.assert_allclose(combine("pair4", x[:2])[0], [1, -2, 3, 4, 3, -8, 2, 6])
+    np.testing.assert_allclose(combine("rst", x[:2])[0], [1, -2, 3, 4, 3, -8, 2, 6])
+    np.testing.assert_allclose(combine("bso", x[:2])[0], np.concatenate([a, b, a - b]))
+    np.testing.assert_allclose(combine("sp", x[:5])[0],
+                               np.concatenate([a] + [a - x[i][0] for i in range(1, 5)]))
+    np.testing.assert_allclose(combine("dc", x)[0], np.concatenate([v[0] for v in x]))
+    with pytest.raises(ValueError):
+        combine("pair", x[:3])
+
+
+def test_ragged_slots_average_their_sentences():
+    vecs = np.array([[1.0, 0.0], [3.0, 2.0], [5.0, 4.0], [7.0, 8.0]], dtype=np.float32)
+    refs = SlotRefs.ragged([[0, 1], [2], [1, 2, 3]])
+    np.testing.assert_allclose(slot_vectors(vecs, refs), [[2, 1], [5, 4], [5, 14 / 3]],
+                               rtol=1e-6)
+    single = SlotRefs.single([3, 0])
+    np.testing.assert_array_equal(slot_vectors(vecs, single), vecs[[3, 0]])
+
+
+def test_build_features_stacks_layer_specs():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(5, 3, 4)).astype(np.float32)
+    split = Split("train", (SlotRefs.single([0, 1]), SlotRefs.single([2, 3])), np.array([0, 1]))
+    feats = build_features(v, [2, AVG], split, "pair")
+    assert feats.shape == (2, 2, 8)
+    u, w = v[[0, 1], 2], v[[2, 3], 2]
+    np.testing.assert_allclose(feats[0], np.concatenate([np.abs(u - w), u * w], axis=1))
+    m = v.mean(axis=1)
+    np.testing.assert_allclose(feats[1, :, 4:], m[[0, 1]] * m[[2, 3]], rtol=1e-5)
