@@ -111,8 +111,8 @@ class ResultsStore:
         records = [dict(r) for r in records]
         if not records:
             return []
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise ResultsError(f"{self.path}: cannot open results file for writing "
