@@ -192,6 +192,41 @@ def tasks_check_command(ctx: click.Context, selection, data_dirs, task_files) ->
 
 
 # ---- probe (stage two) -------------------------------------------------------------------
+@cli.command("probe")
+@click.option("--cache", required=True, metavar="CACHE.h5", help="A complete cache (stage one).")
+@click.option("--tasks", metavar="IDS", default="",
+              help="Task ids, suites or suite:GROUP, comma-separated.")
+@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
+              help="Data folder: DIR or SUITE=DIR; repeatable [default: $ESTRATOS_DATA].")
+@click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
+              help="A custom task spec (repeatable).")
+@click.option("--out", required=True, metavar="RESULTS.jsonl",
+              help="Results file (appended; cells already there are skipped).")
+@click.option("--layers", default="all", show_default=True,
+              help="all, or hidden-state indices and avg, comma-separated (e.g. 0,3,6,avg).")
+@click.option("--pooling", default="cls", show_default=True, help="cls or mean.")
+@click.option("--seeds", default="1111", show_default=True, help="Comma-separated seeds.")
+@click.option("--classifier", type=click.Choice(["senteval", "lbfgs"]), default="senteval",
+              show_default=True, help="senteval (faithful) or lbfgs (fast exploration).")
+@click.option("--sequential", is_flag=True,
+              help="Train one cell at a time (parity checks, timing).")
+@click.option("--jobs", type=int, default=1, show_default=True,
+              help="Tasks run in this many processes (torch threads split between them).")
+@click.option("--threads", type=int, default=None,
+              help="Torch threads per process [default: cores / jobs].")
+@click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
+@click.option("--expect-model", default=None,
+              help="Fail unless the cache was made with this model.")
+def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, seeds, classifier,
+                  sequential, jobs, threads, overwrite, expect_model) -> None:
+    """Train probes for every task x layer x seed (estratos.probe.probe_tasks)."""
+    from estratos.probe.runner import probe_tasks, summarize
+
+    records = probe_tasks(cache, tasks, out, data_dir=data_dirs, task_files=task_files,
+                          layers=layers, pooling=pooling, seeds=seeds, classifier=classifier,
+                          sequential=sequential, jobs=jobs, overwrite=overwrite,
+                          expect_model=expect_model, threads=threads)
+    click.echo(summarize(records, out))
 
 # ---- report and baseline -----------------------------------------------------------------
 @cli.command("report")

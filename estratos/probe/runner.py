@@ -432,3 +432,42 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     if errors:
         _reraise(*errors[0])
     return written
+
+
+def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
+                data_dir: Sequence[str] = (), task_files: Sequence[str] = (),
+                layers: str = "all", pooling: str = "cls", seeds: Union[str, Sequence[int]] = "1111",
+                classifier: str = "senteval", sequential: bool = False, jobs: int = 1,
+                overwrite: bool = False, expect_model: Optional[str] = None,
+                threads: Optional[int] = None) -> List[Dict[str, Any]]:
+    """``estratos probe`` as a function: resolve task ids (plus ``--task-file`` specs) and
+    data folders from their command-line forms, then :func:`run_probe`."""
+    from estratos.tasks import DataDirs, load_task_file, select_tasks
+
+    extra = [load_task_file(p) for p in task_files]
+    if not tasks or not str(tasks).strip():
+        if not extra:
+            raise OptionError("--tasks: give task ids, suites or suite:GROUP (or --task-file)")
+        specs = extra
+    else:
+        specs = select_tasks(str(tasks), extra=extra)
+    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else _check_seeds(seeds)
+    return run_probe(cache, specs, DataDirs.parse(list(data_dir)), out, layers=layers,
+                     pooling=pooling, seeds=seed_list, classifier=classifier,
+                     sequential=sequential, jobs=jobs, overwrite=overwrite,
+                     expect_model=expect_model, threads=threads)
+
+
+def summarize(records: Sequence[Mapping[str, Any]], out: os.PathLike | str) -> str:
+    """A few lines for the terminal: cells written, and each task's best layer spec."""
+    if not records:
+        return f"nothing to do: every cell is already in {out} (use --overwrite to redo)"
+    lines = [f"wrote {len(records)} cell(s) to {out}"]
+    by_task: Dict[str, Dict[Any, List[float]]] = {}
+    for r in records:
+        by_task.setdefault(r["task"], {}).setdefault(r["layer"], []).append(float(r["score"]))
+    for task, layers in by_task.items():
+        means = {layer: sum(v) / len(v) for layer, v in layers.items()}
+        best = max(means, key=lambda k: means[k])
+        lines.append(f"  {task}: best layer {best} ({means[best]:.2f}, mean over seeds)")
+    return "\n".join(lines)
