@@ -135,3 +135,24 @@ def test_cli_with_task_file(tsv_task):
     result = runner.invoke(cli, ["tasks", "check", "custom", "--task-file", str(tsv_task)])
     assert result.exit_code == 1 and "dev.tsv:2: label 'meh' is not in the label set" in \
         result.output
+
+
+def test_custom_task_without_train_gets_the_held_out_fallback(tmp_path):
+    rows = "".join(f"{'pos' if i % 3 else 'neg'}\tfrase {i}\n" for i in range(40))
+    write(tmp_path / "data" / "dev.tsv", "label\ttext\n" + rows)
+    write(tmp_path / "data" / "test.tsv", "label\ttext\npos\totra\n")
+    spec_path = write(tmp_path / "t.toml", TSV_SPEC.replace('train = "train.tsv"\n', ""))
+    data = load_task(load_task_file(spec_path), DataDirs())
+    assert data.sizes == {"train": 36, "dev": 4, "test": 1}
+    assert "no train file" in data.fallback and "held-out 10%" in data.fallback
+    dev = data.splits["dev"].labels
+    assert sorted(dev.tolist()) == [0, 1, 1, 1]  # 13 neg / 27 pos -> 1 and 3 held out
+
+
+def test_custom_task_cannot_shadow_a_builtin(tmp_path, tsv_task):
+    from estratos.errors import TaskError
+    text = tsv_task.read_text().replace('name = "Polarity"',
+                                        'name = "TASS1"\nsuite = "es-senteval"')
+    spec = load_task_file(write(tmp_path / "shadow.toml", text))
+    with pytest.raises(TaskError, match="id of a built-in task"):
+        select_tasks("TASS1", extra=[spec])

@@ -153,3 +153,25 @@ def test_cli_check_real_data_passes(es_data_dir):
                                       "--data-dir", str(es_data_dir)])
     assert result.exit_code == 0, result.output
     assert "checked 2 tasks: no problems" in result.output
+
+
+def test_check_without_any_data_is_an_option_error(tmp_path):
+    result = CliRunner().invoke(cli, ["tasks", "check", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "no task has any data file" in result.output
+
+
+def test_check_collects_missing_files_and_bad_lines_across_files(tmp_path):
+    folder = tmp_path / "discoeval" / "SP" / "wiki"
+    folder.mkdir(parents=True)
+    (folder / "valid.txt").write_bytes(b"0\ta\tb\tc\td\te\n9\ta\tb\tc\td\te\n\xff\n")
+    result = CliRunner().invoke(cli, ["tasks", "check", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    out = result.output
+    assert f"{folder / 'test.txt'}: missing required file" in out
+    assert "checked 1 tasks" in out and "tasks without any data file were skipped" in out
+    (folder / "test.txt").write_text("1\tf\tg\th\ti\tj\n", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["tasks", "check", "es-discoeval:SPwiki", "--data-dir",
+                                      str(tmp_path)])
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"{folder / 'valid.txt'}:2: label '9' is not in the label set")
+    assert lines[1].startswith(f"{folder / 'valid.txt'}:3: invalid utf-8")

@@ -91,7 +91,8 @@ class TaskBuilder:
             if not all(normed):
                 raise InputError("empty sentence", path, line)
             texts.append(normed)
-        refs = [[self.sentence(t, path, line) for t in group] for group in texts]
+        index = self._index
+        refs = [[index.setdefault(t, len(index)) for t in group] for group in texts]
         examples, labels = self._splits.setdefault(split, ([], []))
         examples.append(refs)
         labels.append(value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
+from estratos.errors import OptionError, TaskError
 from estratos.tasks.custom import load_task_file
 from estratos.tasks.datadirs import DataDirs
 from estratos.tasks.describe import (check_tasks, list_tasks, render_task, render_task_list,
@@ -22,7 +23,12 @@ def _selection(expr: Optional[str], task_files: Sequence[str]) -> Tuple[List[Tas
     extra = [load_task_file(path) for path in task_files]
     if expr:
         return select_tasks(expr, extra), True
-    return all_specs() + [s for s in extra if s.id not in {x.id for x in all_specs()}], False
+    builtin = all_specs()
+    clashes = [s.id for s in extra if s.id in {x.id for x in builtin}]
+    if clashes:
+        raise TaskError(f"custom task {clashes[0]} has the id of a built-in task; give it "
+                        "another name or suite")
+    return builtin + extra, False
 
 
 def tasks_list_text(expr: Optional[str] = None, data_dirs: Sequence[str] = (),
@@ -65,6 +71,9 @@ def tasks_check(expr: Optional[str] = None, data_dirs: Sequence[str] = (),
     specs, explicit = _selection(expr, task_files)
     dirs = DataDirs.parse(data_dirs)
     checked = specs if explicit else tasks_with_files(specs, dirs)
+    if not checked:
+        raise OptionError("--data-dir: no task has any data file in the given folders "
+                          "(pass the benchmark's folder, or SUITE=DIR)")
     problems = check_tasks(checked, dirs)
     lines = list(problems)
     bad = {p.rsplit(" [", 1)[-1].rstrip("]") for p in problems}

@@ -105,13 +105,14 @@ def plan_task(spec: TaskSpec, data_dirs: DataDirs) -> Plan:
                         ("train", "dev", "test"))
         if "dev" in have:
             pool = dataclasses.replace(have["dev"], split=POOL)
-            text = (f"no train file ({_names(published['train'], root)}): train on "
+            where = _names(published["train"], root) if "train" in published else "none given"
+            text = (f"no train file ({where}): train on "
                     f"{_names(have['dev'], root)} minus a held-out {pct} (fixed seed) that "
                     f"is the dev split; test on {_names(have['test'], root)}")
             return plan(protocol, (pool, have["test"]), ("train", "dev", "test"), text, pool)
         if "train" in have:
             pool = dataclasses.replace(have["train"], split=POOL)
-            where = _names(published["dev"], root) if "dev" in published else "none published"
+            where = _names(published["dev"], root) if "dev" in published else "none given"
             text = (f"no dev file ({where}): dev is a held-out {pct} (fixed seed) of "
                     f"{_names(have['train'], root)}")
             return plan(protocol, (pool, have["test"]), ("train", "dev", "test"), text, pool)
@@ -121,7 +122,8 @@ def plan_task(spec: TaskSpec, data_dirs: DataDirs) -> Plan:
             return plan(protocol, (), ("train", "test"), missing=missing_of("test", "train"))
         if "train" in have:
             return plan(protocol, (have["train"], have["test"]), ("train", "test"))
-        text = (f"no train file ({_names(published['train'], root)}): nested k-fold "
+        where = _names(published["train"], root) if "train" in published else "none given"
+        text = (f"no train file ({where}): nested k-fold "
                 f"cross-validation on the test file {_names(have['test'], root)} alone")
         return plan("inner-kfold", (dataclasses.replace(have["test"], split="all"),),
                     ("all",), text)

@@ -9,7 +9,6 @@ all and keeps going, so one run lists every problem in a file.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from contextlib import contextmanager
@@ -17,8 +16,6 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 from estratos.errors import InputError
-
-log = logging.getLogger(__name__)
 
 #: problems kept per file in collect mode (a file with every line broken would flood the report)
 MAX_PROBLEMS_PER_FILE = 20
@@ -86,7 +83,11 @@ def read_lines(path: os.PathLike | str, encoding: str = "utf-8",
     path = Path(path)
     require_file(path)
     seen = False
-    with open(path, "rb") as handle:
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
+    with handle:
         for number, raw in enumerate(handle, start=1):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf") and encoding.lower() in (
                     "utf-8", "utf8"):

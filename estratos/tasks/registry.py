@@ -127,7 +127,11 @@ def select_tasks(expr: str, extra: Sequence[TaskSpec] = ()) -> List[TaskSpec]:
     ``extra`` are specs that are not registered (custom tasks from ``--task-file``); they
     take part in selection after the registered ones.
     """
-    pool = all_specs() + [s for s in extra if s.id not in _SPECS]
+    clashes = [s.id for s in extra if s.id in _SPECS]
+    if clashes:
+        raise TaskError(f"custom task {clashes[0]} has the id of a built-in task; give it "
+                        "another name or suite")
+    pool = all_specs() + list(extra)
     items = [part.strip() for part in expr.split(",") if part.strip()]
     if not items:
         raise TaskError("empty task selection")

@@ -40,7 +40,10 @@ def load_pickle(path: os.PathLike | str) -> Any:
     path = Path(path)
     if not path.is_file():
         raise InputError("missing required file", path)
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
     if not data:
         raise InputError("empty file (no data)", path)
     try:
@@ -48,7 +51,7 @@ def load_pickle(path: os.PathLike | str) -> Any:
     except ForbiddenGlobal as exc:
         raise InputError(f"refusing to unpickle: {exc} (a pickle can run code; task "
                          "pickles may only hold lists, tuples and strings)", path) from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            UnicodeDecodeError, MemoryError, OverflowError) as exc:
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
+            AttributeError, UnicodeDecodeError, MemoryError, OverflowError) as exc:
         raise InputError(f"not a readable pickle ({type(exc).__name__}: {exc})",
                          path) from None

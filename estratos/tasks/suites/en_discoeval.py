@@ -40,8 +40,8 @@ SPECS.append(_spec("SSPabs", "SSP", "tsv", "single",
                    description="sentence section prediction (abstracts)"))
 for _name, _folder in (("PDTB-E", "Explicit"), ("PDTB-I", "Implicit")):
     SPECS.append(_spec(_name, "DR", "pdtb", "pair4",
-                       {"splits": tvt(f"PDTB/{_folder}"), "labelset": f"PDTB/{_folder}/labelset.txt",
-                        "label": 0, "sentences": [1, 2]}, classifier=PDTB,
+                       {"splits": tvt(f"PDTB/{_folder}"), "label": 0, "sentences": [1, 2],
+                        "labelset": f"PDTB/{_folder}/labelset.txt"}, classifier=PDTB,
                        description=f"PDTB {_folder.lower()} discourse relation"))
 SPECS.append(_spec("RST", "DR", "rst", "rst",
                    {"splits": tvt("RST", "RST_TRAIN.pkl", "RST_DEV.pkl", "RST_TEST.pkl")},
