@@ -9,7 +9,7 @@ from estratos.tasks import DataDirs, check_tasks, load_task, select_tasks
 
 def test_generated_suite_loads_through_the_registry(tmp_path):
     synthetic = pytest.importorskip("estratos.tasks.synthetic")
-    synthetic.build_synthetic_es(tmp_path, n_per_task=60)
+    synthetic.build_synthetic_es(tmp_path, n_per_task=200)
     dirs = DataDirs.parse([f"synthetic-es={tmp_path}"])
     specs = select_tasks("synthetic-es")
     assert [s.name for s in specs] == ["Tense", "SubjNumber", "ObjNumber", "Length",
