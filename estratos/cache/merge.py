@@ -100,17 +100,18 @@ def _copy_rows(path: Path, writer: CacheWriter, seen: set, poolings: Sequence[st
         n = int(f.attrs["n_done"])
         for lo in range(0, n, COPY_ROWS):
             hi = min(n, lo + COPY_ROWS)
-            keys = f[schema.KEYS][lo:hi]
-            keep = np.array([bytes(k) not in seen for k in keys.tolist()], dtype=bool)
+            keys = schema.keys_as_bytes(f[schema.KEYS][lo:hi])
+            keep = np.array([k not in seen for k in keys], dtype=bool)
             if not keep.any():
                 continue
-            seen.update(bytes(k) for k in keys[keep].tolist())
+            kept = [k for k, good in zip(keys, keep) if good]
+            seen.update(kept)
             try:
                 sentences = f[schema.SENTENCES].asstr()[lo:hi]
                 vectors = {p: f[schema.VECTORS][p][lo:hi][keep] for p in poolings}
             except OSError as exc:
                 raise CacheError(f"{path}: rows {lo}..{hi - 1} unreadable ({exc}); "
                                  "re-encode this shard") from exc
-            writer.append(keys[keep].tolist(), [s for s, k in zip(sentences, keep) if k],
+            writer.append(kept, [s for s, k in zip(sentences, keep) if k],
                           f[schema.N_TOKENS][lo:hi][keep], f[schema.TRUNCATED][lo:hi][keep],
                           vectors)

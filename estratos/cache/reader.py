@@ -113,8 +113,8 @@ class CacheReader:
     # -- lookup -------------------------------------------------------------------------------
     def _key_index(self) -> Dict[bytes, int]:
         if self._index is None:
-            keys = self._f[schema.KEYS][: self.n_rows]
-            self._index = {bytes(k): i for i, k in enumerate(keys.tolist())}
+            keys = schema.keys_as_bytes(self._f[schema.KEYS][: self.n_rows])
+            self._index = {k: i for i, k in enumerate(keys)}
         return self._index
 
     def rows_for(self, sentences: Sequence[str]) -> np.ndarray:

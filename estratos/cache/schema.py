@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping
 
 import h5py
 import numpy as np
@@ -56,6 +56,17 @@ def shard_path(path: os.PathLike | str, index: int, count: int) -> Path:
     """The file of shard ``index`` (0-based) of ``count``: ``cache.h5`` -> ``cache.shard-1-of-3.h5``."""
     path = Path(path)
     return path.with_name(f"{path.stem}.shard-{index}-of-{count}{path.suffix}")
+
+
+def keys_as_bytes(keys: np.ndarray) -> List[bytes]:
+    """Keys read from ``/keys`` as exact 16-byte strings.
+
+    numpy drops trailing NUL bytes when it turns a fixed-size bytes element into ``bytes``
+    (``.tolist()``, iteration), which would corrupt about one key in 256; slicing the raw
+    buffer keeps every byte.
+    """
+    raw = np.ascontiguousarray(keys, dtype=KEY_DTYPE).tobytes()
+    return [raw[i:i + KEY_BYTES] for i in range(0, len(raw), KEY_BYTES)]
 
 
 def to_python(value: Any) -> Any:

@@ -85,7 +85,7 @@ def verify_cache(path: os.PathLike | str, sentences: Optional[Sequence[str]] = N
                 _check_vectors(f[schema.VECTORS][p], p, n, report)
 
         if sentences is not None:
-            stored = set(f[schema.KEYS][:n].tolist())
+            stored = set(schema.keys_as_bytes(f[schema.KEYS][:n]))
             need = {}
             for s in sentences:
                 need.setdefault(sentence_key(s), normalize_sentence(s))
@@ -113,8 +113,8 @@ def _check_keys(f, n: int, report: VerifyReport) -> None:
         except OSError as exc:
             report.problems.append(f"/sentences rows {lo}..{hi - 1}: unreadable ({exc})")
             continue
-        for i, (t, k) in enumerate(zip(block, keys[lo:hi].tolist())):
-            if sentence_key(t) != bytes(k):
+        for i, (t, k) in enumerate(zip(block, schema.keys_as_bytes(keys[lo:hi]))):
+            if sentence_key(t) != k:
                 bad.append(lo + i)
     if bad:
         report.problems.append(f"{len(bad)} row(s) whose key does not match the text, e.g. rows "

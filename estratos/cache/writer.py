@@ -31,6 +31,8 @@ CHUNK_CACHE_BYTES = 64 * 1024 * 1024
 
 
 def _open_kwargs() -> dict:
+    # default libver on purpose: superblock v3 (libver v110+) records "open for writing" and
+    # refuses to reopen a file whose writer was killed, which would defeat resuming
     return {"rdcc_nbytes": CHUNK_CACHE_BYTES, "rdcc_nslots": 100003}
 
 
@@ -63,7 +65,7 @@ class CacheWriter:
         """Create a new, empty ``.partial`` cache (fails if ``path`` exists)."""
         path = Path(path)
         try:
-            f = h5py.File(path, "x", libver=("v110", "latest"), **_open_kwargs())
+            f = h5py.File(path, "x", **_open_kwargs())
         except FileExistsError as exc:
             raise CacheError(f"{path}: already exists; refusing to overwrite it") from exc
         except OSError as exc:

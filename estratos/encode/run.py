@@ -230,7 +230,7 @@ def _stored_settings(path: Path) -> Dict[str, Any]:
 def _cached_keys(path: Path) -> set:
     with schema.open_h5(path, "r") as f:
         n = int(f.attrs["n_done"])
-        return set(f[schema.KEYS][:n].tolist())
+        return set(schema.keys_as_bytes(f[schema.KEYS][:n]))
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -333,9 +333,9 @@ def _plan(enc, texts: List[str], keys: List[bytes]):
 
 def _run(enc, writer: CacheWriter, texts: List[str], keys: List[bytes], *, target: Path,
          batch_tokens: int, progress: Optional[bool], shard_attrs: Mapping[str, Any]):
-    stored = writer.keys()
-    base = {bytes(k) for k in stored[: writer.n_base]}
-    done = [bytes(k) for k in stored[writer.n_base:]]
+    stored = schema.keys_as_bytes(writer.keys())
+    base = set(stored[: writer.n_base])
+    done = stored[writer.n_base:]
     n_cached = sum(1 for k in keys if k in base)
     todo = [i for i, k in enumerate(keys) if k not in base]
     t_texts, t_keys = [texts[i] for i in todo], [keys[i] for i in todo]
