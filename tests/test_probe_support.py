@@ -88,10 +88,10 @@ def toy_sentences(n: int, stem: str = "frase número") -> list:
 
 def toy_split_task(n: int = 240, **kw):
     """A split-protocol toy task and its vectors: train 60%, dev 20%, test 20%."""
+    task_spec = kw.pop("task_spec", None) or spec()
     sentences, vec, y = toy_classification(n, **kw)
     a, b = int(0.6 * n), int(0.8 * n)
     ids = np.arange(n)
-    task_spec = kw.pop("task_spec", None) or spec()
     task = single_task(task_spec, sentences, {"train": (ids[:a], y[:a]),
                                               "dev": (ids[a:b], y[a:b]),
                                               "test": (ids[b:], y[b:])}, ("neg", "pos"))

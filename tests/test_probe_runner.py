@@ -1,0 +1,266 @@
+"""run_probe end to end on tiny caches and hand-made tasks: records, resume, protocols,
+bad input (each with a clear message and nothing written), and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from estratos.cli import cli
+from estratos.errors import CacheError, MissingSentences, OptionError, SettingsMismatch
+from estratos.probe.results import read_results
+from estratos.probe.runner import run_probe
+from estratos.tasks.types import SlotRefs, Split, TaskData
+
+from test_probe_support import (MODEL, MemoryLoader, single_task, spec, toy_classification,
+                                toy_sentences, toy_split_task, write_cache)
+
+CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
+                 "pooling", "seed", "protocol", "fallback", "classifier", "metric", "score",
+                 "l2", "dev", "test", "sizes", "epochs", "seconds", "model", "revision",
+                 "cache", "estratos_version", "created"}
+
+
+@pytest.fixture
+def toy(tmp_path):
+    task, sentences, vec = toy_split_task(240)
+    cache = write_cache(tmp_path / "c.h5", sentences, vec)
+    return task, cache, MemoryLoader({task.spec.id: task})
+
+
+def run(cache, task, loader, out, **kw):
+    kw.setdefault("threads", 1)
+    return run_probe(cache, [task.spec], None, out, loader=loader, **kw)
+
+
+def test_records_follow_the_contract(toy, tmp_path):
+    task, cache, loader = toy
+    out = tmp_path / "r.jsonl"
+    records = run(cache, task, loader, out, layers="1,avg", seeds=(1, 2))
+    assert [(r["layer"], r["seed"]) for r in records] == [(1, 1), ("avg", 1), (1, 2), ("avg", 2)]
+    assert read_results(out) == records
+    r = records[0]
+    assert set(r) == CONTRACT_KEYS
+    assert r["task"] == "toy:Toy" and r["model"] == MODEL and r["revision"] == "rev-1"
+    assert r["classifier"]["name"] == "senteval" and r["classifier"]["l2_grid"] == [
+        1e-5, 1e-4, 1e-3, 1e-2]
+    assert r["sizes"] == {"train": 144, "dev": 48, "test": 48}
+    assert r["score"] == r["test"]["accuracy"] and r["metric"] == "accuracy"
+    assert r["cache"]["n_states"] == 3 and r["cache"]["dim"] == 8
+    assert r["protocol"] == "split" and r["fallback"] is None
+
+
+def test_informative_layers_score_higher_than_noise(tmp_path):
+    sentences, vec, y = toy_classification(1200, informative=(2,))
+    ids = np.arange(1200)
+    task = single_task(spec(), sentences, {"train": (ids[:800], y[:800]),
+                                           "dev": (ids[800:1000], y[800:1000]),
+                                           "test": (ids[1000:], y[1000:])}, ("a", "b"))
+    cache = write_cache(tmp_path / "c.h5", sentences, vec)
+    records = run(cache, task, MemoryLoader({task.spec.id: task}), tmp_path / "r.jsonl",
+                  layers="0,2")
+    score = {r["layer"]: r["score"] for r in records}
+    assert score[2] > 95 and score[0] < 70
+
+
+def test_resume_skips_done_cells_and_overwrite_redoes_them(toy, tmp_path):
+    task, cache, loader = toy
+    out = tmp_path / "r.jsonl"
+    first = run(cache, task, loader, out, layers="0,1")
+    assert len(first) == 2
+    assert run(cache, task, loader, out, layers="0,1") == []
+    more = run(cache, task, loader, out, layers="0,1,2")
+    assert [r["layer"] for r in more] == [2]
+    again = run(cache, task, loader, out, layers="0", overwrite=True)
+    assert [r["layer"] for r in again] == [0]
+    assert len(read_results(out, latest=False)) == 4
+    assert len(read_results(out)) == 3
+    # other classifier and seed are other cells
+    assert len(run(cache, task, loader, out, layers="0", classifier="lbfgs")) == 1
+
+
+def test_batched_equals_sequential_and_runs_are_deterministic(toy, tmp_path):
+    task, cache, loader = toy
+    a = run(cache, task, loader, tmp_path / "a.jsonl", layers="all")
+    b = run(cache, task, loader, tmp_path / "b.jsonl", layers="all", sequential=True)
+    c = run(cache, task, loader, tmp_path / "c.jsonl", layers="all")
+    pick = lambda rs: [(r["layer"], r["l2"], r["dev"], r["test"], r["epochs"]) for r in rs]  # noqa: E731
+    assert pick(a) == pick(b) == pick(c)
+
+
+def test_jobs_run_tasks_in_processes(tmp_path):
+    tasks, sentences, vectors = {}, [], []
+    for name, offset in (("A", 0), ("B", 1)):
+        task, sents, vec = toy_split_task(160, seed=offset, task_spec=spec(name))
+        tasks[task.spec.id] = task
+        sentences += list(sents)
+        vectors.append(vec)
+    # both toy tasks share sentence texts: keep one row per sentence
+    cache = write_cache(tmp_path / "c.h5", sentences[:160], vectors[0])
+    loader = MemoryLoaderPickle(sorted(tasks))
+    records = run_probe(cache, [t.spec for t in tasks.values()], None, tmp_path / "r.jsonl",
+                        layers="0,avg", jobs=2, threads=1, loader=loader)
+    assert sorted((r["task"], str(r["layer"])) for r in records) == [
+        ("toy:A", "0"), ("toy:A", "avg"), ("toy:B", "0"), ("toy:B", "avg")]
+    assert len(read_results(tmp_path / "r.jsonl")) == 4
+
+
+class MemoryLoaderPickle:
+    """A picklable loader (TaskData holds read-only mappings, which do not pickle)."""
+
+    def __init__(self, ids):
+        self.ids = list(ids)
+
+    def __call__(self, task_spec, data_dirs):
+        seed = 0 if task_spec.name == "A" else 1
+        return toy_split_task(160, seed=seed, task_spec=task_spec)[0]
+
+
+# ---- other protocols through the runner ----------------------------------------------------
+
+def test_cosine_and_relatedness_tasks(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 300
+    sentences = toy_sentences(2 * n, stem="par")
+    u = rng.normal(size=(n, 2, 6)).astype(np.float32)
+    noise = rng.normal(size=(n, 2, 6)).astype(np.float32)
+    sim = rng.uniform(0, 1, size=n)
+    v = u * sim[:, None, None] + noise * (1 - sim[:, None, None])
+    vec = np.concatenate([u, v]).astype(np.float32)
+    gold = 1 + 4 * sim
+    cache = write_cache(tmp_path / "c.h5", sentences, vec)
+    refs = lambda rows: (SlotRefs.single(rows), SlotRefs.single(rows + n))  # noqa: E731
+    sts_spec = spec("STS", combiner="pair", protocol="cosine", metric="pearson", group="SS",
+                    score_range=(0, 5))
+    sts = TaskData(sts_spec, tuple(sentences),
+                   {"news": Split("news", refs(np.arange(0, 200)), gold[:200] - 1),
+                    "wiki": Split("wiki", refs(np.arange(200, 300)), gold[200:] - 1)},
+                   (), "cosine")
+    sick_spec = spec("SICKR", combiner="pair", protocol="relatedness", metric="pearson",
+                     group="SS", score_range=(1, 5))
+    sick = TaskData(sick_spec, tuple(sentences),
+                    {"train": Split("train", refs(np.arange(0, 200)), gold[:200]),
+                     "dev": Split("dev", refs(np.arange(200, 250)), gold[200:250]),
+                     "test": Split("test", refs(np.arange(250, 300)), gold[250:])},
+                    (), "relatedness")
+    loader = MemoryLoader({sts_spec.id: sts, sick_spec.id: sick})
+    records = run_probe(cache, [sts_spec, sick_spec], None, tmp_path / "r.jsonl", layers="1",
+                        threads=1, loader=loader)
+    by = {r["task"]: r for r in records}
+    s = by["toy:STS"]
+    assert s["l2"] is None and s["dev"] is None and s["epochs"] is None
+    assert set(s["test"]["subsets"]) == {"news", "wiki"}
+    assert s["score"] == round(100 * s["test"]["pearson_wmean"], 2) and s["score"] > 50
+    r = by["toy:SICKR"]
+    assert set(r["test"]) == {"pearson", "spearman", "mse"} and set(r["dev"]) == {"pearson"}
+    assert r["score"] == round(100 * r["test"]["pearson"], 2)
+    assert r["classifier"]["epoch_size"] == 50
+
+
+def test_kfold_inner_kfold_and_f1(tmp_path):
+    sentences, vec, y = toy_classification(200, n_states=2, informative=(1,))
+    ids = np.arange(200)
+    kf_spec = spec("KF", protocol="kfold", classifier={"kfold": 3, "max_epoch": 8},
+                   extra_metrics=("f1",))
+    kf = single_task(kf_spec, sentences, {"train": (ids[:150], y[:150]),
+                                          "test": (ids[150:], y[150:])}, ("0", "1"))
+    ik_spec = spec("IK", protocol="inner-kfold", classifier={"kfold": 3, "max_epoch": 4})
+    ik = single_task(ik_spec, sentences, {"all": (ids, y)}, ("neg", "pos"))
+    cache = write_cache(tmp_path / "c.h5", sentences, vec)
+    records = run_probe(cache, [kf_spec, ik_spec], None, tmp_path / "r.jsonl", layers="1",
+                        threads=1, loader=MemoryLoader({kf_spec.id: kf, ik_spec.id: ik}))
+    by = {r["task"]: r for r in records}
+    assert set(by["toy:KF"]["test"]) == {"accuracy", "f1"}
+    assert by["toy:KF"]["protocol"] == "kfold" and "accuracy" in by["toy:KF"]["dev"]
+    assert set(by["toy:IK"]["test"]) == {"accuracy"}
+    assert by["toy:IK"]["sizes"] == {"all": 200}
+
+
+# ---- bad input -----------------------------------------------------------------------------
+
+def test_missing_sentences_name_the_count_and_the_encode_command(toy, tmp_path):
+    task, _, loader = toy
+    cache = write_cache(tmp_path / "small.h5", task.sentences[:200],
+                        np.zeros((200, 3, 8), dtype=np.float32))
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(MissingSentences) as info:
+        run(cache, task, loader, out)
+    msg = str(info.value)
+    assert "40 sentence(s)" in msg and info.value.missing == 40
+    assert f"estratos encode --model {MODEL} --out {cache} --tasks toy:Toy" in msg
+    assert not out.exists()
+
+
+def test_incomplete_cache_is_refused(toy, tmp_path):
+    task, _, loader = toy
+    _, sentences, vec = toy_split_task(240)
+    cache = write_cache(tmp_path / "inc.h5", sentences, vec, complete=False)
+    with pytest.raises(CacheError, match="incomplete"):
+        run(cache, task, loader, tmp_path / "r.jsonl")
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_cache_from_another_model_than_expected(toy, tmp_path):
+    task, cache, loader = toy
+    with pytest.raises(SettingsMismatch, match="other/model") as info:
+        run(cache, task, loader, tmp_path / "r.jsonl", expect_model="other/model")
+    assert MODEL in str(info.value)
+
+
+def test_nan_rows_are_a_clear_error_before_training(toy, tmp_path):
+    task, _, loader = toy
+    _, sentences, vec = toy_split_task(240)
+    vec = vec.copy()
+    vec[17, 1, 3] = np.nan
+    cache = write_cache(tmp_path / "nan.h5", sentences, vec)
+    with pytest.raises(CacheError, match=r"1 row\(s\) needed by toy:Toy hold NaN") as info:
+        run(cache, task, loader, tmp_path / "r.jsonl")
+    assert sentences[17] in str(info.value)
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize("layers,needle", [("0,first", "unknown layer spec"),
+                                           ("0,3", "out of range"), ("9", "out of range")])
+def test_bad_layer_specs(toy, tmp_path, layers, needle):
+    task, cache, loader = toy
+    with pytest.raises(OptionError, match=needle) as info:
+        run(cache, task, loader, tmp_path / "r.jsonl", layers=layers)
+    assert "--layers" in str(info.value)
+
+
+@pytest.mark.parametrize("kw,needle", [({"pooling": "max"}, "--pooling"),
+                                       ({"seeds": ()}, "--seeds"),
+                                       ({"seeds": ("x",)}, "--seeds"),
+                                       ({"jobs": 0}, "--jobs"),
+                                       ({"classifier": "svm"}, "--classifier")])
+def test_bad_options(toy, tmp_path, kw, needle):
+    task, cache, loader = toy
+    with pytest.raises(OptionError, match=needle):
+        run(cache, task, loader, tmp_path / "r.jsonl", **kw)
+
+
+def test_missing_cache_file(toy, tmp_path):
+    task, _, loader = toy
+    with pytest.raises(CacheError, match="no such cache"):
+        run(tmp_path / "none.h5", task, loader, tmp_path / "r.jsonl")
+
+
+# ---- CLI -----------------------------------------------------------------------------------
+
+def test_cli_reports_user_errors_without_traceback(toy, tmp_path):
+    task, cache, _ = toy
+    runner = CliRunner()
+    res = runner.invoke(cli, ["probe", "--cache", str(tmp_path / "none.h5"), "--tasks",
+                              "es-senteval:TASS1", "--out", str(tmp_path / "r.jsonl")])
+    assert res.exit_code == 1 and "no such cache" in res.output
+    assert "Traceback" not in res.output
+    res = runner.invoke(cli, ["probe", "--cache", str(cache), "--tasks", "nosuchtask",
+                              "--out", str(tmp_path / "r.jsonl")])
+    assert res.exit_code != 0 and "nosuchtask" in res.output
+    res = runner.invoke(cli, ["probe", "--cache", str(cache), "--task-file", "/nonexistent.toml",
+                              "--out", str(tmp_path / "r.jsonl")])
+    assert res.exit_code != 0 and "Traceback" not in res.output
