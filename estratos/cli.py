@@ -153,8 +153,11 @@ _DATA_DIR_HELP = ("Data folder: DIR (a benchmark's own folder, for every suite) 
 @click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
               help="Also list a custom task (repeatable).")
 def tasks_list_command(selection, data_dirs, fmt, sizes, task_files) -> None:
-    """List tasks: group, protocol, metric, data presence and fallbacks
-    (estratos.tasks.commands.tasks_list_text)."""
+    """List tasks and whether their data is present.
+
+    Shows group, language, protocol, metric, classes, data presence and the fallback in
+    use, without reading the data (estratos.tasks.commands.tasks_list_text).
+    """
     from estratos.tasks.commands import tasks_list_text
 
     click.echo(tasks_list_text(selection, data_dirs, fmt, sizes, task_files))
@@ -168,8 +171,11 @@ def tasks_list_command(selection, data_dirs, fmt, sizes, task_files) -> None:
 @click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
               help="A custom task spec (repeatable).")
 def tasks_show_command(task_id, data_dirs, fmt, task_files) -> None:
-    """Load one task and show its files, splits, labels and an example
-    (estratos.tasks.commands.tasks_show_text)."""
+    """Load one task and describe it.
+
+    Files, effective protocol, fallback, sizes, labels and an example per split
+    (estratos.tasks.commands.tasks_show_text).
+    """
     from estratos.tasks.commands import tasks_show_text
 
     click.echo(tasks_show_text(task_id, data_dirs, fmt, task_files))
@@ -182,8 +188,11 @@ def tasks_show_command(task_id, data_dirs, fmt, task_files) -> None:
               help="Also check a custom task (repeatable).")
 @click.pass_context
 def tasks_check_command(ctx: click.Context, selection, data_dirs, task_files) -> None:
-    """Validate task files, printing every problem as file:line; exit 1 if any
-    (estratos.tasks.commands.tasks_check)."""
+    """Validate task files; exit 1 on any problem.
+
+    Reads every file of the selected tasks (default: all with data present) and prints
+    every problem as file:line (estratos.tasks.commands.tasks_check).
+    """
     from estratos.tasks.commands import tasks_check
 
     outcome = tasks_check(selection, data_dirs, task_files)
