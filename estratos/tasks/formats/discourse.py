@@ -111,7 +111,8 @@ class RstFormat(Format):
         path = source.paths[0]
         for number, record in enumerate(self._records(path), start=1):
             with ctx.guard():
-                if not isinstance(record, (list, tuple)) or len(record) != 3:
+                # DiscoEval reads fields 0-2 only; extra trailing fields are ignored likewise
+                if not isinstance(record, (list, tuple)) or len(record) < 3:
                     raise InputError(f"record {number}: expected [relation, left EDUs, "
                                      "right EDUs]", path)
                 relation = record[0]
