@@ -38,6 +38,8 @@ EXPECTED = {
 for _name in ("WordContent", "Depth", "BigramShift", "Tense", "SubjNumber", "ObjNumber",
               "OddManOut", "CoordinationInversion"):
     EXPECTED[f"es-senteval:{_name}"] = {"train": 9000, "dev": 1000, "test": 10000}
+# X-Probe's tree_depth va.txt is te.txt: the test file alone is split 70/10/20 instead
+EXPECTED["es-senteval:Depth"] = {"train": 7000, "dev": 1000, "test": 2000}
 for _name in ("SPwiki",):
     EXPECTED[f"es-discoeval:{_name}"] = {"train": 3600, "dev": 400, "test": 4000}
 for _name in ("BSOnews",):
@@ -175,3 +177,17 @@ def test_describe_counts_match_loaded_sizes(es_dirs, loaded):
         if info["protocol"] == "cosine":
             expected["test"] = sum(expected.values())
         assert sizes == expected, task_id
+
+
+def test_pool_that_is_the_test_set_is_never_trained_on(tmp_path):
+    """A training pool identical to the test file (X-Probe tree_depth) -> split test instead."""
+    folder = tmp_path / "senteval" / "Probing-xprobe" / "tree_depth"
+    folder.mkdir(parents=True)
+    lines = "".join(f"frase número {i} .\t{i % 3}\n" for i in range(100))
+    (folder / "va.txt").write_text(lines, encoding="utf-8")
+    (folder / "te.txt").write_text(lines, encoding="utf-8")
+    data = load_task(select_tasks("es-senteval:Depth")[0], DataDirs.parse([str(tmp_path)]))
+    assert data.sizes == {"train": 70, "dev": 10, "test": 20}
+    assert "repeats 100% of the test file" in data.fallback
+    ids = [set(data.splits[s].slots[0].indices.tolist()) for s in ("train", "dev", "test")]
+    assert not (ids[0] & ids[2]) and not (ids[1] & ids[2]) and not (ids[0] & ids[1])

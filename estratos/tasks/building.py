@@ -22,6 +22,11 @@ from estratos.text import normalize_sentence
 HOLDOUT_SEED = 20240
 #: share of the pool that becomes the held-out dev part
 HOLDOUT_FRACTION = 0.1
+#: share of a pool that becomes the test split when the files give no usable test split
+TEST_FRACTION = 0.2
+#: a training pool sharing more than this share of its examples with the test split is the
+#: test set itself (e.g. X-Probe's tree_depth va.txt == te.txt): training on it is forbidden
+MAX_POOL_TEST_OVERLAP = 0.5
 #: seed of the BSO pair shuffle
 SHUFFLE_SEED = 1111
 
@@ -169,6 +174,30 @@ def holdout(split: Split, fraction: float = HOLDOUT_FRACTION, stratify: bool = T
     mask[held] = False
     rest = np.flatnonzero(mask)
     return split.take(rest, "train"), split.take(held, "dev")
+
+
+def example_signatures(split: Split) -> List[Tuple[Tuple[int, ...], ...]]:
+    """Each example's sentence references as a hashable tuple (to compare splits)."""
+    per_slot = [[tuple(s.indices[s.offsets[i]:s.offsets[i + 1]]) for i in range(len(s))]
+                for s in split.slots]
+    return list(zip(*per_slot))
+
+
+def overlap_share(pool: Split, test: Split) -> float:
+    """Share of ``pool``'s examples whose sentences also form an example of ``test``."""
+    if len(pool) == 0:
+        return 0.0
+    in_test = set(example_signatures(test))
+    return sum(sig in in_test for sig in example_signatures(pool)) / len(pool)
+
+
+def three_way(split: Split, test_fraction: float = TEST_FRACTION) -> Tuple[Split, Split, Split]:
+    """Split one pool into (train, dev, test): test_fraction for test, then
+    :data:`HOLDOUT_FRACTION` of the whole for dev, the rest for train (fixed seed,
+    stratified)."""
+    rest, test = holdout(split, test_fraction)
+    train, dev = holdout(rest, HOLDOUT_FRACTION / (1.0 - test_fraction))
+    return train, dev, Split("test", test.slots, test.labels)
 
 
 def holdout_sizes(n: int, fraction: float = HOLDOUT_FRACTION) -> Tuple[int, int]:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from estratos.errors import InputError
-from estratos.tasks.building import HOLDOUT_FRACTION, TaskBuilder, holdout
+from estratos.tasks.building import (HOLDOUT_FRACTION, MAX_POOL_TEST_OVERLAP, TEST_FRACTION,
+                                     TaskBuilder, holdout, overlap_share, three_way)
 from estratos.tasks.datadirs import DataDirs
 from estratos.tasks.formats import Source, get_format
 from estratos.tasks.reading import LoadContext
@@ -171,18 +172,40 @@ def load_task(spec: TaskSpec, data_dirs: DataDirs,
     else:
         read_splits = [src.split for src in plan.reads]
         data = builder.build(plan.protocol, read_splits, plan.fallback, sources)
-        pool_name = _names(plan.holdout_from, plan.root)
-        train, dev = holdout(data.splits[POOL], stratify=not builder.scores)
-        splits = {"train": train, "dev": dev}
-        splits.update({k: v for k, v in data.splits.items() if k != POOL})
-        sources = {k: v for k, v in sources.items() if k != POOL}
-        sources["train"] = f"{pool_name} minus held-out part"
-        sources["dev"] = f"held-out {HOLDOUT_FRACTION:.0%} of {pool_name}"
-        data = dataclasses.replace(data, splits={k: splits[k] for k in plan.splits},
-                                   sources={k: sources[k] for k in plan.splits})
+        data = _apply_holdout(plan, data, sources, stratify=not builder.scores)
     log.info("loaded %s: %s (%d sentences)%s", spec.id, data.sizes, len(data.sentences),
              f"; fallback: {data.fallback}" if data.fallback else "")
     return data
+
+
+def _apply_holdout(plan: Plan, data: TaskData, sources: Dict[str, str],
+                   stratify: bool) -> TaskData:
+    """Cut the dev split from the training pool; re-split the test file when the pool is
+    (mostly) the test set itself, since training on test sentences gives no held-out score."""
+    pool_name = _names(plan.holdout_from, plan.root)
+    pool, test = data.splits[POOL], data.splits["test"]
+    share = overlap_share(pool, test)
+    fallback = data.fallback
+    if share > MAX_POOL_TEST_OVERLAP:
+        train, dev, test = three_way(test)
+        test_name = sources["test"]
+        text = (f"but {pool_name} repeats {share:.0%} of the test file {test_name}, so "
+                f"instead the test file alone is split (fixed seed, stratified): {TEST_FRACTION:.0%} test, "
+                f"{HOLDOUT_FRACTION:.0%} dev, the rest train")
+        log.warning("%s: %s", plan.spec.id, text)
+        fallback = f"{fallback}; {text}" if fallback else text
+        sources = {"train": f"{test_name} minus held-out parts",
+                   "dev": f"held-out {HOLDOUT_FRACTION:.0%} of {test_name}",
+                   "test": f"held-out {TEST_FRACTION:.0%} of {test_name}"}
+    else:
+        train, dev = holdout(pool, stratify=stratify)
+        sources = dict(sources, train=f"{pool_name} minus held-out part",
+                       dev=f"held-out {HOLDOUT_FRACTION:.0%} of {pool_name}")
+    splits = {"train": train, "dev": dev, "test": test}
+    splits.update({k: v for k, v in data.splits.items() if k not in splits and k != POOL})
+    return dataclasses.replace(data, splits={k: splits[k] for k in plan.splits},
+                               sources={k: sources[k] for k in plan.splits},
+                               fallback=fallback)
 
 
 def unique_sentences(specs: Iterable[TaskSpec], data_dirs: DataDirs) -> List[str]:
