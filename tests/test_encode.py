@@ -85,7 +85,11 @@ def test_minilm_vectors_equal_direct_forward(minilm_dir, tmp_path):
             np.testing.assert_allclose(c.read(row, "mean")[0], mean, atol=5e-3, rtol=2e-3)
 
 
-def test_sentence_alone_equals_sentence_in_padded_batch(tiny_bert_dir, tmp_path):
+@pytest.mark.parametrize("which", ["tiny", "cased"])
+def test_sentence_alone_equals_sentence_in_padded_batch(tiny_bert_dir, cased_bert_dir, tmp_path,
+                                                        which):
+    if which == "cased":
+        tiny_bert_dir = cased_bert_dir
     target = "el perro come."
     alone, batch = tmp_path / "alone.h5", tmp_path / "batch.h5"
     encode_sentences([target], str(tiny_bert_dir), alone, dtype="float32")
@@ -361,3 +365,97 @@ def test_device_selection_cpu():
     if not torch.cuda.is_available():
         with pytest.raises(OptionError, match="CUDA is not available"):
             select_device("cuda")
+
+
+# -- other tokenizers and options -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_roberta_dir(tmp_path_factory):
+    """A tiny random RoBERTa with a byte-level BPE: first token <s>, padding id 1."""
+    from tokenizers import ByteLevelBPETokenizer, processors
+    from transformers import RobertaConfig, RobertaModel, RobertaTokenizerFast
+
+    out = tmp_path_factory.mktemp("tiny-roberta")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(make_sentences(200, seed=20) + SPANISH, vocab_size=400,
+                            min_frequency=1,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe._tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tok = RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, model_max_length=64)
+    tok.save_pretrained(out)
+    torch.manual_seed(1)
+    config = RobertaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=32, pad_token_id=1,
+                           bos_token_id=0, eos_token_id=2, max_position_embeddings=66)
+    RobertaModel(config).eval().save_pretrained(out)
+    return out
+
+
+def test_roberta_style_model_keeps_its_own_special_tokens(tiny_roberta_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_roberta_dir)
+    out = tmp_path / "r.h5"
+    s = encode_sentences(SPANISH + make_sentences(20, seed=21, max_words=25),
+                         str(tiny_roberta_dir), out, dtype="float32")
+    assert s.max_length == 64  # 66 positions minus RoBERTa's padding offset
+    with open_cache(out) as c:
+        for sentence in SPANISH:
+            ids = tok(sentence)["input_ids"]
+            assert tok.convert_ids_to_tokens(ids)[0] == "<s>" and ids[-1] == tok.eos_token_id
+            row = c.rows_for([sentence])
+            cls, mean, n_tok = direct_vectors(tiny_roberta_dir, sentence)
+            np.testing.assert_allclose(c.read(row, "cls")[0], cls, atol=1e-5, rtol=1e-5)
+            np.testing.assert_allclose(c.read(row, "mean")[0], mean, atol=1e-5, rtol=1e-5)
+            with h5py.File(out, "r") as f:
+                assert f["n_tokens"][row[0]] == n_tok == len(ids)
+
+
+@pytest.fixture(scope="module")
+def cased_bert_dir(tiny_bert_dir, tmp_path_factory):
+    """tiny_bert_dir's vocabulary, really loaded (the shared fixture's tokenizer ends up with
+    only its 5 special tokens under transformers 5, so every word there is [UNK])."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    out = tmp_path_factory.mktemp("cased-bert")
+    tok = BertTokenizerFast(str(tiny_bert_dir / "vocab.txt"), do_lower_case=False)
+    tok.model_max_length = 64
+    tok.save_pretrained(out)
+    assert tok.convert_ids_to_tokens(tok("el perro")["input_ids"])[1] == "el"
+    torch.manual_seed(2)
+    BertModel(BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=32,
+                         max_position_embeddings=64)).eval().save_pretrained(out)
+    return out
+
+
+def test_case_is_kept_unless_lowercase_is_asked(cased_bert_dir, tmp_path):
+    tiny_bert_dir = cased_bert_dir
+    kept, lowered, plain = tmp_path / "k.h5", tmp_path / "l.h5", tmp_path / "p.h5"
+    encode_sentences(["El Perro Come."], str(tiny_bert_dir), kept, dtype="float32")
+    encode_sentences(["El Perro Come."], str(tiny_bert_dir), lowered, dtype="float32",
+                     lowercase=True)
+    encode_sentences(["el perro come."], str(tiny_bert_dir), plain, dtype="float32")
+    k = read_all(kept, "mean")["El Perro Come."]
+    low = read_all(lowered, "mean")["El Perro Come."]  # keyed by the text as given
+    np.testing.assert_allclose(low, read_all(plain, "mean")["el perro come."], atol=1e-6)
+    assert not np.allclose(k, low)
+    with open_cache(lowered, expect={"lowercase": True}):
+        pass
+    with pytest.raises(SettingsMismatch, match="lowercase"):
+        encode_sentences(["otra."], str(tiny_bert_dir), lowered, dtype="float32")
+
+
+def test_cli_encode_tasks_and_verify_tasks(tiny_bert_dir, es_data_dir, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "t.h5"
+    res = runner.invoke(cli, ["encode", "--model", str(tiny_bert_dir), "--out", str(out),
+                              "--tasks", "es-senteval:STS17", "--data-dir", str(es_data_dir)])
+    assert res.exit_code == 0, res.output
+    with open_cache(out) as c:
+        assert c.n_rows > 400
+    ok = runner.invoke(cli, ["cache", "verify", str(out), "--tasks", "es-senteval:STS17",
+                             "--data-dir", str(es_data_dir)])
+    assert ok.exit_code == 0 and "OK" in ok.output, ok.output
+    missing = runner.invoke(cli, ["cache", "verify", str(out), "--tasks", "es-senteval:STS15",
+                                  "--data-dir", str(es_data_dir)])
+    assert missing.exit_code == 1 and "required sentence(s) missing" in missing.output
