@@ -117,10 +117,30 @@ class _Adam:
             denom = v.sqrt().div_(bc2_sqrt).add_(self.eps)
             p.addcdiv_(m, denom, value=-self.lr / bc1)
 
-    def keep(self, index: torch.Tensor) -> None:
-        """Drop the feature groups not in ``index`` (dimension 0 of every tensor)."""
+    def keep(self, rows: torch.Tensor, cols: torch.Tensor, blocks: List[int]) -> None:
+        """Keep only the models in feature groups ``rows`` x L2 columns ``cols``."""
         for lst in (self.params, self.decay, self.m, self.v):
-            lst[:] = [t.index_select(0, index) for t in lst]
+            lst[:] = [_select_models(t, k, rows, cols) for t, k in zip(lst, blocks)]
+
+
+def _select_models(t: torch.Tensor, block: int, rows: torch.Tensor,
+                   cols: torch.Tensor) -> torch.Tensor:
+    """Rows (feature groups) and columns (L2 values) of a stacked parameter."""
+    t = t.index_select(0, rows)
+    if block == 0:  # (G, R, ...)
+        return t.index_select(1, cols).contiguous()
+    g, x, rk = t.shape
+    return t.view(g, x, rk // block, block).index_select(2, cols).reshape(
+        g, x, len(cols) * block)
+
+
+def _copy_model(dst: torch.Tensor, src: torch.Tensor, block: int, g: int, r: int, i: int,
+                j: int) -> None:
+    """dst's model (g, r) <- src's model (i, j) (the same parameter, other layouts)."""
+    if block == 0:
+        dst[g, r] = src[i, j]
+    else:
+        dst[g, :, r * block:(r + 1) * block] = src[i, :, j * block:(j + 1) * block]
 
 
 class _Net:
@@ -146,6 +166,8 @@ class _Net:
             return w.t().contiguous(), b
 
         R = n_l2
+        #: per parameter: block width K of the "wide" layout (G, X, R*K), or 0 for (G, R, ...)
+        self.blocks = [n_classes, n_classes] if nhid == 0 else [nhid, nhid, 0, 0]
         if nhid == 0:
             w, b = linear_init(n_features, n_classes)
             self.params = [
@@ -259,7 +281,11 @@ class _FitState:
 def _train(net: _Net, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tensor,
            l2: np.ndarray, *, grad_fn: GradFn, score_fn: ScoreFn, batch_size: int,
            epoch_size: int, max_epoch: int, tenacity: int, seed: int, lr: float) -> _FitState:
-    """SentEval's fit loop, for all G x R models at once (see the module docstring)."""
+    """SentEval's fit loop, for all G x R models at once (see the module docstring).
+
+    Models leave the program when they stop: after each round, the feature groups (rows)
+    and L2 values (columns) with no active model left are dropped from every tensor.
+    """
     G, R = l2.shape
     n = x.shape[1]
     adam = _Adam(net.params, net.decay_tensors(torch.as_tensor(l2, dtype=torch.float32)), lr)
@@ -268,60 +294,55 @@ def _train(net: _Net, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tenso
     count = np.zeros((G, R), dtype=np.int64)
     epochs = np.zeros((G, R), dtype=np.int64)
     active = np.ones((G, R), dtype=bool)
-    groups = np.arange(G)  # feature groups still in the program
+    rows, cols = np.arange(G), np.arange(R)  # models still in the program
     nepoch = 0
     while active.any() and nepoch <= max_epoch:
-        all_groups = len(groups) == G
-        g_index = torch.as_tensor(groups)
+        all_rows = len(rows) == G
+        g_index = torch.as_tensor(rows)
         for pass_index in range(nepoch, nepoch + epoch_size):
             perm = torch.from_numpy(pass_permutation(n, seed, pass_index))
             for start in range(0, n, batch_size):
                 idx = perm[start:start + batch_size]
-                xb = x.index_select(1, idx) if all_groups else x[g_index[:, None], idx[None, :]]
+                xb = x.index_select(1, idx) if all_rows else x[g_index[:, None], idx[None, :]]
                 z, saved = net.forward(xb, train=True)
                 dz = grad_fn(z, targets.index_select(0, idx))
                 adam.step(net.backward(dz, saved))
         nepoch += epoch_size
-        x_dev_active = x_dev if all_groups else x_dev.index_select(0, g_index)
-        scores = score_fn(net.logits(x_dev_active, net.params))
-        act = active[groups]
-        improved = act & (scores > best_score[groups])
+        x_dev_live = x_dev if all_rows else x_dev.index_select(0, g_index)
+        scores = score_fn(net.logits(x_dev_live, net.params))  # (len(rows), len(cols))
+        live = np.ix_(rows, cols)
+        act = active[live]
+        improved = act & (scores > best_score[live])
         stalled = act & ~improved
-        if improved.any():
-            mask = torch.from_numpy(improved)
-            for b, p in zip(best, net.params):
-                b[g_index] = torch.where(_broadcast_mask(mask, p), p, b[g_index])
-        sub_best = best_score[groups]
-        sub_best[improved] = scores[improved]
-        best_score[groups] = sub_best
-        sub_count = count[groups]
-        stop = stalled & (sub_count >= tenacity)
-        sub_count[stalled] += 1
-        count[groups] = sub_count
-        sub_active = act & ~stop
-        active[groups] = sub_active
-        sub_epochs = epochs[groups]
-        sub_epochs[act] = nepoch
-        epochs[groups] = sub_epochs
-        keep = sub_active.any(axis=1)
-        if not keep.all() and keep.any():
-            kept = torch.as_tensor(np.flatnonzero(keep))
-            adam.keep(kept)
-            net.params = adam.params
-            groups = groups[keep]
-        elif not keep.any():
+        for i, j in zip(*np.nonzero(improved)):
+            for b, p, k in zip(best, net.params, net.blocks):
+                _copy_model(b, p, k, int(rows[i]), int(cols[j]), int(i), int(j))
+        sub = best_score[live]
+        sub[improved] = scores[improved]
+        best_score[live] = sub
+        sub = count[live]
+        stop = stalled & (sub >= tenacity)
+        sub[stalled] += 1
+        count[live] = sub
+        act_after = act & ~stop
+        active[live] = act_after
+        sub = epochs[live]
+        sub[act] = nepoch
+        epochs[live] = sub
+        keep_rows = act_after.any(axis=1)
+        if not keep_rows.any():
             break
+        keep_cols = act_after[keep_rows].any(axis=0)
+        if not (keep_rows.all() and keep_cols.all()):
+            r_idx = torch.as_tensor(np.flatnonzero(keep_rows))
+            c_idx = torch.as_tensor(np.flatnonzero(keep_cols))
+            adam.keep(r_idx, c_idx, net.blocks)
+            net.params = adam.params
+            net.R = int(keep_cols.sum())
+            rows, cols = rows[keep_rows], cols[keep_cols]
     log.debug("trained %d x %d models for %d epochs", G, R, nepoch)
+    net.R = R
     return _FitState(net, best, best_score, epochs)
-
-
-def _broadcast_mask(mask: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
-    """A (Ga, R) model mask shaped to broadcast over one parameter's stacked layout."""
-    Ga, R = mask.shape
-    if param.dim() == 3:  # (Ga, F|1, R*K): model r owns columns r*K .. r*K+K-1
-        k = param.shape[2] // R
-        return mask.repeat_interleave(k, dim=1).reshape(Ga, 1, R * k)
-    return mask.reshape(Ga, R, 1, 1)
 
 
 class SentEvalClassifier:
