@@ -459,3 +459,27 @@ def test_cli_encode_tasks_and_verify_tasks(tiny_bert_dir, es_data_dir, tmp_path)
     missing = runner.invoke(cli, ["cache", "verify", str(out), "--tasks", "es-senteval:STS15",
                                   "--data-dir", str(es_data_dir)])
     assert missing.exit_code == 1 and "required sentence(s) missing" in missing.output
+
+
+def test_second_encoder_on_the_same_cache_is_refused(tiny_bert_dir, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "c.h5"
+    encode_sentences(["uno."], str(tiny_bert_dir), out)
+    holder = ("import sys, time\n"
+              "from estratos.cache.writer import CacheWriter\n"
+              "w = CacheWriter.extend_copy(sys.argv[1], sys.argv[1] + '.partial')\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", holder, str(out)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with pytest.raises(CacheError, match="in use by another process"):
+            encode_sentences(["uno.", "dos."], str(tiny_bert_dir), out)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert encode_sentences(["uno.", "dos."], str(tiny_bert_dir), out).n_rows == 2

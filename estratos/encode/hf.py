@@ -88,7 +88,9 @@ class HFEncoder:
         bad = [p for p in poolings if p not in POOLINGS]
         if bad or not poolings:
             raise OptionError(f"--pooling: unknown pooling {bad or poolings!r}; choose from {POOLINGS}")
-        self.model_name = str(model)
+        local = Path(str(model)).expanduser()
+        # a local folder is recorded by its absolute path, so reruns from elsewhere still match
+        self.model_name = str(local.resolve()) if local.is_dir() else str(model)
         self.poolings = tuple(dict.fromkeys(poolings))
         self.lowercase = bool(lowercase)
         self.device = devices.select_device(device)
@@ -103,6 +105,14 @@ class HFEncoder:
             raise OptionError(f"--model: cannot load {self.model_name!r} with transformers "
                               f"AutoTokenizer/AutoModel: {exc}") from exc
         self.model.eval().to(self.device)
+        # position 0 must be the first real token and padding must sit after the sentence
+        self.tokenizer.padding_side = "right"
+        if self.tokenizer.pad_token is None:  # GPT-style tokenizers: padding is masked anyway
+            fill = self.tokenizer.eos_token or self.tokenizer.unk_token
+            if fill is None:
+                raise OptionError(f"--model: the tokenizer of {self.model_name!r} has no padding, "
+                                  "end or unknown token to pad batches with")
+            self.tokenizer.pad_token = fill
         config = self.model.config
         limit = default_max_length(self.tokenizer, config)
         if max_length is None:
