@@ -332,6 +332,30 @@ def tasks_download_cmd(benchmark: str, data_dir: str, base_url: str, timeout: fl
         raise click.ClickException(f"{len(report.missing)} expected files are missing")
 
 
+@cli.command("demo")
+@click.option("--out", metavar="DIR", default="estratos-demo", show_default=True,
+              help="Folder for data, cache, results and report (rerunning resumes).")
+@click.option("--model", default=None,
+              help="Hugging Face model id or folder [default: the packaged all-MiniLM-L6-v2].")
+@click.option("--seeds", default="1111,1,2", show_default=True,
+              help="Comma-separated probe seeds.")
+@click.option("--n-per-task", type=int, default=1000, show_default=True,
+              help="Examples per synthetic task.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bars [default: when stderr is a terminal].")
+def demo_cmd(out: str, model: Optional[str], seeds: str, n_per_task: int,
+             progress: Optional[bool]) -> None:
+    """Encode, probe every layer and report on built-in Spanish tasks, offline
+    (estratos.demo.run_demo)."""
+    from estratos.demo import run_demo
+    from estratos.probe.runner import parse_seeds
+
+    summary = run_demo(out, model, parse_seeds(seeds), n_per_task=n_per_task,
+                       progress=progress, say=lambda line: click.echo(line, err=True))
+    click.echo(summary.table)
+    click.echo(summary.describe())
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Console-script entry point."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="estratos")

