@@ -288,6 +288,7 @@ def _train(net: _Net, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tenso
     """
     G, R = l2.shape
     n = x.shape[1]
+    xt = x.transpose(0, 1).contiguous()  # (n, G, F): one example's features side by side
     adam = _Adam(net.params, net.decay_tensors(torch.as_tensor(l2, dtype=torch.float32)), lr)
     best = [p.clone() for p in net.params]
     best_score = np.full((G, R), -1.0)  # SentEval starts from -1
@@ -303,7 +304,9 @@ def _train(net: _Net, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tenso
             perm = torch.from_numpy(pass_permutation(n, seed, pass_index))
             for start in range(0, n, batch_size):
                 idx = perm[start:start + batch_size]
-                xb = x.index_select(1, idx) if all_rows else x[g_index[:, None], idx[None, :]]
+                # rows of the example-major copy are contiguous: a cheap gather
+                xb = (xt.index_select(0, idx) if all_rows
+                      else xt[idx[:, None], g_index[None, :]]).transpose(0, 1)
                 z, saved = net.forward(xb, train=True)
                 dz = grad_fn(z, targets.index_select(0, idx))
                 adam.step(net.backward(dz, saved))

@@ -35,8 +35,9 @@ from estratos.probe.settings import ClassifierSettings, resolve_settings
 log = logging.getLogger(__name__)
 
 #: features of one (task, seed) program are kept under this many bytes by splitting the
-#: layer specs into groups trained one after the other (results do not depend on it)
-FEATURE_BUDGET_BYTES = 1_500_000_000
+#: layer specs into groups trained one after the other (results do not depend on it); the
+#: trainer holds one more (example-major) copy of the training features
+FEATURE_BUDGET_BYTES = 1_000_000_000
 #: SentEval's relatedness regressor settings (recorded in results)
 _CHECK_ROWS = 65536
 RELATEDNESS_SETTINGS = {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 3,
