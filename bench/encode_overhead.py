@@ -12,7 +12,9 @@ Figures printed:
    length-sorted token-budget batches encode uses (model load and planning not timed);
 2. full `encode_sentences` into a new cache (wall time, everything included), the separately
    measured model load time, and the ratios (target <= 1.10);
-3. peak RSS of a fresh process running the full encode for each size in --rss-sizes, with the
+3. cache writer throughput (rows/s) when flushing every 16, 64, 256 or 512 rows, MiniLM-sized
+   rows: why encode buffers batches into blocks of >= 512 rows instead of flushing each batch;
+4. peak RSS of a fresh process running the full encode for each size in --rss-sizes, with the
    UTF-8 size of the text (target: independent of N apart from the text itself).
 """
 
@@ -108,6 +110,28 @@ def full_encode(sentences: list, out: Path, batch_tokens: int) -> dict:
             "rows": summary.n_rows, "size_bytes": out.stat().st_size}
 
 
+def writer_throughput(folder: Path, rows: int = 10240) -> dict:
+    """Rows/s of CacheWriter.append (write + flush + n_done) by rows per append."""
+    import numpy as np
+
+    from estratos.cache.writer import CacheWriter
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for block in (16, 64, 256, 512):
+        writer = CacheWriter.create(folder / f"w{block}.h5.partial",
+                                    {"dtype": "float16", "poolings": ["cls", "mean"]})
+        vectors = rng.standard_normal((block, 7, 384)).astype(np.float32)
+        start = time.perf_counter()
+        for i in range(0, rows, block):
+            keys = [i.to_bytes(8, "big") + j.to_bytes(8, "big") for j in range(block)]
+            writer.append(keys, ["x"] * block, np.ones(block), np.zeros(block, bool),
+                          {"cls": vectors, "mean": vectors})
+        out[block] = rows / (time.perf_counter() - start)
+        writer.close()
+    return out
+
+
 def child(n: int, sentences_file: Path, out: Path, batch_tokens: int) -> None:
     """Run one full encode of the first ``n`` lines and print peak RSS as JSON."""
     from estratos.encode import encode_sentences, read_sentence_file
@@ -150,6 +174,11 @@ def main() -> None:
     print(f"ratio full / bare:                 {full['seconds'] / bare['seconds']:.3f}  (target <= 1.10)")
     print(f"ratio (full - model load) / bare:  "
           f"{(full['seconds'] - full['load_seconds']) / bare['seconds']:.3f}", flush=True)
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
+        speeds = writer_throughput(Path(tmp))
+    print("cache writer, rows/s by rows per flush: "
+          + ", ".join(f"{b}: {r:.0f}" for b, r in speeds.items()), flush=True)
 
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
         src = Path(tmp) / "sentences.txt"
