@@ -308,6 +308,8 @@ def prepare(params, samples):
 
 def batcher(params, batch):
     CALLS.append(len(batch))
+    if ["ROMPE"] in batch:
+        return np.zeros((1, 4))
     out = np.zeros((len(batch), STATES, 4), dtype=np.float32)
     for i, words in enumerate(batch):
         out[i, ..., 0] = len(words)
@@ -335,6 +337,10 @@ def test_senteval_batcher_encoder(tmp_path, states):
     assert v[1, 0, 0] == 1 and v[1, -1, 1] == vocab.index("c")
     with pytest.raises(OptionError, match="returned shape"):
         encode_sentences(["x"], None, tmp_path / "c.h5", encoder=f"{module}:broken")
+    assert not (tmp_path / "c.h5").exists() and not (tmp_path / "c.h5.partial").exists()
+    with pytest.raises(OptionError, match="returned shape"):  # adding to a cache: it survives
+        encode_sentences(["b a.", "ROMPE"], None, out, encoder=f"{module}:batcher")
+    assert sorted(p.name for p in tmp_path.glob("b.h5*")) == ["b.h5"]
     with pytest.raises(OptionError, match="no function"):
         encode_sentences(["x"], None, tmp_path / "d.h5", encoder=f"{module}:nothing")
     with pytest.raises(OptionError, match="MODULE:FUNCTION"):

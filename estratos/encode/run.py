@@ -32,7 +32,7 @@ from estratos import __version__
 from estratos.cache import schema
 from estratos.cache.writer import CacheWriter
 from estratos.encode.batching import length_order, token_budget_batches
-from estratos.errors import CacheError, InputError, OptionError, SettingsMismatch
+from estratos.errors import CacheError, EstratosError, InputError, OptionError, SettingsMismatch
 from estratos.text import normalize_sentence, sentence_key
 
 log = logging.getLogger(__name__)
@@ -314,8 +314,12 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     try:
         summary = _run(enc, writer, texts, keys, target=target, batch_tokens=int(batch_tokens),
                        progress=progress, shard_attrs=shard_attrs)
-    except BaseException:
-        writer.close()  # the .partial stays, resumable
+    except BaseException as exc:
+        writer.close()
+        # bad input (e.g. an --encoder returning the wrong shape): leave nothing behind. A crash
+        # or Ctrl-C keeps the .partial, resumable; so does an error while resuming one.
+        if not have_partial and isinstance(exc, EstratosError):
+            partial.unlink(missing_ok=True)
         raise
     n_cached, n_resumed, n_encoded, n_truncated, n_rows = summary
     return EncodeSummary(str(target), n_input, n_unique, len(keys), n_cached, n_resumed,
