@@ -3,7 +3,6 @@ one cell at a time (same seed -> the same numbers), and the CLI on the real task
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -60,7 +59,10 @@ def test_batched_equals_sequential_on_real_tass1(tass_slice, tmp_path):
     batched = run_probe(cache, [task.spec], dirs, tmp_path / "b.jsonl", **kw)
     again = run_probe(cache, [task.spec], dirs, tmp_path / "b2.jsonl", **kw)
     alone = run_probe(cache, [task.spec], dirs, tmp_path / "s.jsonl", sequential=True, **kw)
-    pick = lambda rs: [(r["layer"], r["l2"], r["dev"], r["test"], r["epochs"]) for r in rs]  # noqa: E731
+
+    def pick(rs):
+        return [(r["layer"], r["l2"], r["dev"], r["test"], r["epochs"]) for r in rs]
+
     assert pick(batched) == pick(again)
     # each model follows the trajectory it has alone: identical numbers, not just close ones
     assert pick(batched) == pick(alone)

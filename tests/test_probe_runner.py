@@ -3,9 +3,7 @@ bad input (each with a clear message and nothing written), and the CLI."""
 
 from __future__ import annotations
 
-import json
 
-import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -88,7 +86,10 @@ def test_batched_equals_sequential_and_runs_are_deterministic(toy, tmp_path):
     a = run(cache, task, loader, tmp_path / "a.jsonl", layers="all")
     b = run(cache, task, loader, tmp_path / "b.jsonl", layers="all", sequential=True)
     c = run(cache, task, loader, tmp_path / "c.jsonl", layers="all")
-    pick = lambda rs: [(r["layer"], r["l2"], r["dev"], r["test"], r["epochs"]) for r in rs]  # noqa: E731
+
+    def pick(rs):
+        return [(r["layer"], r["l2"], r["dev"], r["test"], r["epochs"]) for r in rs]
+
     assert pick(a) == pick(b) == pick(c)
 
 

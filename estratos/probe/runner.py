@@ -182,19 +182,26 @@ def _run_cells(task: Any, vectors: np.ndarray, layers: List[LayerSpec], seed: in
     if protocol == "relatedness":
         offset, k = _relatedness_levels(task)
         make = wrap(lambda: RelatednessRegressor(n_classes=k, seed=seed))
-        shift = lambda name: np.asarray(splits[name].labels, dtype=np.float64) + offset  # noqa: E731
+
+        def shift(name: str) -> np.ndarray:
+            return np.asarray(splits[name].labels, dtype=np.float64) + offset
+
         # MSE is on the task's own scale: the shift cancels in (prediction - gold)
         return P.relatedness_protocol(make, (feats("train"), shift("train")),
                                       (feats("dev"), shift("dev")),
                                       (feats("test"), shift("test")))
 
-    if settings.name == "lbfgs":
-        base = lambda: LBFGSClassifier(n_classes=n_classes, seed=seed)  # noqa: E731
-    else:
-        base = lambda: SentEvalClassifier.from_settings(settings, seed, n_classes)  # noqa: E731
+    def base() -> Any:
+        if settings.name == "lbfgs":
+            return LBFGSClassifier(n_classes=n_classes, seed=seed)
+        return SentEvalClassifier.from_settings(settings, seed, n_classes)
+
     make = wrap(base)
     positive = _positive_label(task)
-    labels = lambda name: np.asarray(splits[name].labels, dtype=np.int64)  # noqa: E731
+
+    def labels(name: str) -> np.ndarray:
+        return np.asarray(splits[name].labels, dtype=np.int64)
+
     if protocol == "split":
         return P.split_protocol(make, (feats("train"), labels("train")),
                                 (feats("dev"), labels("dev")), (feats("test"), labels("test")),
@@ -268,11 +275,9 @@ def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions,
     log.info("%s: read %d rows x %d states in %.2fs", spec.id, len(rows), len(states),
              time.perf_counter() - t0)
     _check_vectors(Path(opts.cache_path), spec.id, vectors, task.sentences, opts.pooling)
-    position = {s: i for i, s in enumerate(states)}
-    if len(states) != cache.n_states:  # the avg spec never reaches here without all states
-        remap = lambda l: position[int(l)]  # noqa: E731
-    else:
-        remap = lambda l: l  # noqa: E731
+    # the vectors hold ``states`` only; "avg" always comes with every state
+    position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
+    position[AVG] = AVG
     store = ResultsStore(opts.out)
     written: List[Dict[str, Any]] = []
     n_examples = sum(len(s) for s in task.splits.values())
@@ -281,7 +286,7 @@ def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions,
     for seed in opts.seeds:
         for chunk in _layer_chunks(todo[seed], n_examples, n_features):
             t0 = time.perf_counter()
-            outcomes = _run_cells(task, vectors, [remap(l) for l in chunk], seed, settings,
+            outcomes = _run_cells(task, vectors, [position[layer] for layer in chunk], seed, settings,
                                   opts.sequential)
             seconds = (time.perf_counter() - t0) / len(chunk)
             records = [_record(task, layer, opts.pooling, seed, settings, o, seconds, identity)
@@ -435,7 +440,8 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
 
 def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
                 data_dir: Sequence[str] = (), task_files: Sequence[str] = (),
-                layers: str = "all", pooling: str = "cls", seeds: Union[str, Sequence[int]] = "1111",
+                layers: str = "all", pooling: str = "cls",
+                seeds: Union[str, Sequence[int]] = "1111",
                 classifier: str = "senteval", sequential: bool = False, jobs: int = 1,
                 overwrite: bool = False, expect_model: Optional[str] = None,
                 threads: Optional[int] = None) -> List[Dict[str, Any]]:
