@@ -309,7 +309,7 @@ def prepare(params, samples):
 def batcher(params, batch):
     CALLS.append(len(batch))
     if ["ROMPE"] in batch:
-        return np.zeros((1, 4))
+        return np.zeros((len(batch) + 1, 4))
     out = np.zeros((len(batch), STATES, 4), dtype=np.float32)
     for i, words in enumerate(batch):
         out[i, ..., 0] = len(words)
