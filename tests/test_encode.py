@@ -267,6 +267,9 @@ def test_cli_encode_and_bad_inputs(tiny_bert_dir, tmp_path):
     assert "2 unique" in ok.output and "2 encoded" in ok.output
     with open_cache(out, expect={"dtype": "float32"}) as c:
         assert c.n_rows == 2
+    relative = os.path.relpath(tiny_bert_dir)
+    with open_cache(out, expect={"model": relative}) as c:  # a local folder, however written
+        assert c.attrs["model"] == str(Path(tiny_bert_dir).resolve())
 
     bad_utf8 = tmp_path / "bad.txt"
     bad_utf8.write_bytes(b"ok\n\xff\n")

@@ -85,7 +85,8 @@ class CacheReader:
     def check(self, expect: Mapping[str, Any]) -> None:
         """Raise :class:`SettingsMismatch` naming both values for each attribute that differs.
 
-        ``pooling`` (singular) checks membership in ``poolings``.
+        ``pooling`` (singular) checks membership in ``poolings``; a ``model`` that is a local
+        folder is compared by its absolute path, as encode records it.
         """
         problems = []
         for name, want in expect.items():
@@ -96,6 +97,8 @@ class CacheReader:
                     problems.append(f"pooling {want!r} not in the cache's {list(self.poolings)}")
                 continue
             have = self.attrs.get(name)
+            if name == "model" and isinstance(want, (str, os.PathLike)) and Path(want).is_dir():
+                want = str(Path(want).resolve())  # encode records local folders this way
             if isinstance(have, (list, tuple)) or isinstance(want, (list, tuple)):
                 same = tuple(have or ()) == tuple(want)
             elif isinstance(have, (int, float)) and not isinstance(have, bool):
