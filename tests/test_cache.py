@@ -180,6 +180,22 @@ def test_merge_refuses_missing_duplicate_mismatched_and_incomplete(tmp_path, bat
     assert merged["n_rows"] == len(set(sentences))
 
 
+@pytest.mark.parametrize("model", ["tiny", "batcher"])
+def test_merge_with_empty_shards(tmp_path, tiny_bert_dir, batcher_target, model):
+    kwargs = ({"encoder": batcher_target} if model == "batcher" else {})
+    name = None if model == "batcher" else str(tiny_bert_dir)
+    sentences = ["uno.", "dos."]
+    summaries = [encode_sentences(sentences, name, tmp_path / "c.h5", shard=(i, 6), **kwargs)
+                 for i in range(6)]
+    assert sorted(s.n_selected for s in summaries)[:4] == [0, 0, 0, 0]
+    if model == "tiny":
+        empty = next(s.path for s in summaries if s.n_selected == 0)
+        assert verify_cache(empty).ok
+    merge_shards(tmp_path / "m.h5", [s.path for s in summaries])
+    with open_cache(tmp_path / "m.h5") as c:
+        assert sorted(c.sentences()) == sorted(sentences)
+
+
 # -- verify ---------------------------------------------------------------------------------
 def small_cache(tmp_path, batcher_target, name="v.h5"):
     sentences = make_sentences(700, seed=14)

@@ -61,6 +61,8 @@ def merge_shards(out: os.PathLike | str, shards: Sequence[os.PathLike | str]) ->
     for p, a in infos[1:]:
         diff = schema.settings_diff(a, first)
         for k in ("shard_count", "input_digest", "n_states", "dim"):
+            if k in ("n_states", "dim") and (a.get(k) is None or first.get(k) is None):
+                continue  # an empty shard of a --encoder run never learnt its shapes
             if a.get(k) != first.get(k):
                 diff[k] = (a.get(k), first.get(k))
         if diff:

@@ -85,12 +85,16 @@ class CacheWriter:
             f.create_dataset(schema.TRUNCATED, (0,), dtype=np.bool_, maxshape=(None,),
                              chunks=(4096,))
             f.create_group(schema.VECTORS)
+            writer = cls(f, path)
+            if attrs.get("n_states") and attrs.get("dim"):  # known up front: even 0 rows is valid
+                for pooling in schema.to_python(f.attrs["poolings"]):
+                    writer._vector_dataset(pooling, int(attrs["n_states"]), int(attrs["dim"]))
             f.flush()
         except BaseException:
             f.close()
             path.unlink(missing_ok=True)
             raise
-        return cls(f, path)
+        return writer
 
     @classmethod
     def reopen(cls, path: os.PathLike | str) -> "CacheWriter":

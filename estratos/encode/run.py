@@ -282,7 +282,6 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     shard_attrs = ({"shard_index": shard_sel[0], "shard_count": shard_sel[1],
                     "input_digest": digest} if shard_sel else {})
 
-    n_cached_before = 0
     if have_partial:
         _check_settings(partial, _stored_settings(partial), want, shard_sel)
         writer = CacheWriter.reopen(partial)
