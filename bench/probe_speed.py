@@ -100,6 +100,10 @@ def main(argv=None) -> int:
     seeds = parse_seeds(args.seeds)
     seq_seeds = parse_seeds(args.sequential_seeds) if args.sequential_seeds else seeds
     seq_layers = args.sequential_layers or args.layers
+    from estratos.probe.classifiers import torch_runtime
+
+    with torch_runtime(1):  # one-time torch imports happen here, outside the timings
+        pass
     print(f"cache {cache}; threads {args.threads or 'auto'}; layers {args.layers}; "
           f"seeds {','.join(map(str, seeds))}")
     print(f"{'task':32} {'cells':>5} {'batched s':>10} {'cells':>5} {'sequential s':>12} "

@@ -27,8 +27,8 @@ from estratos.errors import CacheError, EstratosError, MissingSentences, OptionE
 from estratos.probe import protocols as P
 from estratos.probe.classifiers import (LBFGSClassifier, RelatednessRegressor,
                                         SentEvalClassifier, torch_runtime)
-from estratos.probe.features import (AVG, LayerSpec, build_features, layer_matrix,
-                                     parse_layers, slot_vectors)
+from estratos.probe.features import (AVG, COMBINER_WIDTH, LayerSpec, build_features,
+                                     layer_matrix, parse_layers, slot_vectors)
 from estratos.probe.results import ResultsStore, cell_key
 from estratos.probe.settings import ClassifierSettings, resolve_settings
 
@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 FEATURE_BUDGET_BYTES = 1_000_000_000
 #: SentEval's relatedness regressor settings (recorded in results)
 _CHECK_ROWS = 8192
+#: task vectors read by the pre-training check and kept for training (in-process runs)
+VECTOR_BUDGET_BYTES = 1_500_000_000
 RELATEDNESS_SETTINGS = {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 3,
                         "epoch_size": 50, "max_epoch": 1000, "dropout": 0.0, "l2_grid": [0.0]}
 
@@ -255,39 +257,46 @@ def _todo(spec: Any, opts: _RunOptions, identity: Mapping[str, Any], done: set
             for seed in opts.seeds}
 
 
-def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions,
-                done: set) -> List[Dict[str, Any]]:
-    """All cells of one task: read its rows once, then one batched program per seed."""
+def _read_vectors(cache: Any, spec: Any, task: Any, opts: _RunOptions,
+                  todo: Mapping[int, Sequence[LayerSpec]]) -> Tuple[np.ndarray, List[int]]:
+    """One read of the task's rows, only the hidden states its pending cells need (all of
+    them when ``avg`` is pending); NaN/inf rows raise :class:`CacheError`."""
+    rows = cache.rows_for(task.sentences)
+    needed = {layer for layers in todo.values() for layer in layers}
+    if AVG in needed:
+        states = list(range(cache.n_states))
+    else:
+        states = sorted(int(layer) for layer in needed)
+    t0 = time.perf_counter()
+    vectors = cache.read(rows, opts.pooling, states)
+    log.info("%s: read %d rows x %d states in %.2fs", spec.id, len(rows), len(states),
+             time.perf_counter() - t0)
+    _check_vectors(Path(opts.cache_path), spec.id, vectors, task.sentences, opts.pooling)
+    return vectors, states
+
+
+def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions, done: set,
+                preread: Optional[Tuple[np.ndarray, List[int]]] = None) -> List[Dict[str, Any]]:
+    """All cells of one task: its rows read once, then one batched program per seed."""
     settings = _settings_for(spec, opts.classifier)
     identity = cache.identity()
     todo = _todo(spec, opts, identity, done)
     if not any(todo.values()):
         log.info("%s: every cell already in %s; skipped", spec.id, opts.out)
         return []
-    rows = cache.rows_for(task.sentences)
-    needed = sorted({l for ls in todo.values() for l in ls}, key=str)
-    if any(l == AVG for l in needed):
-        states = list(range(cache.n_states))
-    else:
-        states = sorted(int(l) for l in needed)
-    t0 = time.perf_counter()
-    vectors = cache.read(rows, opts.pooling, states)
-    log.info("%s: read %d rows x %d states in %.2fs", spec.id, len(rows), len(states),
-             time.perf_counter() - t0)
-    _check_vectors(Path(opts.cache_path), spec.id, vectors, task.sentences, opts.pooling)
+    vectors, states = preread or _read_vectors(cache, spec, task, opts, todo)
     # the vectors hold ``states`` only; "avg" always comes with every state
     position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
     position[AVG] = AVG
     store = ResultsStore(opts.out)
     written: List[Dict[str, Any]] = []
     n_examples = sum(len(s) for s in task.splits.values())
-    from estratos.probe.features import COMBINER_WIDTH
     n_features = COMBINER_WIDTH[spec.combiner] * vectors.shape[2]
     for seed in opts.seeds:
         for chunk in _layer_chunks(todo[seed], n_examples, n_features):
             t0 = time.perf_counter()
-            outcomes = _run_cells(task, vectors, [position[layer] for layer in chunk], seed, settings,
-                                  opts.sequential)
+            outcomes = _run_cells(task, vectors, [position[layer] for layer in chunk], seed,
+                                  settings, opts.sequential)
             seconds = (time.perf_counter() - t0) / len(chunk)
             records = [_record(task, layer, opts.pooling, seed, settings, o, seconds, identity)
                        for layer, o in zip(chunk, outcomes)]
@@ -408,7 +417,18 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
         written: List[Dict[str, Any]] = []
         pending = [spec for spec in specs
                    if any(_todo(spec, opts, cache.identity(), done).values())]
-        for spec in pending:  # NaN/inf rows are found before any training starts
+        # NaN/inf rows are found before any training starts. In-process runs keep what this
+        # check read (up to a budget) so each task's rows are read once.
+        kept: Dict[str, Tuple[np.ndarray, List[int]]] = {}
+        kept_bytes = 0
+        for spec in pending:
+            todo = _todo(spec, opts, cache.identity(), done)
+            if n_jobs == 1:
+                vectors, states = _read_vectors(cache, spec, tasks[spec.id], opts, todo)
+                if kept_bytes + vectors.nbytes <= VECTOR_BUDGET_BYTES:
+                    kept[spec.id] = (vectors, states)
+                    kept_bytes += vectors.nbytes
+                continue
             rows = cache.rows_for(tasks[spec.id].sentences)
             for i in range(0, len(rows), _CHECK_ROWS):
                 _check_vectors(cache_path, spec.id, cache.read(rows[i:i + _CHECK_ROWS], pooling),
@@ -416,7 +436,8 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
         if n_jobs == 1:
             with torch_runtime(opts.threads):
                 for spec in specs:
-                    written += _probe_task(cache, spec, tasks[spec.id], opts, done)
+                    written += _probe_task(cache, spec, tasks[spec.id], opts, done,
+                                           kept.pop(spec.id, None))
             return written
     del tasks
     import multiprocessing
