@@ -265,3 +265,59 @@ def test_cli_reports_user_errors_without_traceback(toy, tmp_path):
     res = runner.invoke(cli, ["probe", "--cache", str(cache), "--task-file", "/nonexistent.toml",
                               "--out", str(tmp_path / "r.jsonl")])
     assert res.exit_code != 0 and "Traceback" not in res.output
+
+
+@pytest.fixture
+def toml_task(tmp_path):
+    """A custom task (TOML + TSV files) over toy sentences, and a cache holding them."""
+    sentences, vec, y = toy_classification(300, informative=(1, 2))
+    names = ("neg", "pos")
+    parts = {"train": range(0, 180), "dev": range(180, 240), "test": range(240, 300)}
+    for split, rows in parts.items():
+        (tmp_path / f"{split}.tsv").write_text(
+            "".join(f"{names[y[i]]}\t{sentences[i]}\n" for i in rows), encoding="utf-8")
+    (tmp_path / "toy.toml").write_text('''
+name = "Toy"
+suite = "custom"
+group = "SC"
+language = "es"
+format = "tsv"
+combiner = "single"
+protocol = "split"
+
+[files]
+train = "train.tsv"
+dev = "dev.tsv"
+test = "test.tsv"
+
+[columns]
+label = 0
+sentences = [1]
+header = false
+''', encoding="utf-8")
+    cache = write_cache(tmp_path / "c.h5", sentences, vec)
+    return tmp_path / "toy.toml", cache
+
+
+def test_cli_end_to_end_with_a_custom_task(toml_task, tmp_path):
+    task_file, cache = toml_task
+    out = tmp_path / "r.jsonl"
+    base = ["probe", "--cache", str(cache), "--task-file", str(task_file), "--out", str(out),
+            "--threads", "1"]
+    runner = CliRunner()
+    res = runner.invoke(cli, base + ["--layers", "1,avg", "--seeds", "1,2"])
+    assert res.exit_code == 0, res.output
+    assert "wrote 4 cell(s)" in res.output and "custom:Toy" in res.output
+    assert {(r["layer"], r["seed"]) for r in read_results(out)} == {
+        (1, 1), (1, 2), ("avg", 1), ("avg", 2)}
+    res = runner.invoke(cli, base + ["--layers", "1,avg", "--seeds", "1,2"])
+    assert res.exit_code == 0 and "nothing to do" in res.output
+    res = runner.invoke(cli, base + ["--layers", "7"])
+    assert res.exit_code == 2 and "--layers" in res.output
+    res = runner.invoke(cli, base + ["--layers", "top"])
+    assert res.exit_code == 2 and "unknown layer spec" in res.output
+    res = runner.invoke(cli, base + ["--expect-model", "someone/else"])
+    assert res.exit_code == 1 and "someone/else" in res.output
+    res = runner.invoke(cli, base + ["--seeds", "1,x"])
+    assert res.exit_code == 2 and "--seeds" in res.output
+    assert len(read_results(out)) == 4

@@ -110,12 +110,17 @@ class _Adam:
         self.t += 1
         bc1 = 1.0 - self.b1 ** self.t
         bc2_sqrt = math.sqrt(1.0 - self.b2 ** self.t)
-        for p, g, d, m, v in zip(self.params, grads, self.decay, self.m, self.v):
-            g = g.addcmul(p, d)
-            m.mul_(self.b1).add_(g, alpha=1.0 - self.b1)
-            v.mul_(self.b2).addcmul_(g, g, value=1.0 - self.b2)
-            denom = v.sqrt().div_(bc2_sqrt).add_(self.eps)
-            p.addcdiv_(m, denom, value=-self.lr / bc1)
+        # the same arithmetic as torch.optim.Adam, as multi-tensor (_foreach) ops: one call
+        # per step for all parameters instead of one per parameter
+        torch._foreach_addcmul_(grads, self.params, self.decay)
+        torch._foreach_mul_(self.m, self.b1)
+        torch._foreach_add_(self.m, grads, alpha=1.0 - self.b1)
+        torch._foreach_mul_(self.v, self.b2)
+        torch._foreach_addcmul_(self.v, grads, grads, value=1.0 - self.b2)
+        denom = torch._foreach_sqrt(self.v)
+        torch._foreach_div_(denom, bc2_sqrt)
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(self.params, self.m, denom, value=-self.lr / bc1)
 
     def keep(self, rows: torch.Tensor, cols: torch.Tensor, blocks: List[int]) -> None:
         """Keep only the models in feature groups ``rows`` x L2 columns ``cols``."""
