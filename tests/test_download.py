@@ -10,7 +10,6 @@ import threading
 import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest

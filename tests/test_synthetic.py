@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Set, Tuple
 
 import pytest
 

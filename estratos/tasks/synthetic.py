@@ -278,7 +278,7 @@ def generate_task(name: str, n: int, seed: int = 1111) -> List[Tuple[str, str, s
     unique within the task, and each label's examples are split 80/10/10 into tr/va/te.
     """
     labels = task_labels(name)
-    _check_n(n, labels)
+    _check_n(n)
     rng = random.Random(f"synthetic-es/{name}/{seed}")
     grammar = _Grammar(rng)
     make = _GENERATORS[name]
@@ -312,7 +312,7 @@ def generate_task(name: str, n: int, seed: int = 1111) -> List[Tuple[str, str, s
     return out
 
 
-def _check_n(n: int, labels: Sequence[str]) -> None:
+def _check_n(n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int):
         raise OptionError(f"--n-per-task must be an integer, got {n!r}")
     if not MIN_PER_TASK <= n <= MAX_PER_TASK:
@@ -360,7 +360,7 @@ def build_synthetic_es(out_dir: Optional[os.PathLike | str] = None, seed: int = 
         task_labels(name)  # raises OptionError on an unknown name
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise OptionError(f"--seed must be an integer, got {seed!r}")
-    _check_n(n_per_task, ())
+    _check_n(n_per_task)
     out = default_dir() if out_dir is None else Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise OptionError(f"--out {out}: exists and is not a directory")
