@@ -1,0 +1,245 @@
+"""estratos baseline: whitespace TF-IDF + logistic regression / cosine, hand-checked."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Dict, Sequence, Tuple
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from estratos.cli import cli
+from estratos.errors import OptionError
+from estratos.probe import baseline
+from estratos.probe.baseline import (
+    BASELINE_MODEL, evaluate_task, run_baseline, split_matrix, tfidf_matrix)
+from estratos.probe.report import build_report
+from estratos.probe.report_load import load_results
+from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
+
+
+def _spec(name: str, combiner: str, protocol: str, metric: str = "accuracy",
+          group: str = "SC", **extra) -> TaskSpec:
+    return TaskSpec(suite="tiny", name=name, group=group, language="es", loader="tsv",
+                    combiner=combiner, protocol=protocol, metric=metric, **extra)
+
+
+def _task(spec: TaskSpec, sentences: Sequence[str],
+          splits: Dict[str, Tuple[Sequence[Sequence[int]], Sequence]],
+          labels: Tuple[str, ...] = (), fallback=None) -> TaskData:
+    """A TaskData from (slot columns of sentence indices, labels) per split."""
+    built = {}
+    for name, (columns, y) in splits.items():
+        dtype = np.float64 if spec.protocol in ("cosine", "relatedness") else np.int64
+        built[name] = Split(name, tuple(SlotRefs.single(c) for c in columns),
+                            np.asarray(y, dtype=dtype))
+    return TaskData(spec, tuple(sentences), built, labels, spec.protocol, fallback)
+
+
+# ------------------------------------------------------------------------------ hand-computed
+
+STS_SENTENCES = ("el gato", "el perro", "un gato", "el gato come")
+
+
+def _idf(n_docs: int, df: int) -> float:
+    """scikit-learn's smoothed idf: ln((1 + n) / (1 + df)) + 1."""
+    return math.log((1 + n_docs) / (1 + df)) + 1
+
+
+def test_cosine_task_reproduces_a_hand_computed_tfidf_result():
+    spec = _spec("STS", "pair", "cosine", metric="pearson", group="SS")
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2)]
+    gold = [2.0, 3.0, 4.5, 0.5]
+    data = _task(spec, STS_SENTENCES,
+                 {"news": ([[a for a, _ in pairs], [b for _, b in pairs]], gold)})
+    # by hand: 4 documents; df el=3, gato=3, perro=un=come=1
+    common, rare = _idf(4, 3), _idf(4, 1)
+    vec = {0: {"el": common, "gato": common}, 1: {"el": common, "perro": rare},
+           2: {"un": rare, "gato": common}, 3: {"el": common, "gato": common, "come": rare}}
+
+    def cos(a, b):
+        dot = sum(w * vec[b].get(t, 0.0) for t, w in vec[a].items())
+        return dot / math.sqrt(sum(w * w for w in vec[a].values()) *
+                               sum(w * w for w in vec[b].values()))
+
+    sims = np.array([cos(a, b) for a, b in pairs])
+    assert sims[0] == pytest.approx(common ** 2 / (2 * common ** 2) ** 0.5
+                                    / (common ** 2 + rare ** 2) ** 0.5)
+    expected = float(np.corrcoef(sims, gold)[0, 1])
+    rec = evaluate_task(data)
+    assert rec["test"]["subsets"]["news"]["pearson"] == pytest.approx(expected, abs=1e-12)
+    assert rec["test"]["pearson"] == pytest.approx(expected, abs=1e-12)
+    assert rec["score"] == pytest.approx(100 * expected, abs=1e-4)
+    # Spearman by hand: (0,1) and (0,2) tie (average rank), (1,2) share no word (cosine 0)
+    assert sims[0] == pytest.approx(sims[1]) and sims[3] == 0.0 and sims[2] > sims[0]
+    sim_ranks, gold_ranks = [1.5, 1.5, 3.0, 0.0], [1.0, 2.0, 3.0, 0.0]
+    assert rec["test"]["spearman"] == pytest.approx(
+        float(np.corrcoef(sim_ranks, gold_ranks)[0, 1]))
+    assert rec["l2"] is None and rec["dev"] is None
+
+
+def test_pair_features_follow_the_combiner_on_sparse_vectors():
+    spec = _spec("P", "pair", "split")
+    T = tfidf_matrix(STS_SENTENCES, np.arange(4))
+    split = Split("train", (SlotRefs.single([0]), SlotRefs.single([1])), np.array([0]))
+    X = split_matrix(T, split, "pair").toarray()[0]
+    common, rare = _idf(4, 3), _idf(4, 1)
+    n0, n1 = (2 * common ** 2) ** 0.5, (common ** 2 + rare ** 2) ** 0.5
+    # vocabulary order (sorted): come, el, gato, perro, un
+    u = np.array([0, common / n0, common / n0, 0, 0])
+    v = np.array([0, common / n1, 0, rare / n1, 0])
+    assert X == pytest.approx(np.concatenate([np.abs(u - v), u * v]))
+    assert spec.combiner == "pair"
+
+
+def test_tokens_are_whitespace_pieces_with_case_kept():
+    T = tfidf_matrix(["Gato gato, gato"], np.arange(1))
+    assert T.shape[1] == 3  # "Gato", "gato,", "gato": no lower-casing, no punctuation split
+    assert baseline.whitespace_tokens(" a\tb\nc  ") == ["a", "b", "c"]
+
+
+def test_rst_slots_average_their_sentences():
+    T = tfidf_matrix(["a", "b"], np.arange(2))
+    refs = SlotRefs.ragged([[0, 1], [1]])
+    M = baseline.slot_matrix(T, refs).toarray()
+    assert M[0] == pytest.approx([0.5, 0.5]) and M[1] == pytest.approx([0.0, 1.0])
+
+
+def test_relatedness_uses_cosine_and_a_train_line_for_mse():
+    spec = _spec("R", "pair", "relatedness", metric="pearson", group="SS")
+    sents = STS_SENTENCES
+    T = tfidf_matrix(sents, np.arange(4))
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2), (2, 3)]
+    sims = baseline.row_cosine(T[[a for a, _ in pairs]], T[[b for _, b in pairs]])
+    gold = list(1.0 + 4.0 * sims)  # exactly linear in the cosine
+    cols = [[a for a, _ in pairs], [b for _, b in pairs]]
+    data = _task(spec, sents, {"train": (cols, gold), "dev": (cols, gold),
+                               "test": (cols, gold)})
+    rec = evaluate_task(data)
+    assert rec["test"]["pearson"] == pytest.approx(1.0)
+    assert rec["test"]["mse"] == pytest.approx(0.0, abs=1e-12)
+    assert rec["dev"] == {"pearson": pytest.approx(1.0)}
+    assert rec["score"] == pytest.approx(100.0)
+
+
+# ------------------------------------------------------------------------------ classification
+
+POS = ["me gusta mucho", "muy bueno", "excelente película", "bueno y bonito",
+       "me encanta", "gran obra", "bueno bueno", "excelente"]
+NEG = ["no me gusta", "muy malo", "terrible película", "malo y feo", "lo odio",
+       "pésima obra", "malo malo", "terrible"]
+
+
+def _sentiment_task(protocol: str, spec_name: str = "S") -> TaskData:
+    sentences = POS + NEG
+    idx = list(range(len(sentences)))
+    y = [1] * len(POS) + [0] * len(NEG)
+    spec = _spec(spec_name, "single", protocol)
+    if protocol == "split":
+        # train on all, dev and test on the same sentences: a perfectly separable toy
+        splits = {k: ([idx], y) for k in ("train", "dev", "test")}
+    elif protocol == "kfold":
+        splits = {"train": ([idx * 2], y * 2), "test": ([idx], y)}
+    else:
+        splits = {"all": ([idx * 3], y * 3)}
+    return _task(spec, sentences, splits, labels=("neg", "pos"))
+
+
+@pytest.mark.parametrize("protocol", ["split", "kfold", "inner-kfold"])
+def test_logistic_regression_through_the_probe_protocols(protocol):
+    rec = evaluate_task(_sentiment_task(protocol), seed=7)
+    assert rec["kind"] == "baseline" and rec["model"] == BASELINE_MODEL
+    assert rec["layer"] is None and rec["pooling"] is None and rec["seed"] == 7
+    assert rec["protocol"] == protocol
+    assert rec["l2"] in (1e-5, 1e-4, 1e-3, 1e-2)
+    assert rec["classifier"]["name"] == "tfidf"
+    assert rec["score"] == rec["test"]["accuracy"]
+    assert rec["score"] >= 90.0  # each word appears in one class only
+    assert set(rec["dev"]) == {"accuracy"}
+
+
+def test_l2_is_chosen_on_dev_first_max():
+    # every L2 separates this toy perfectly, so the first of the grid wins (SentEval's rule)
+    rec = evaluate_task(_sentiment_task("split"))
+    assert rec["l2"] == 1e-5 and rec["dev"]["accuracy"] == 100.0
+
+
+def test_same_seed_same_numbers():
+    a = evaluate_task(_sentiment_task("kfold"), seed=3)
+    b = evaluate_task(_sentiment_task("kfold"), seed=3)
+    for key in ("score", "l2", "dev", "test", "epochs"):
+        assert a[key] == b[key]
+
+
+def test_f1_for_binary_tasks_that_report_it():
+    data = _sentiment_task("split")
+    spec = _spec("S", "single", "split", extra_metrics=("f1",))
+    data = TaskData(spec, data.sentences, data.splits, data.labels, "split")
+    assert "f1" in evaluate_task(data)["test"]
+
+
+# ------------------------------------------------------------------------------ run_baseline
+
+def _loader(tasks: Dict[str, TaskData]):
+    calls = []
+
+    def load(spec, data_dirs):
+        calls.append(spec.id)
+        return tasks[spec.id]
+
+    load.calls = calls
+    return load
+
+
+def test_run_baseline_appends_resumes_and_feeds_the_report(tmp_path: Path):
+    sts = _task(_spec("STS", "pair", "cosine", metric="pearson", group="SS"), STS_SENTENCES,
+                {"news": ([[0, 0, 0, 1], [1, 2, 3, 2]], [2.0, 3.0, 4.5, 0.5])})
+    cls = _sentiment_task("split", "S")
+    load = _loader({"tiny:STS": sts, "tiny:S": cls})
+    out = tmp_path / "baseline.jsonl"
+    written = run_baseline([cls.spec, sts.spec], None, out, seeds=(1, 2), loader=load)
+    assert [(r["task"], r["seed"]) for r in written] == [
+        ("tiny:S", 1), ("tiny:S", 2), ("tiny:STS", 1), ("tiny:STS", 2)]
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 4 and json.loads(lines[0])["schema"] == 1
+    # a rerun skips every cell, without even loading the tasks
+    assert run_baseline([cls.spec, sts.spec], None, out, seeds=(1, 2), loader=load) == []
+    assert load.calls == ["tiny:S", "tiny:STS"]
+    # --overwrite appends again; the report keeps the last and says so
+    run_baseline([sts.spec], None, out, seeds=(1,), loader=load, overwrite=True)
+    loaded = load_results([out])
+    assert len(loaded.records) == 4 and len(loaded.notices) == 1
+    content = build_report([out], baseline=[out])
+    assert content.agg.rows[0].system.model == BASELINE_MODEL
+    assert set(content.calib) == {"tiny:S", "tiny:STS"}
+
+
+def test_run_baseline_bad_options(tmp_path: Path):
+    with pytest.raises(OptionError, match="--seed"):
+        run_baseline([_sentiment_task("split").spec], None, tmp_path / "o.jsonl", seeds=())
+    with pytest.raises(OptionError, match="--tasks"):
+        run_baseline([], None, tmp_path / "o.jsonl")
+
+
+# ------------------------------------------------------------------------------ real data
+
+@pytest.mark.realdata
+def test_cli_baseline_on_real_sts17(es_data_dir: Path, tmp_path: Path):
+    out = tmp_path / "b.jsonl"
+    result = CliRunner().invoke(cli, ["baseline", "--tasks", "es-senteval:STS17",
+                                      "--data-dir", str(es_data_dir), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rec = json.loads(out.read_text(encoding="utf-8"))
+    assert rec["task"] == "es-senteval:STS17" and rec["kind"] == "baseline"
+    # whitespace TF-IDF cosine on the 250 Spanish STS17 pairs (measured once, reproducible)
+    assert rec["score"] == pytest.approx(77.12, abs=0.01)
+
+
+def test_cli_baseline_unknown_task(tmp_path: Path):
+    result = CliRunner().invoke(cli, ["baseline", "--tasks", "es-senteval:NOPE", "--data-dir",
+                                      str(tmp_path), "--out", str(tmp_path / "b.jsonl")])
+    assert result.exit_code != 0 and "NOPE" in result.output
+    assert not (tmp_path / "b.jsonl").exists()
