@@ -13,7 +13,7 @@ from estratos.cli import cli
 from estratos.errors import InputError, OptionError, ResultsError
 from estratos.probe import odesia
 from estratos.probe.odesia import (
-    Pair, calibrate, delta, ind, load_pairs, match_dataset, parse_reference, reference_point)
+    calibrate, delta, ind, load_pairs, match_dataset, parse_reference, reference_point)
 from estratos.probe.report import build_report, write_report
 from estratos.probe.report_tables import Dataset
 

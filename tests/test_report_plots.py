@@ -13,7 +13,7 @@ from estratos.errors import EstratosError
 from estratos.probe.report import write_report
 from estratos.probe.report_plots import standardize_rows
 
-from test_report import fixture_dir, fixture_records, write_lines  # noqa: F401 (fixture)
+from test_report import fixture_dir  # noqa: F401 (a fixture, used by name)
 
 
 def _hide_matplotlib(monkeypatch) -> None:

@@ -49,13 +49,19 @@ class System:
 
     @property
     def label(self) -> str:
-        rev = f"@{self.revision[:12]}" if self.revision else ""
-        return f"{self.model}{rev}"
+        """Short display name: a local model folder shows its last two path parts, a
+        revision its first 8 characters (after any ``sha256:`` prefix); csv/json keep both
+        in full."""
+        model = self.model
+        if model.startswith(("/", "./", "../", "~")) or "\\" in model:
+            model = "/".join(re.split(r"[\\/]+", model.rstrip("/\\"))[-2:])
+        rev = f"@{self.revision.split(':')[-1][:8]}" if self.revision else ""
+        return f"{model}{rev}"
 
     @property
     def slug(self) -> str:
         """A file-name-safe identifier (for plot files)."""
-        parts = [self.model, self.revision or "", self.pooling or "", self.classifier or ""]
+        parts = [self.label, self.pooling or "", self.classifier or ""]
         text = "_".join(p for p in parts if p)
         return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")[:120] or "system"
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from estratos.probe.odesia import Calibration, Gap
 from estratos.probe.report_load import Notice
 from estratos.probe.report_tables import (
-    DECIMALS, EXTRA_METRICS, Aggregate, Cell, Footnotes, Row, Stat, Table, layer_label)
+    DECIMALS, EXTRA_METRICS, Aggregate, Cell, Footnotes, Row, Stat, Table)
 
 MISSING = "—"
 UNDEFINED = "undef."
