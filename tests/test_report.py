@@ -156,28 +156,23 @@ def test_csv_and_json_carry_f1_and_spearman(fixture_dir: Path):
 
 # ------------------------------------------------------------------------------ aggregation
 
-def _agg(records) -> Aggregate:
-    return aggregate(load_results([write_lines(_agg.tmp / "r.jsonl", records)]).records)
+def _agg(tmp_path: Path, records) -> Aggregate:
+    return aggregate(load_results([write_lines(tmp_path / "r.jsonl", records)]).records)
 
 
-@pytest.fixture(autouse=True)
-def _agg_tmp(tmp_path):
-    _agg.tmp = tmp_path
-
-
-def test_mean_and_sample_std_over_seeds():
-    agg = _agg([record("s:A", "SC", 0, seed, score) for seed, score in
+def test_mean_and_sample_std_over_seeds(tmp_path):
+    agg = _agg(tmp_path, [record("s:A", "SC", 0, seed, score) for seed, score in
                 ((1, 50.0), (2, 52.0), (3, 57.0))])
     stat = agg.cell(agg.rows[0], "s:A")
     assert stat.mean == pytest.approx(53.0)
     assert stat.std == pytest.approx(3.605551, rel=1e-6)  # ddof=1
     assert stat.n == 3
-    single = _agg([record("s:A", "SC", 0, 1, 50.0)])
+    single = _agg(tmp_path, [record("s:A", "SC", 0, 1, 50.0)])
     assert single.cell(single.rows[0], "s:A").std is None
 
 
-def test_group_cell_mean_of_dataset_means_and_per_seed_std():
-    agg = _agg([record("s:A", "SC", 0, 1, 50.0), record("s:A", "SC", 0, 2, 54.0),
+def test_group_cell_mean_of_dataset_means_and_per_seed_std(tmp_path):
+    agg = _agg(tmp_path, [record("s:A", "SC", 0, 1, 50.0), record("s:A", "SC", 0, 2, 54.0),
                 record("s:B", "SC", 0, 1, 70.0), record("s:B", "SC", 0, 2, 70.0)])
     g = agg.group_cell(agg.rows[0], "SC")
     assert g.mean == pytest.approx(61.0)
@@ -186,12 +181,12 @@ def test_group_cell_mean_of_dataset_means_and_per_seed_std():
     assert (g.n, g.n_datasets, g.n_total, g.partial) == (2, 2, 2, False)
 
 
-def test_rows_sorted_numerically_then_avg_and_datasets_naturally():
+def test_rows_sorted_numerically_then_avg_and_datasets_naturally(tmp_path):
     recs = [record("s:STS17", "SS", layer, 1, 60.0, metric="pearson")
             for layer in ("avg", 10, 2, 0)]
     recs += [record("s:STS9", "SS", 0, 1, 1.0, metric="pearson"),
              record("s:X", "SC", 0, 1, 1.0, model="a/first")]
-    agg = _agg(recs)
+    agg = _agg(tmp_path, recs)
     assert [(r.system.model, r.layer) for r in agg.rows] == [
         ("a/first", 0), ("org/beto", 0), ("org/beto", 2), ("org/beto", 10),
         ("org/beto", "avg")]
@@ -199,14 +194,14 @@ def test_rows_sorted_numerically_then_avg_and_datasets_naturally():
     assert natural_key("STS9") < natural_key("STS14")
 
 
-def test_same_name_in_two_suites_is_labelled_by_task_id():
-    agg = _agg([record("en-senteval:STS17", "SS", 0, 1, 1.0, metric="pearson"),
+def test_same_name_in_two_suites_is_labelled_by_task_id(tmp_path):
+    agg = _agg(tmp_path, [record("en-senteval:STS17", "SS", 0, 1, 1.0, metric="pearson"),
                 record("es-senteval:STS17", "SS", 0, 1, 1.0, metric="pearson")])
     assert {d.label for d in agg.datasets} == {"en-senteval:STS17", "es-senteval:STS17"}
 
 
-def test_pooling_and_classifier_make_separate_rows():
-    agg = _agg([record("s:A", "SC", 0, 1, 50.0, pooling="cls"),
+def test_pooling_and_classifier_make_separate_rows(tmp_path):
+    agg = _agg(tmp_path, [record("s:A", "SC", 0, 1, 50.0, pooling="cls"),
                 record("s:A", "SC", 0, 1, 60.0, pooling="mean"),
                 record("s:A", "SC", 0, 1, 70.0, pooling="mean", classifier="lbfgs")])
     assert len(agg.rows) == 3

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from estratos.errors import InputError, OptionError, ResultsError
-from estratos.probe.report_tables import Aggregate, Dataset, Row
+from estratos.probe.report_tables import Aggregate, Dataset, Row, Stat
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -275,7 +275,8 @@ def compute_gap(en: Aggregate, es: Aggregate, pairs: Sequence[Pair],
                 calib_es: Mapping[str, Calibration]) -> Gap:
     """Ind(EN, ES) per (row, pair); the ``None`` row holds the best Delta of each side."""
     d_en, d_es = delta_aggregate(en, calib_en), delta_aggregate(es, calib_es)
-    rows = [r for r in d_en.rows if r in set(d_es.rows)]
+    es_rows = set(d_es.rows)
+    rows = [r for r in d_en.rows if r in es_rows]
     resolved: Dict[str, Tuple[Optional[Dataset], Optional[Dataset]]] = {}
     cells: Dict[Tuple[Optional[Row], str], GapCell] = {}
     notes: List[str] = []
@@ -307,7 +308,7 @@ def compute_gap(en: Aggregate, es: Aggregate, pairs: Sequence[Pair],
     return Gap(list(pairs), resolved, rows, cells, notes)
 
 
-def _best(agg: Aggregate, task: str):
+def _best(agg: Aggregate, task: str) -> Optional[Tuple[Row, Stat]]:
     found = [(row, stat) for row in agg.rows if (stat := agg.cell(row, task)) is not None]
     return max(found, key=lambda rs: rs[1].mean) if found else None
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import logging
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -39,7 +39,7 @@ def require_matplotlib() -> Any:
     return Figure, FigureCanvasAgg
 
 
-def layer_matrix(agg: Aggregate, system: System):
+def layer_matrix(agg: Aggregate, system: System) -> Tuple[List[str], List[str], np.ndarray]:
     """(dataset labels, layer labels, matrix of mean scores with NaN for missing cells)."""
     rows = [r for r in agg.layers_of(system) if isinstance(r.layer, int)]
     datasets = [d for d in agg.datasets if any((r, d.task) in agg.seeds for r in rows)]

@@ -22,7 +22,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -319,7 +319,8 @@ def dataset_notes(ds: Dataset, notes: Footnotes) -> Tuple[int, ...]:
     return tuple(notes.number(f"{ds.task}: {fb}") for fb in ds.fallbacks)
 
 
-def group_table(agg: Aggregate, notes: Footnotes, *, cell_fn=None, key: str = "groups",
+def group_table(agg: Aggregate, notes: Footnotes, *,
+                cell_fn: Optional[Callable[[Row, str], Cell]] = None, key: str = "groups",
                 title: str = "Group averages") -> Table:
     """The paper's Table 1: a row per (system, layer), a column per group present.
 
@@ -346,7 +347,8 @@ def group_table(agg: Aggregate, notes: Footnotes, *, cell_fn=None, key: str = "g
     return Table(key, title, header, header_notes, rows)
 
 
-def dataset_tables(agg: Aggregate, notes: Footnotes, *, cell_fn=None,
+def dataset_tables(agg: Aggregate, notes: Footnotes, *,
+                   cell_fn: Optional[Callable[[Row, Dataset], Cell]] = None,
                    key: str = "datasets", title: str = "Datasets") -> List[Table]:
     """Tables 3-5 of the paper: one table per group, a column per dataset of the group.
 
