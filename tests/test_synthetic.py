@@ -285,3 +285,19 @@ def test_out_is_a_file(tmp_path):
     with pytest.raises(EstratosError, match="not a directory"):
         build_synthetic_es(f, n_per_task=200)
     assert f.read_text() == "x"
+
+
+def test_cli_build(tmp_path):
+    from click.testing import CliRunner
+
+    from estratos.cli import cli
+
+    runner = CliRunner()
+    res = runner.invoke(cli, ["tasks", "build", "synthetic-es", "--out", str(tmp_path / "s"),
+                              "--n-per-task", "200", "--task", "Depth", "--seed", "5"])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == f"synthetic-es:Depth\t{tmp_path / 's' / 'Depth.txt'}"
+    res = runner.invoke(cli, ["tasks", "build", "synthetic-es", "--out", str(tmp_path / "t"),
+                              "--n-per-task", "199"])
+    assert res.exit_code == 2 and "--n-per-task" in res.output
+    assert not (tmp_path / "t").exists()
