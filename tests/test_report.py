@@ -28,11 +28,11 @@ def record(task: str, group: str, layer: Any, seed: int, score: Optional[float],
            model: str = "org/beto", revision: str = "r1", metric: str = "accuracy",
            kind: str = "probe", pooling: Optional[str] = "cls", classifier: str = "senteval",
            fallback: Optional[str] = None, test: Optional[Dict[str, Any]] = None,
-           schema: int = 1) -> Dict[str, Any]:
+           schema: int = 1, language: str = "es") -> Dict[str, Any]:
     """A results line as docs/contracts.md defines it (only the fields a report reads)."""
     suite, name = task.split(":")
     return {"schema": schema, "kind": kind, "task": task, "suite": suite, "name": name,
-            "group": group, "language": "es", "layer": layer, "pooling": pooling, "seed": seed,
+            "group": group, "language": language, "layer": layer, "pooling": pooling, "seed": seed,
             "protocol": "split", "fallback": fallback, "classifier": {"name": classifier},
             "metric": metric, "score": score,
             "test": test if test is not None else {metric: score},
@@ -198,6 +198,16 @@ def test_same_name_in_two_suites_is_labelled_by_task_id(tmp_path):
     agg = _agg(tmp_path, [record("en-senteval:STS17", "SS", 0, 1, 1.0, metric="pearson"),
                 record("es-senteval:STS17", "SS", 0, 1, 1.0, metric="pearson")])
     assert {d.label for d in agg.datasets} == {"en-senteval:STS17", "es-senteval:STS17"}
+
+
+def test_several_languages_split_the_group_columns(tmp_path):
+    agg = _agg(tmp_path, [
+        record("en-senteval:STS17", "SS", 0, 1, 80.0, metric="pearson", language="en"),
+        record("es-senteval:STS17", "SS", 0, 1, 60.0, metric="pearson"),
+        record("es-senteval:TASS1", "SC", 0, 1, 50.0)])
+    assert agg.groups == ["SC es", "SS en", "SS es"]
+    assert agg.group_cell(agg.rows[0], "SS en").mean == 80.0
+    assert agg.group_cell(agg.rows[0], "SS es").mean == 60.0
 
 
 def test_pooling_and_classifier_make_separate_rows(tmp_path):

@@ -135,7 +135,7 @@ def write_plots(agg: Aggregate, out_dir: Path) -> List[Path]:
             if heatmap(agg, system, path, standardize=standardize):
                 written.append(path)
     for group in agg.groups:
-        path = out_dir / f"layers_{group}.png"
+        path = out_dir / f"layers_{group.replace(' ', '-')}.png"
         if group_lines(agg, group, path):
             written.append(path)
     log.info("wrote %d figures to %s", len(written), out_dir)

@@ -94,7 +94,9 @@ def layer_label(layer: Layer) -> str:
 
 @dataclass(frozen=True)
 class Dataset:
-    """A task column: identity and display facts gathered from its records."""
+    """A task column: identity and display facts gathered from its records. ``group`` is
+    the group column it belongs to (with the language appended when a report holds several
+    languages)."""
 
     task: str
     name: str
@@ -131,9 +133,12 @@ class GroupStat(Stat):
         return self.n_datasets < self.n_total
 
 
-def group_order(group: str) -> Tuple[int, str]:
-    """The paper's group order (SC, SPC, SS, LPT, SP, BSO, DC, SSP, DR), others after."""
-    return (GROUPS.index(group), "") if group in GROUPS else (len(GROUPS), group)
+def group_order(group: str) -> Tuple[int, str, str]:
+    """The paper's group order (SC, SPC, SS, LPT, SP, BSO, DC, SSP, DR), others after;
+    a column key ``"SS en"`` (several languages in one report) sorts by group, then language."""
+    base, _, language = group.partition(" ")
+    return ((GROUPS.index(base), "", language) if base in GROUPS
+            else (len(GROUPS), base, language))
 
 
 def natural_key(text: str) -> Tuple[Any, ...]:
@@ -200,7 +205,8 @@ def aggregate(records: Iterable[Record]) -> Aggregate:
         row = Row(system, d["layer"])
         task = d["task"]
         seen = facts.setdefault(task, {"name": d["name"], "group": d["group"],
-                                       "metric": d["metric"], "where": rec})
+                                       "metric": d["metric"], "language": d.get("language"),
+                                       "where": rec})
         for key in ("name", "group", "metric"):
             if seen[key] != d[key]:
                 first = seen["where"]
@@ -218,8 +224,12 @@ def aggregate(records: Iterable[Record]) -> Aggregate:
                     and math.isfinite(value):
                 extras.setdefault((row, task, metric), {})[d["seed"]] = float(value) * factor
     names = [f["name"] for f in facts.values()]
+    # a group average over datasets of two languages would mean nothing: with several
+    # languages in one report, every group column is split by language ("SS en", "SS es")
+    several = len({f["language"] for f in facts.values()}) > 1
     datasets = [
-        Dataset(task, f["name"], f["group"], f["metric"],
+        Dataset(task, f["name"],
+                f"{f['group']} {f['language'] or '?'}" if several else f["group"], f["metric"],
                 f["name"] if names.count(f["name"]) == 1 else task,
                 tuple(sorted(fallbacks.get(task, {}))))
         for task, f in facts.items()]
