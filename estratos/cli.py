@@ -264,22 +264,23 @@ def report_command(results, out, formats, plot, baselines, gap, pairs, reference
 
 
 @cli.command("baseline")
-@click.option("--tasks", required=True, metavar="IDS", help="Tasks to run (as for probe).")
+@click.option("--tasks", metavar="IDS", help="Task ids, suites or suite:GROUP (as for probe).")
+@click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
+              help="A custom task spec (repeatable).")
 @click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
               help="Where task data lives (repeatable).")
 @click.option("--out", required=True, metavar="RESULTS.jsonl", help="Results file to append to.")
-@click.option("--seed", "seeds", multiple=True, type=int,
-              help="Seed for folds and held-out parts (repeatable) [default: 1111].")
+@click.option("--seeds", default="1111", show_default=True,
+              help="Comma-separated seeds (folds and held-out parts).")
 @click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
-def baseline_command(tasks, data_dirs, out, seeds, overwrite) -> None:
+def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> None:
     """Whitespace TF-IDF + logistic regression / cosine baseline, written as results
-    (estratos.probe.baseline.run_baseline)."""
-    from estratos.probe.baseline import run_baseline
-    from estratos.tasks import DataDirs, select_tasks
+    (estratos.probe.baseline.baseline_tasks)."""
+    from estratos.probe.baseline import baseline_tasks
 
-    records = run_baseline(select_tasks(tasks), DataDirs.parse(data_dirs), out,
-                           seeds=seeds or (1111,), overwrite=overwrite)
-    click.echo(f"wrote {len(records)} baseline results to {out}")
+    records = baseline_tasks(tasks, out, data_dir=data_dirs, task_files=task_files,
+                             seeds=seeds, overwrite=overwrite)
+    click.echo(f"wrote {len(records)} baseline result(s) to {out}")
 
 
 # ---- demo --------------------------------------------------------------------------------

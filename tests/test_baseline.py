@@ -15,7 +15,8 @@ from estratos.cli import cli
 from estratos.errors import OptionError
 from estratos.probe import baseline
 from estratos.probe.baseline import (
-    BASELINE_MODEL, evaluate_task, run_baseline, split_matrix, tfidf_matrix)
+    BASELINE_MODEL, baseline_tasks, evaluate_task, parse_seeds, run_baseline, split_matrix,
+    tfidf_matrix)
 from estratos.probe.report import build_report
 from estratos.probe.report_load import load_results
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
@@ -216,10 +217,31 @@ def test_run_baseline_appends_resumes_and_feeds_the_report(tmp_path: Path):
 
 
 def test_run_baseline_bad_options(tmp_path: Path):
-    with pytest.raises(OptionError, match="--seed"):
+    with pytest.raises(OptionError, match="--seeds: give at least one seed"):
         run_baseline([_sentiment_task("split").spec], None, tmp_path / "o.jsonl", seeds=())
     with pytest.raises(OptionError, match="--tasks"):
         run_baseline([], None, tmp_path / "o.jsonl")
+    with pytest.raises(OptionError, match="--tasks"):
+        baseline_tasks("", tmp_path / "o.jsonl")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("text, expected", [("1111", (1111,)), ("3, 1,3", (3, 1)),
+                                            ([2, 1], (2, 1)), (5, (5,))])
+def test_parse_seeds(text, expected):
+    assert parse_seeds(text) == expected
+
+
+@pytest.mark.parametrize("text", ["a", "1,-2", ",", [True]])
+def test_parse_seeds_rejects(text):
+    with pytest.raises(OptionError, match="--seeds"):
+        parse_seeds(text)
+
+
+def test_cli_bad_seeds_exit_2(tmp_path: Path):
+    result = CliRunner().invoke(cli, ["baseline", "--tasks", "es-senteval:STS17", "--seeds",
+                                      "x", "--out", str(tmp_path / "b.jsonl")])
+    assert result.exit_code == 2 and "--seeds: 'x' is not an integer seed" in result.output
 
 
 # ------------------------------------------------------------------------------ real data

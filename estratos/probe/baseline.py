@@ -309,6 +309,30 @@ def evaluate_task(data: TaskData, seed: int = 1111, *,
     }
 
 
+def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:
+    """``"1111,1,2"`` (or integers) -> (1111, 1, 2); bad values name ``--seeds``."""
+    items = seeds.split(",") if isinstance(seeds, str) else (
+        [seeds] if isinstance(seeds, int) else list(seeds))
+    out: List[int] = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        try:
+            if isinstance(item, bool):
+                raise ValueError
+            value = int(text)
+        except ValueError:
+            raise OptionError(f"--seeds: {item!r} is not an integer seed") from None
+        if value < 0:
+            raise OptionError(f"--seeds: seeds must be >= 0, got {value}")
+        if value not in out:
+            out.append(value)
+    if not out:
+        raise OptionError("--seeds: give at least one seed")
+    return tuple(out)
+
+
 def _key(spec: TaskSpec, seed: int) -> Tuple[Any, ...]:
     return cell_key({"task": spec.id, "layer": None, "pooling": None, "seed": seed,
                      "classifier": {"name": CLASSIFIER_NAME}, "model": BASELINE_MODEL,
@@ -326,9 +350,7 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
     and readers keep the last). ``loader`` defaults to :func:`estratos.tasks.load_task`.
     Returns the records written.
     """
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise OptionError("--seed: give at least one seed")
+    seeds = parse_seeds(seeds)
     if not specs:
         raise OptionError("--tasks: no task selected")
     if loader is None:
@@ -345,3 +367,22 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
         for seed in todo:
             written += store.append([evaluate_task(data, seed)], skip_done=not overwrite)
     return written
+
+
+def baseline_tasks(tasks: Optional[str], out: Union[str, os.PathLike], *,
+                   data_dir: Sequence[str] = (), task_files: Sequence[str] = (),
+                   seeds: Union[str, Sequence[int]] = "1111",
+                   overwrite: bool = False) -> List[Dict[str, Any]]:
+    """``estratos baseline`` as a function: task ids / suites (plus ``--task-file`` specs)
+    and data folders in their command-line forms, then :func:`run_baseline`."""
+    from estratos.tasks import DataDirs, load_task_file, select_tasks
+
+    extra = [load_task_file(p) for p in task_files]
+    if tasks and str(tasks).strip():
+        specs = select_tasks(str(tasks), extra=extra)
+    elif extra:
+        specs = extra
+    else:
+        raise OptionError("--tasks: give task ids, suites or suite:GROUP (or --task-file)")
+    return run_baseline(specs, DataDirs.parse(list(data_dir)), out, seeds=parse_seeds(seeds),
+                        overwrite=overwrite)
