@@ -383,8 +383,9 @@ def dataset_tables(agg: Aggregate, notes: Footnotes, *,
                              else Cell(stat=agg.cell(row, ds.task)))
             rows.append(cells)
         mark_cells(rows, range(n_labels, len(header)))
+        metrics = ", ".join(f"{d.label} {d.metric}" for d in members)
         tables.append(Table(f"{key}-{group}", f"{title}: {group}", header, header_notes, rows,
-                            caption="Metrics: " + ", ".join(f"{d.label} {d.metric}" for d in members)))
+                            caption=f"Metrics: {metrics}"))
     return tables
 
 
