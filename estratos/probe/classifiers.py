@@ -44,6 +44,23 @@ log = logging.getLogger(__name__)
 _EVAL_CHUNK = 2048
 
 
+def _find_fused_adam():
+    """torch's fused CPU Adam op when this torch has one (>= 2.4), else None."""
+    op = getattr(torch, "_fused_adam_", None)
+    if op is None:
+        return None
+    try:  # probe once: some builds expose the op without a CPU kernel
+        p, g = torch.zeros(2), torch.ones(2)
+        op([p], [g], [torch.zeros(2)], [torch.zeros(2)], [], [torch.tensor(1.0)], lr=1e-3,
+           beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None
+    return op
+
+
+_FUSED_ADAM = _find_fused_adam()
+
+
 @contextlib.contextmanager
 def torch_runtime(threads: Optional[int] = None) -> Iterator[None]:
     """Pin torch's intra-op threads and turn on deterministic algorithms, then restore both.
@@ -108,11 +125,18 @@ class _Adam:
 
     def step(self, grads: List[torch.Tensor]) -> None:
         self.t += 1
+        # per-model weight decay enters the gradient, as torch.optim.Adam's weight_decay does
+        torch._foreach_addcmul_(grads, self.params, self.decay)
+        if _FUSED_ADAM is not None:
+            # torch's fused CPU Adam kernel (what torch.optim.Adam(fused=True) runs): one pass
+            # over each tensor instead of nine
+            steps = [torch.tensor(float(self.t)) for _ in self.params]
+            _FUSED_ADAM(self.params, grads, self.m, self.v, [], steps, lr=self.lr,
+                        beta1=self.b1, beta2=self.b2, weight_decay=0.0, eps=self.eps,
+                        amsgrad=False, maximize=False)
+            return
         bc1 = 1.0 - self.b1 ** self.t
         bc2_sqrt = math.sqrt(1.0 - self.b2 ** self.t)
-        # the same arithmetic as torch.optim.Adam, as multi-tensor (_foreach) ops: one call
-        # per step for all parameters instead of one per parameter
-        torch._foreach_addcmul_(grads, self.params, self.decay)
         torch._foreach_mul_(self.m, self.b1)
         torch._foreach_add_(self.m, grads, alpha=1.0 - self.b1)
         torch._foreach_mul_(self.v, self.b2)
