@@ -17,7 +17,7 @@ from estratos.cache.writer import CacheWriter
 from estratos.cli import cli
 from estratos.encode import encode_sentences
 from estratos.errors import CacheError, MissingSentences, SettingsMismatch
-from tests.test_encode import make_sentences
+from tests.test_encode import make_sentences, single_thread  # noqa: F401 (autouse)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -28,6 +28,16 @@ SPANISH = ["El perro come.", "La niña lee un libro muy grande.",
            "Cuando llueve, los niños corren por la calle sin paraguas y se mojan."]
 
 
+@pytest.fixture(autouse=True)
+def single_thread(monkeypatch):
+    """One torch thread in these tests (and their subprocesses): on a shared, loaded machine
+    several OpenMP threads per tiny model spin against each other and run ~50x slower."""
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    yield
+    torch.set_num_threads(before)
+
+
 def make_sentences(n: int, seed: int = 0, max_words: int = 12) -> list:
     rng = random.Random(seed)
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, max_words))) + "."
@@ -256,7 +266,7 @@ def test_bad_options_refused(tiny_bert_dir, tmp_path):
 
 
 # -- command line ---------------------------------------------------------------------------
-def test_cli_encode_and_bad_inputs(tiny_bert_dir, tmp_path):
+def test_cli_encode_and_bad_inputs(tiny_bert_dir, cased_bert_dir, tmp_path):
     runner = CliRunner()
     sents = tmp_path / "s.txt"
     sents.write_text("uno dos.\ntres.\nuno dos.\n", encoding="utf-8")
@@ -291,6 +301,8 @@ def test_cli_encode_and_bad_inputs(tiny_bert_dir, tmp_path):
         (["--model", str(tiny_bert_dir), "--out", str(tmp_path / "x.h5")], "--sentences", 2),
         (["--model", str(tiny_bert_dir), "--out", str(tmp_path / "x.h5"), "--sentences", str(sents),
           "--tasks", "x"], "exactly one", 2),
+        (["--model", str(cased_bert_dir), "--out", str(out), "--sentences", str(sents),
+          "--dtype", "float32"], "model: cache has", 1),
     ]
     for args, message, code in cases:
         res = runner.invoke(cli, ["encode", *args])
@@ -298,6 +310,14 @@ def test_cli_encode_and_bad_inputs(tiny_bert_dir, tmp_path):
         assert message in res.output, (args, res.output)
     assert not (tmp_path / "x.h5").exists() and not (tmp_path / "x.h5.partial").exists()
     assert other.read_text(encoding="utf-8") == "notes"
+    assert sorted(p.name for p in tmp_path.glob("c.h5*")) == ["c.h5"]
+
+    slurm = runner.invoke(cli, ["encode", "--model", str(tiny_bert_dir), "--out", str(out),
+                                "--sentences", str(sents)],
+                          env={"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "2"})
+    assert slurm.exit_code == 0 and "shard 1/2" in slurm.output, slurm.output
+    with open_cache(tmp_path / "c.shard-1-of-2.h5") as c:
+        assert (c.attrs["shard_index"], c.attrs["shard_count"]) == (1, 2)
 
 
 # -- SentEval-style batcher -----------------------------------------------------------------
@@ -363,6 +383,17 @@ def test_length_order_and_token_budget():
     assert covered == list(range(len(lengths)))
     for a, b in batches[1:]:
         assert (b - a) * sorted_lengths[a] <= 20
+
+
+def test_cpu_threads(monkeypatch):
+    from estratos.encode.devices import cpu_threads, usable_cores
+
+    assert cpu_threads(3) == 3
+    assert cpu_threads() == 1  # OMP_NUM_THREADS=1 from the fixture
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert cpu_threads() == usable_cores()
+    with pytest.raises(OptionError, match="--threads"):
+        cpu_threads(0)
 
 
 def test_device_selection_cpu():

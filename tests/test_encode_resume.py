@@ -14,9 +14,9 @@ import pytest
 
 from estratos.cache import open_cache
 from estratos.encode import encode_sentences
-from tests.test_encode import make_sentences
+from tests.test_encode import make_sentences, single_thread  # noqa: F401 (autouse)
 
-BATCH_TOKENS = 64
+BATCH_TOKENS = 256
 
 
 def encode_cmd(model_dir, out, sentences_file):
@@ -27,7 +27,7 @@ def encode_cmd(model_dir, out, sentences_file):
 
 def kill_after_first_flush(cmd, cwd) -> int:
     """Start ``cmd``, SIGKILL it once it has flushed rows; return the n_done it reported."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True)
     try:
@@ -60,7 +60,7 @@ def assert_same_rows(a, b):
 
 
 def test_sigkill_then_rerun_equals_uninterrupted_run(tiny_bert_dir, tmp_path):
-    sentences = make_sentences(2000, seed=7, max_words=20)
+    sentences = make_sentences(3000, seed=7, max_words=20)
     src = tmp_path / "s.txt"
     src.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     out = tmp_path / "killed.h5"
@@ -87,7 +87,7 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(tiny_bert_dir, tmp_path):
 
 def test_sigkill_while_adding_keeps_the_old_cache_valid(tiny_bert_dir, tmp_path):
     first = make_sentences(50, seed=8)
-    more = make_sentences(2000, seed=9, max_words=20)
+    more = make_sentences(3000, seed=9, max_words=20)
     out = tmp_path / "c.h5"
     encode_sentences(first, str(tiny_bert_dir), out, batch_tokens=BATCH_TOKENS)
     before = out.read_bytes()

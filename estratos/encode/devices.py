@@ -3,7 +3,9 @@
 CUDA runs under autocast (bfloat16 where the GPU supports it, else float16): the pooled
 vectors are stored in float16 anyway, and autocast keeps LayerNorm/softmax in float32. On CPU
 the model stays float32 (CPU half precision is slow and inexact) and torch uses every core
-this process may run on.
+this process may run on, unless told otherwise (``threads``, or ``OMP_NUM_THREADS`` in the
+environment: on a busy shared machine, fewer threads than cores avoids OpenMP threads spinning
+against each other, which can make small models many times slower).
 """
 
 from __future__ import annotations
@@ -70,10 +72,22 @@ def compute_label(device: torch.device) -> str:
     return f"{device.type}/{'float32' if dtype is None else str(dtype).replace('torch.', '')}"
 
 
-def prepare_cpu_threads(device: torch.device) -> None:
-    """On CPU, let torch use every usable core (some launchers default to fewer)."""
+def cpu_threads(threads: Optional[int] = None) -> int:
+    """Threads to use: ``threads``, else ``OMP_NUM_THREADS`` when set, else all usable cores."""
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise OptionError(f"--threads: must be a positive integer, got {threads!r}")
+        return threads
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) >= 1:
+        return int(env)
+    return usable_cores()
+
+
+def prepare_cpu_threads(device: torch.device, threads: Optional[int] = None) -> None:
+    """On CPU, set torch's thread count (:func:`cpu_threads`; some launchers default to fewer)."""
     if device.type == "cpu":
-        n = usable_cores()
+        n = cpu_threads(threads)
         if torch.get_num_threads() != n:
             log.info("using %d CPU threads", n)
             torch.set_num_threads(n)

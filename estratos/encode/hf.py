@@ -82,7 +82,7 @@ class HFEncoder:
 
     def __init__(self, model: str, *, device: Optional[str] = None,
                  max_length: Optional[int] = None, lowercase: bool = False,
-                 poolings: Sequence[str] = POOLINGS) -> None:
+                 poolings: Sequence[str] = POOLINGS, threads: Optional[int] = None) -> None:
         from transformers import AutoModel, AutoTokenizer
 
         bad = [p for p in poolings if p not in POOLINGS]
@@ -94,7 +94,7 @@ class HFEncoder:
         self.poolings = tuple(dict.fromkeys(poolings))
         self.lowercase = bool(lowercase)
         self.device = devices.select_device(device)
-        devices.prepare_cpu_threads(self.device)
+        devices.prepare_cpu_threads(self.device, threads)
         looks_local = self.model_name.startswith(("/", "./", "../", "~")) or Path(self.model_name).exists()
         if looks_local and not Path(self.model_name).expanduser().is_dir():
             raise OptionError(f"--model: {self.model_name!r} is not a model folder (no such directory)")

@@ -30,9 +30,10 @@ import numpy as np
 
 from estratos import __version__
 from estratos.cache import schema
-from estratos.cache.writer import CacheWriter
+from estratos.cache.writer import CacheWriter, fsync_path
 from estratos.encode.batching import length_order, token_budget_batches
 from estratos.errors import CacheError, EstratosError, InputError, OptionError, SettingsMismatch
+from estratos.faultpoints import fault_point
 from estratos.text import normalize_sentence, sentence_key
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,8 @@ def in_shard(key: bytes, shard: Tuple[int, int]) -> bool:
 
 # -- encoders ------------------------------------------------------------------------------
 def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optional[str],
-                  max_length: Optional[int], lowercase: bool, poolings: Sequence[str]):
+                  max_length: Optional[int], lowercase: bool, poolings: Sequence[str],
+                  threads: Optional[int] = None):
     """An :class:`HFEncoder` for ``model``, or a :class:`BatcherEncoder` for ``encoder``."""
     if encoder:
         from estratos.encode.batcher import POOLING, BatcherEncoder
@@ -178,7 +180,7 @@ def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optio
     from estratos.encode.hf import HFEncoder
 
     return HFEncoder(model, device=device, max_length=max_length, lowercase=lowercase,
-                     poolings=poolings)
+                     poolings=poolings, threads=threads)
 
 
 def _library_versions() -> Dict[str, str]:
@@ -210,6 +212,21 @@ def _check_existing(path: Path, *, partial: bool) -> bool:
     return True
 
 
+def _finish_interrupted_rename(partial: Path, target: Path) -> None:
+    """A run killed after marking its ``.partial`` complete but before renaming it left a
+    whole cache (every row was flushed before ``complete`` was set): do the rename it missed."""
+    if not partial.is_file() or not schema.looks_like_hdf5(partial):
+        return
+    with schema.open_h5(partial, "r") as f:
+        done = schema.is_cache(f) and f.attrs.get("complete") is not None and bool(f.attrs["complete"])
+    if done:
+        log.warning("%s: complete but not renamed (the run was killed at the end); renaming it "
+                    "to %s", partial, target)
+        fsync_path(partial)
+        os.replace(partial, target)
+        fsync_path(target.parent)
+
+
 def _check_settings(path: Path, attrs: Mapping[str, Any], want: Mapping[str, Any],
                     shard: Optional[Tuple[int, int]]) -> None:
     diff = schema.settings_diff(attrs, want)
@@ -239,14 +256,15 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
                      max_length: Optional[int] = None, batch_tokens: int = 8192,
                      device: Optional[str] = None, shard: ShardSpec = None,
                      lowercase: bool = False, encoder: Optional[str] = None,
-                     progress: Optional[bool] = None) -> EncodeSummary:
+                     progress: Optional[bool] = None,
+                     threads: Optional[int] = None) -> EncodeSummary:
     """Encode the unique ``sentences`` with ``model`` (or ``encoder``) into the cache ``out``.
 
     Creates ``out``, resumes ``out.partial`` left by a killed run with the same arguments, or
     adds the missing sentences to an existing complete cache made with the same settings.
     With ``shard`` (``"I/N"``, ``(I, N)`` or ``"auto"`` for SLURM arrays) the rows go to
     ``<stem>.shard-I-of-N<suffix>`` beside ``out``. ``progress``: tqdm bar (None: if stderr is
-    a terminal).
+    a terminal). ``threads``: CPU threads (None: ``OMP_NUM_THREADS`` if set, else all cores).
     """
     started = time.perf_counter()
     if dtype not in schema.VECTOR_DTYPES:
@@ -273,11 +291,13 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
         texts, keys = [texts[i] for i in picked], [keys[i] for i in picked]
 
     # refuse foreign files before the (slow) model load
+    _finish_interrupted_rename(partial, target)
     have_partial = _check_existing(partial, partial=True)
     have_target = _check_existing(target, partial=False)
 
+    fault_point("model-load")
     enc = build_encoder(model, encoder, device=device, max_length=max_length,
-                        lowercase=lowercase, poolings=poolings)
+                        lowercase=lowercase, poolings=poolings, threads=threads)
     want = {**enc.settings(), "dtype": dtype, "schema_version": schema.SCHEMA_VERSION}
     shard_attrs = ({"shard_index": shard_sel[0], "shard_count": shard_sel[1],
                     "input_digest": digest} if shard_sel else {})
@@ -396,6 +416,7 @@ def _run(enc, writer: CacheWriter, texts: List[str], keys: List[bytes], *, targe
             idx = order[start:stop]
             b_texts = [t_texts[i] for i in idx]
             vectors, n_tokens = enc.encode(b_texts)
+            fault_point("batch")
             truncated = lengths[idx] > enc.max_length if enc.max_length else np.zeros(len(idx), bool)
             bad = sum(int((~np.isfinite(v)).any(axis=(1, 2)).sum()) for v in vectors.values())
             n_nonfinite += bad
