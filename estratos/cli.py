@@ -78,8 +78,10 @@ def cache_group() -> None:
 @click.option("--lowercase", is_flag=True, help="Lower-case sentences before tokenizing.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar [default: when stderr is a terminal].")
+@click.option("--threads", type=int, default=None,
+              help="CPU threads [default: OMP_NUM_THREADS if set, else all cores].")
 def encode_command(model, encoder, out, sentences_file, tasks, data_dirs, dtype, max_length,
-                   batch_tokens, device, shard, poolings, lowercase, progress) -> None:
+                   batch_tokens, device, shard, poolings, lowercase, progress, threads) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
     from estratos.encode import encode_sentences, gather_sentences
 
@@ -87,7 +89,7 @@ def encode_command(model, encoder, out, sentences_file, tasks, data_dirs, dtype,
         gather_sentences(sentences_file, tasks, data_dirs), model, out,
         poolings=poolings or ("cls", "mean"), dtype=dtype, max_length=max_length,
         batch_tokens=batch_tokens, device=device, shard=shard or "auto", lowercase=lowercase,
-        encoder=encoder, progress=progress)
+        encoder=encoder, progress=progress, threads=threads)
     click.echo(summary.describe())
 
 
