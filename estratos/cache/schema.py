@@ -149,7 +149,8 @@ def open_h5(path: os.PathLike | str, mode: str, **kwargs: Any) -> h5py.File:
     except FileNotFoundError as exc:
         raise CacheError(f"{path}: no such cache file") from exc
     except (OSError, ValueError) as exc:
-        if "lock" in str(exc).lower() or "already open" in str(exc).lower():
+        # match HDF5's own wording: a bare "lock" also matches "sblock" in a truncated file's error
+        if "unable to lock" in str(exc).lower() or "already open" in str(exc).lower():
             raise CacheError(f"{path}: in use by another process (another encode or merge "
                              f"running?) ({exc})") from exc
         raise CacheError(f"{path}: cannot open as an HDF5 cache ({exc})") from exc

@@ -22,6 +22,7 @@ import numpy as np
 
 from estratos.cache import schema
 from estratos.errors import CacheError
+from estratos.faultpoints import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,46 @@ def fsync_path(path: os.PathLike | str) -> None:
         os.close(fd)
 
 
+def _link_new(src: Path, dst: Path) -> None:
+    """Give ``src`` the name ``dst``, failing if ``dst`` exists (no overwrite, no race)."""
+    try:
+        os.link(src, dst)
+    except FileExistsError as exc:
+        raise CacheError(f"{dst}: already exists; refusing to overwrite it") from exc
+    except OSError:  # a file system without hard links: a rename after a last check
+        if dst.exists():
+            raise CacheError(f"{dst}: already exists; refusing to overwrite it") from None
+        os.rename(src, dst)
+
+
+def _copy_trusted(src: h5py.File, dst: "CacheWriter", path: Path) -> int:
+    """Copy rows ``[0, n_done)`` of ``src`` to ``dst`` block by block, stopping at the first
+    block that cannot be read or whose keys do not match their texts; returns rows copied."""
+    from estratos.text import sentence_key
+
+    n = int(src.attrs.get("n_done", 0))
+    poolings = tuple(schema.to_python(src.attrs["poolings"]))
+    step = 4 * schema.CHUNK_ROWS
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        try:
+            keys = schema.keys_as_bytes(src[schema.KEYS][lo:hi])
+            texts = list(src[schema.SENTENCES].asstr()[lo:hi])
+            n_tokens = src[schema.N_TOKENS][lo:hi]
+            truncated = src[schema.TRUNCATED][lo:hi]
+            vectors = {p: src[schema.VECTORS][p][lo:hi] for p in poolings}
+        except (OSError, KeyError, ValueError) as exc:
+            log.warning("%s: rows %d..%d unreadable after the interruption (%s)", path, lo,
+                        hi - 1, exc)
+            return lo
+        if len(keys) != hi - lo or any(sentence_key(t) != k for t, k in zip(texts, keys)):
+            log.warning("%s: rows %d..%d do not match their keys after the interruption",
+                        path, lo, hi - 1)
+            return lo
+        dst.append(keys, texts, n_tokens, truncated, vectors)
+    return n
+
+
 class CacheWriter:
     """Appends rows to a ``.partial`` cache file; :meth:`finish` makes it a complete cache.
 
@@ -64,13 +105,20 @@ class CacheWriter:
     def create(cls, path: os.PathLike | str, attrs: Mapping[str, Any]) -> "CacheWriter":
         """Create a new, empty ``.partial`` cache (fails if ``path`` exists)."""
         path = Path(path)
+        if path.exists():
+            raise CacheError(f"{path}: already exists; refusing to overwrite it")
+        # built under a private name and linked into place once initialized: a kill during
+        # creation must not leave a half-made file under the name a rerun would resume
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.init")
         try:
-            f = h5py.File(path, "x", **_open_kwargs())
-        except FileExistsError as exc:
-            raise CacheError(f"{path}: already exists; refusing to overwrite it") from exc
+            f = h5py.File(tmp, "x", **_open_kwargs())
+        except FileExistsError:  # a dead process with our pid left it: it was never linked
+            tmp.unlink()
+            f = h5py.File(tmp, "x", **_open_kwargs())
         except OSError as exc:
             raise CacheError(f"{path}: cannot create the cache ({exc})") from exc
         try:
+            fault_point("create")
             schema.write_attrs(f, {"format": schema.FORMAT_NAME,
                                    "schema_version": schema.SCHEMA_VERSION, **attrs})
             f.attrs["n_done"] = 0
@@ -89,16 +137,55 @@ class CacheWriter:
             if attrs.get("n_states") and attrs.get("dim"):  # known up front: even 0 rows is valid
                 for pooling in schema.to_python(f.attrs["poolings"]):
                     writer._vector_dataset(pooling, int(attrs["n_states"]), int(attrs["dim"]))
-            f.flush()
+            f.close()
+            _link_new(tmp, path)
         except BaseException:
             f.close()
-            path.unlink(missing_ok=True)
             raise
-        return writer
+        finally:
+            tmp.unlink(missing_ok=True)
+        return cls(h5py.File(path, "r+", **_open_kwargs()), path)
 
     @classmethod
     def reopen(cls, path: os.PathLike | str) -> "CacheWriter":
-        """Open an existing ``.partial`` to append after its ``n_done`` trusted rows."""
+        """Open an existing ``.partial`` to append after its ``n_done`` trusted rows.
+
+        A killed writer can leave HDF5's own structures half-updated past ``n_done`` (the
+        string heap of ``/sentences``, chunk indexes), and appending in place to such a file
+        fails or builds on damage. So the trusted rows are copied into a fresh file that
+        replaces the ``.partial``, each block checked on the way (fletcher32, key vs text); a
+        block that fails the check is dropped with everything after it and encoded again.
+        """
+        path = Path(path)
+        with schema.open_h5(path, "r") as src:
+            if not schema.is_cache(src):
+                raise CacheError(f"{path}: not an estratos cache; refusing to write to it")
+            if src.attrs.get("complete"):
+                raise CacheError(f"{path}: already complete; a .partial must not be")
+            attrs = schema.read_attrs(src)
+            n_base = int(attrs.get("n_base", 0))
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.recover")
+            tmp.unlink(missing_ok=True)  # left by a dead process with our pid
+            fresh = cls.create(tmp, {k: v for k, v in attrs.items()
+                                     if k not in ("format", "schema_version")})
+            try:
+                kept = _copy_trusted(src, fresh, path)
+                fresh.set_attrs({"n_base": min(n_base, kept)})
+                fresh.close()
+                fsync_path(tmp)
+                os.replace(tmp, path)
+            except BaseException:
+                fresh.close()
+                tmp.unlink(missing_ok=True)
+                raise
+        if kept < int(attrs.get("n_done", 0)):
+            log.warning("%s: kept %d of %d rows (the rest failed their checks and will be "
+                        "encoded again)", path, kept, int(attrs.get("n_done", 0)))
+        return cls._reopen_in_place(path)
+
+    @classmethod
+    def _reopen_in_place(cls, path: os.PathLike | str) -> "CacheWriter":
+        """Open a ``.partial`` known to be sound (a fresh copy) and drop rows past ``n_done``."""
         path = Path(path)
         f = schema.open_h5(path, "r+", **_open_kwargs())
         try:
@@ -125,6 +212,7 @@ class CacheWriter:
         os.close(fd)
         try:
             shutil.copyfile(complete, tmp)
+            fault_point("extend-copy")
             with schema.open_h5(tmp, "r+") as f:
                 n = int(f.attrs["n_done"])
                 f.attrs["complete"] = False
@@ -136,7 +224,7 @@ class CacheWriter:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return cls.reopen(partial)
+        return cls._reopen_in_place(partial)
 
     # -- state --------------------------------------------------------------------------------
     @property
@@ -216,10 +304,13 @@ class CacheWriter:
             ds = self._vector_dataset(pooling, arr.shape[1], arr.shape[2])
             ds.resize((hi,) + ds.shape[1:])
             ds[lo:hi] = arr.astype(ds.dtype, copy=False)
+            fault_point("append-write")
         self._f.flush()
+        fault_point("append-flushed")
         self._f.attrs["n_done"] = hi
         self._f.flush()
         self._n_done = hi
+        fault_point("append-done")
 
     def finish(self, final: os.PathLike | str) -> Path:
         """Mark complete, fsync, and atomically rename the ``.partial`` to ``final``."""
@@ -228,9 +319,11 @@ class CacheWriter:
         self._f.attrs["n_base"] = 0
         self._f.attrs["complete"] = True
         self._f.flush()
+        fault_point("finish-marked")
         self._f.close()
         fsync_path(self.path)
         os.replace(self.path, final)
+        fault_point("finish-renamed")
         fsync_path(final.parent)
         log.info("wrote %s (%d rows)", final, self._n_done)
         return final
