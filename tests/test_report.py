@@ -10,9 +10,11 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from estratos.cli import cli
-from estratos.errors import InputError, OptionError, ResultsError
+from estratos.errors import EstratosError, InputError, OptionError, ResultsError
 from estratos.probe.report import build_report, parse_formats, write_report
 from estratos.probe.report_load import load_results
 from estratos.probe.report_tables import (
@@ -419,3 +421,39 @@ def test_latex_escapes_special_characters(tmp_path):
     assert r"A\_1$^{1}$" in tex
     assert r"$^{1}$s:A\_1: 50\% held out \& more" in tex
     assert "my_model" not in tex.replace(r"my\_model", "")
+
+
+def test_empty_results_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n\n")
+    with pytest.raises(ResultsError, match="no results to report"):
+        build_report([path])
+
+
+def test_a_folder_is_not_a_results_file(tmp_path):
+    with pytest.raises(InputError, match="cannot read results file"):
+        load_results([tmp_path])
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                 max_size=4), max_leaves=8)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mutation=st.dictionaries(st.sampled_from(sorted(record("s:A", "SC", 0, 1, 1.0))),
+                                _json_values, max_size=3),
+       tail=st.binary(max_size=20))
+def test_any_malformed_input_raises_only_estratos_errors(tmp_path, mutation, tail):
+    """Whatever a results file holds, the report fails with a user error or succeeds."""
+    path = tmp_path / "fuzz.jsonl"
+    good = json.dumps(record("s:A", "SC", 1, 1, 1.0))
+    bad = json.dumps(record("s:A", "SC", 0, 1, 1.0) | mutation)
+    path.write_bytes((good + "\n" + bad + "\n").encode() + tail)
+    try:
+        content = build_report([path])
+    except EstratosError:
+        return
+    to_markdown(content)
