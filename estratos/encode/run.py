@@ -34,7 +34,6 @@ from estratos.cache.writer import CacheWriter, fsync_path
 from estratos.encode.batching import length_order, token_budget_batches
 from estratos.errors import CacheError, EstratosError, InputError, OptionError, SettingsMismatch
 from estratos.faultpoints import fault_point
-from estratos.faultpoints import fault_point
 from estratos.text import normalize_sentence, sentence_key
 
 log = logging.getLogger(__name__)
@@ -211,21 +210,6 @@ def _check_existing(path: Path, *, partial: bool) -> bool:
     if not partial and not complete:
         raise CacheError(f"{path}: an incomplete cache under a final name; move it away and rerun")
     return True
-
-
-def _finish_interrupted_rename(partial: Path, target: Path) -> None:
-    """A run killed after marking its ``.partial`` complete but before renaming it left a
-    whole cache (every row was flushed before ``complete`` was set): do the rename it missed."""
-    if not partial.is_file() or not schema.looks_like_hdf5(partial):
-        return
-    with schema.open_h5(partial, "r") as f:
-        done = schema.is_cache(f) and f.attrs.get("complete") is not None and bool(f.attrs["complete"])
-    if done:
-        log.warning("%s: complete but not renamed (the run was killed at the end); renaming it "
-                    "to %s", partial, target)
-        fsync_path(partial)
-        os.replace(partial, target)
-        fsync_path(target.parent)
 
 
 def _finish_interrupted_rename(partial: Path, target: Path) -> None:
@@ -432,7 +416,6 @@ def _run(enc, writer: CacheWriter, texts: List[str], keys: List[bytes], *, targe
             idx = order[start:stop]
             b_texts = [t_texts[i] for i in idx]
             vectors, n_tokens = enc.encode(b_texts)
-            fault_point("batch")
             fault_point("batch")
             truncated = lengths[idx] > enc.max_length if enc.max_length else np.zeros(len(idx), bool)
             bad = sum(int((~np.isfinite(v)).any(axis=(1, 2)).sum()) for v in vectors.values())
