@@ -191,6 +191,8 @@ class TfidfLogReg:
 
 @dataclass(frozen=True)
 class _Constant:
+    """The model of a training part that holds a single class (a tiny fold): predict it."""
+
     label: Any
 
     def predict(self, X) -> np.ndarray:
