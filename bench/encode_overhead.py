@@ -2,6 +2,7 @@
 
     python bench/encode_overhead.py [--data-dir ../shared/data/es] [--n 20000]
                                     [--rss-sizes 20000,60000] [--batch-tokens 8192]
+                                    [--threads N] [--skip-ratio] [--skip-rss]
 
 Sentences: the unique sentences of the Spanish SentEval tasks (registry order, MuchoCine's long
 reviews left out), read through estratos.tasks from the real data folder. Model: the MiniLM-L6
@@ -64,7 +65,7 @@ def collect(data_dir: Path, n: int) -> list:
     return sentences
 
 
-def bare_forward(sentences: list, batch_tokens: int) -> dict:
+def bare_forward(sentences: list, batch_tokens: int, threads) -> dict:
     """Seconds for tokenize + forward over encode's own batch plan, nothing else."""
     import numpy as np
     import torch
@@ -76,7 +77,7 @@ def bare_forward(sentences: list, batch_tokens: int) -> dict:
     from estratos.text import sentence_key
 
     device = torch.device("cpu")
-    prepare_cpu_threads(device)
+    prepare_cpu_threads(device, threads)
     tok = AutoTokenizer.from_pretrained(model_dir())
     model = AutoModel.from_pretrained(model_dir()).eval()
     max_length = default_max_length(tok, model.config)
@@ -96,16 +97,16 @@ def bare_forward(sentences: list, batch_tokens: int) -> dict:
             "tokens": int(np.minimum(lengths, max_length).sum())}
 
 
-def full_encode(sentences: list, out: Path, batch_tokens: int) -> dict:
+def full_encode(sentences: list, out: Path, batch_tokens: int, threads) -> dict:
     from estratos.encode import encode_sentences
     from estratos.encode.hf import HFEncoder
 
     start = time.perf_counter()
-    HFEncoder(model_dir())  # what encode_sentences spends before its first batch
+    HFEncoder(model_dir(), threads=threads)  # what encode_sentences spends before batch one
     load = time.perf_counter() - start
     start = time.perf_counter()
     summary = encode_sentences(sentences, model_dir(), out, batch_tokens=batch_tokens,
-                               progress=False)
+                               progress=False, threads=threads)
     return {"seconds": time.perf_counter() - start, "load_seconds": load,
             "rows": summary.n_rows, "size_bytes": out.stat().st_size}
 
@@ -132,14 +133,15 @@ def writer_throughput(folder: Path, rows: int = 10240) -> dict:
     return out
 
 
-def child(n: int, sentences_file: Path, out: Path, batch_tokens: int) -> None:
+def child(n: int, sentences_file: Path, out: Path, batch_tokens: int, threads) -> None:
     """Run one full encode of the first ``n`` lines and print peak RSS as JSON."""
     from estratos.encode import encode_sentences, read_sentence_file
 
     sentences = read_sentence_file(sentences_file)[:n]
     text_bytes = sum(len(s.encode("utf-8")) for s in sentences)
     start = time.perf_counter()
-    encode_sentences(sentences, model_dir(), out, batch_tokens=batch_tokens, progress=False)
+    encode_sentences(sentences, model_dir(), out, batch_tokens=batch_tokens, progress=False,
+                     threads=threads)
     print(json.dumps({"n": n, "seconds": time.perf_counter() - start, "text_bytes": text_bytes,
                       "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 
@@ -150,24 +152,42 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--rss-sizes", default="20000,60000")
     ap.add_argument("--batch-tokens", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads (default: as encode: OMP_NUM_THREADS, else all cores)")
+    ap.add_argument("--skip-ratio", action="store_true", help="skip figures 1-2")
+    ap.add_argument("--skip-rss", action="store_true", help="skip figure 4")
     ap.add_argument("--child", nargs=3, metavar=("N", "SENTENCES", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(int(args.child[0]), Path(args.child[1]), Path(args.child[2]), args.batch_tokens)
+        child(int(args.child[0]), Path(args.child[1]), Path(args.child[2]), args.batch_tokens,
+              args.threads)
         return
+    from estratos.encode.devices import cpu_threads
 
     sizes = [int(s) for s in args.rss_sizes.split(",") if s]
     pool = collect(args.data_dir, max([args.n] + sizes))
     sentences = pool[: args.n]
     print(f"sentences: {len(sentences)} unique from {TASKS} (without {', '.join(sorted(SKIP))}) "
           f"under {args.data_dir}; model MiniLM-L6 ({model_dir()}); batch_tokens "
-          f"{args.batch_tokens}; torch threads: all usable cores", flush=True)
+          f"{args.batch_tokens}; torch threads: {cpu_threads(args.threads)}; load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
 
-    bare = bare_forward(sentences, args.batch_tokens)
+    if not args.skip_ratio:
+        ratio(sentences, args.batch_tokens, args.threads)
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
+        speeds = writer_throughput(Path(tmp))
+    print("cache writer, rows/s by rows per flush: "
+          + ", ".join(f"{b}: {r:.0f}" for b, r in speeds.items()), flush=True)
+    if not args.skip_rss:
+        rss(pool, sizes, args.batch_tokens, args.threads)
+
+
+def ratio(sentences: list, batch_tokens: int, threads) -> None:
+    bare = bare_forward(sentences, batch_tokens, threads)
     print(f"bare forward loop:   {bare['seconds']:8.1f} s  ({len(sentences) / bare['seconds']:.0f} "
           f"sentences/s, {bare['batches']} batches, {bare['tokens']} tokens)", flush=True)
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
-        full = full_encode(sentences, Path(tmp) / "bench.h5", args.batch_tokens)
+        full = full_encode(sentences, Path(tmp) / "bench.h5", batch_tokens, threads)
     print(f"full encode:         {full['seconds']:8.1f} s  ({len(sentences) / full['seconds']:.0f} "
           f"sentences/s, {full['rows']} rows, cache {full['size_bytes'] / 1e6:.1f} MB)")
     print(f"  of which model load (measured separately): {full['load_seconds']:.1f} s")
@@ -175,17 +195,15 @@ def main() -> None:
     print(f"ratio (full - model load) / bare:  "
           f"{(full['seconds'] - full['load_seconds']) / bare['seconds']:.3f}", flush=True)
 
-    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
-        speeds = writer_throughput(Path(tmp))
-    print("cache writer, rows/s by rows per flush: "
-          + ", ".join(f"{b}: {r:.0f}" for b, r in speeds.items()), flush=True)
 
+def rss(pool: list, sizes: list, batch_tokens: int, threads) -> None:
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
         src = Path(tmp) / "sentences.txt"
         src.write_text("\n".join(pool) + "\n", encoding="utf-8")
         for n in sizes:
             proc = subprocess.run(
-                [sys.executable, __file__, "--batch-tokens", str(args.batch_tokens), "--child",
+                [sys.executable, __file__, "--batch-tokens", str(batch_tokens)]
+                + (["--threads", str(threads)] if threads else []) + ["--child",
                  str(n), str(src), str(Path(tmp) / f"rss-{n}.h5")],
                 capture_output=True, text=True, check=True)
             r = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -383,6 +383,9 @@ def test_length_order_and_token_budget():
     assert covered == list(range(len(lengths)))
     for a, b in batches[1:]:
         assert (b - a) * sorted_lengths[a] <= 20
+    long = token_budget_batches([512] * 40 + [64] * 300, batch_tokens=8192)
+    assert long[0] == (0, 4)  # 4 x 512^2 <= 8192 x 128: attention bounds long batches
+    assert (40, 40 + 128) in long  # short ones: the token budget alone (8192 // 64)
 
 
 def test_cpu_threads(monkeypatch):
