@@ -15,7 +15,7 @@ from estratos.probe import odesia
 from estratos.probe.odesia import (
     calibrate, delta, ind, load_pairs, match_dataset, parse_reference, reference_point)
 from estratos.probe.report import build_report, write_report
-from estratos.probe.report_tables import Dataset
+from estratos.probe.report_aggregate import Dataset
 
 from test_report import baseline_records, record, write_lines
 

@@ -17,8 +17,8 @@ from estratos.cli import cli
 from estratos.errors import EstratosError, InputError, OptionError, ResultsError
 from estratos.probe.report import build_report, parse_formats, write_report
 from estratos.probe.report_load import load_results
-from estratos.probe.report_tables import (
-    Aggregate, Cell, Stat, aggregate, mark_cells, natural_key)
+from estratos.probe.report_aggregate import Aggregate, Stat, aggregate, natural_key
+from estratos.probe.report_tables import Cell, mark_cells
 from estratos.probe.report_writers import to_markdown
 
 GOLDEN = Path(__file__).parent / "golden" / "report"

@@ -1,10 +1,12 @@
 """``estratos report``: paper-style tables (and figures) from results files alone.
 
-The report needs no cache, no model and no torch: it reads results JSON lines
-(:mod:`~estratos.probe.report_load`), averages seeds and lays out the tables
-(:mod:`~estratos.probe.report_tables`), optionally calibrates them by a baseline and computes
-the EN-ES gap (:mod:`~estratos.probe.odesia`), and writes Markdown, LaTeX, CSV, JSON
-(:mod:`~estratos.probe.report_writers`) and PNG figures (:mod:`~estratos.probe.report_plots`).
+The report needs no cache, no model and no torch. It reads results JSON lines
+(:mod:`~estratos.probe.report_load`), averages seeds
+(:mod:`~estratos.probe.report_aggregate`), lays out the tables
+(:mod:`~estratos.probe.report_tables`), optionally calibrates them by a baseline and
+computes the EN-ES gap (:mod:`~estratos.probe.odesia`), and writes Markdown, LaTeX, CSV,
+JSON (:mod:`~estratos.probe.report_writers`) and PNG figures
+(:mod:`~estratos.probe.report_plots`).
 
 Everything is computed and rendered in memory before the first file is written, and each
 file is written atomically, so a failing report leaves no half-written output.
@@ -21,9 +23,9 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from estratos.errors import OptionError, ResultsError
 from estratos.probe import odesia
 from estratos.probe.report_load import LoadedResults, Notice, load_results
+from estratos.probe.report_aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.probe.report_tables import (
-    Aggregate, Cell, Footnotes, Stat, Table, aggregate, dataset_tables, group_table,
-    layer_label, layer_tables)
+    Cell, Footnotes, Table, dataset_tables, group_table, layer_tables)
 from estratos.probe.report_writers import (
     DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section, write_atomic)
 

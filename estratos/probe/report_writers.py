@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from estratos.probe.odesia import Calibration, Gap
 from estratos.probe.report_load import Notice
-from estratos.probe.report_tables import (
-    DECIMALS, EXTRA_METRICS, Aggregate, Cell, Footnotes, Row, Stat, Table)
+from estratos.probe.report_aggregate import EXTRA_METRICS, Aggregate, Row, Stat
+from estratos.probe.report_tables import DECIMALS, Cell, Footnotes, Table
 
 MISSING = "—"
 UNDEFINED = "undef."

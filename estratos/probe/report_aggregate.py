@@ -1,0 +1,235 @@
+"""Aggregating result cells over seeds: rows (system x layer), datasets, groups.
+
+:class:`Aggregate` turns validated records into mean +- std over seeds per (row, dataset)
+and per (row, group); a row is one system (model, revision, pooling, classifier) at one layer
+spec. The display tables (:mod:`~estratos.probe.report_tables`), the ODESIA measures and the
+csv/json writers all read numbers from here, so every output agrees.
+
+Choices written down here because the paper does not fix them:
+- std is the sample standard deviation (ddof=1) over seeds, omitted for one seed;
+- a group cell is the mean of the row's dataset means; its std is taken over the per-seed
+  group averages of the seeds every dataset of the cell has; when the row lacks some of the
+  group's datasets the mean covers those present and is flagged (``partial``);
+- dataset columns are sorted by group (paper order), then by name in natural order; with
+  several languages in one report, group columns are split by language.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from estratos.errors import ResultsError
+from estratos.probe.report_load import Layer, Record, classifier_name
+from estratos.tasks.types import GROUPS
+
+#: extra per-dataset metrics the csv/json outputs carry beside ``score``, read from a
+#: record's ``test`` (PAWS F1, STS/SICK-R Spearman); correlations are stored in [-1, 1]
+#: there and shown x100 like ``score``
+EXTRA_METRICS: Mapping[str, float] = {"f1": 1.0, "spearman": 100.0}
+
+
+@dataclass(frozen=True)
+class System:
+    """What produced a result, apart from the layer: the row label of the report."""
+
+    kind: str
+    model: str
+    revision: Optional[str]
+    pooling: Optional[str]
+    classifier: Optional[str]
+
+    @property
+    def label(self) -> str:
+        """Short display name: a local model folder shows its last two path parts, a
+        revision its first 8 characters (after any ``sha256:`` prefix); csv/json keep both
+        in full."""
+        model = self.model
+        if model.startswith(("/", "./", "../", "~")) or "\\" in model:
+            model = "/".join(re.split(r"[\\/]+", model.rstrip("/\\"))[-2:])
+        rev = f"@{self.revision.split(':')[-1][:8]}" if self.revision else ""
+        return f"{model}{rev}"
+
+    @property
+    def slug(self) -> str:
+        """A file-name-safe identifier (for plot files)."""
+        parts = [self.label, self.pooling or "", self.classifier or ""]
+        text = "_".join(p for p in parts if p)
+        return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")[:120] or "system"
+
+    def sort_key(self) -> Tuple[str, ...]:
+        return (self.model, self.revision or "", self.pooling or "", self.classifier or "",
+                self.kind)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the tables: a system at one layer spec (``None`` for baselines)."""
+
+    system: System
+    layer: Layer
+
+    def sort_key(self) -> Tuple[Any, ...]:
+        return self.system.sort_key() + layer_order(self.layer)
+
+
+def layer_order(layer: Layer) -> Tuple[int, int]:
+    """Sort key of a layer spec: 0..L, then ``avg``, then no layer (baselines)."""
+    if isinstance(layer, int):
+        return (0, layer)
+    return (1, 0) if layer == "avg" else (2, 0)
+
+
+def layer_label(layer: Layer) -> str:
+    return "n/a" if layer is None else str(layer)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A task column: identity and display facts gathered from its records. ``group`` is
+    the group column it belongs to (with the language appended when a report holds several
+    languages)."""
+
+    task: str
+    name: str
+    group: str
+    metric: str
+    label: str
+    fallbacks: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Stat:
+    """mean +- std over ``n`` seeds (``std`` None for one seed)."""
+
+    mean: float
+    std: Optional[float]
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Stat":
+        arr = np.asarray(values, dtype=np.float64)
+        std = float(arr.std(ddof=1)) if len(arr) > 1 else None
+        return cls(float(arr.mean()), std, len(arr))
+
+
+@dataclass(frozen=True)
+class GroupStat(Stat):
+    """A group cell: ``n_datasets`` of the group's ``n_total`` datasets were present."""
+
+    n_datasets: int = 0
+    n_total: int = 0
+
+    @property
+    def partial(self) -> bool:
+        return self.n_datasets < self.n_total
+
+
+def group_order(group: str) -> Tuple[int, str, str]:
+    """The paper's group order (SC, SPC, SS, LPT, SP, BSO, DC, SSP, DR), others after;
+    a column key ``"SS en"`` (several languages in one report) sorts by group, then language."""
+    base, _, language = group.partition(" ")
+    return ((GROUPS.index(base), "", language) if base in GROUPS
+            else (len(GROUPS), base, language))
+
+
+def natural_key(text: str) -> Tuple[Any, ...]:
+    """'STS9' < 'STS14': digits compare as numbers."""
+    return tuple(int(p) if p.isdigit() else p.casefold() for p in re.split(r"(\d+)", text))
+
+
+@dataclass
+class Aggregate:
+    """Seed-level scores of every (row, dataset), with the sorted rows/datasets/groups."""
+
+    rows: List[Row]
+    datasets: List[Dataset]
+    groups: List[str]
+    seeds: Dict[Tuple[Row, str], Dict[int, float]]
+    extras: Dict[Tuple[Row, str, str], Dict[int, float]] = field(default_factory=dict)
+
+    @property
+    def systems(self) -> List[System]:
+        return list(dict.fromkeys(r.system for r in self.rows))
+
+    def group_datasets(self, group: str) -> List[Dataset]:
+        return [d for d in self.datasets if d.group == group]
+
+    def cell(self, row: Row, task: str) -> Optional[Stat]:
+        values = self.seeds.get((row, task))
+        return Stat.of([values[s] for s in sorted(values)]) if values else None
+
+    def extra(self, row: Row, task: str, metric: str) -> Optional[Stat]:
+        values = self.extras.get((row, task, metric))
+        return Stat.of([values[s] for s in sorted(values)]) if values else None
+
+    def group_cell(self, row: Row, group: str) -> Optional[GroupStat]:
+        members = self.group_datasets(group)
+        present = [self.seeds[(row, d.task)] for d in members if (row, d.task) in self.seeds]
+        if not present:
+            return None
+        mean = float(np.mean([np.mean(list(v.values())) for v in present]))
+        common = sorted(set.intersection(*(set(v) for v in present)))
+        std = None
+        if len(common) > 1:
+            per_seed = [np.mean([v[s] for v in present]) for s in common]
+            std = float(np.std(per_seed, ddof=1))
+        n = len(common) if common else min(len(v) for v in present)
+        return GroupStat(mean, std, n, n_datasets=len(present), n_total=len(members))
+
+    def row_seed_counts(self, row: Row) -> List[int]:
+        return [len(v) for (r, _), v in self.seeds.items() if r == row]
+
+    def layers_of(self, system: System) -> List[Row]:
+        return [r for r in self.rows if r.system == system]
+
+
+def aggregate(records: Iterable[Record]) -> Aggregate:
+    """Group records into rows x datasets with their per-seed scores (and extra metrics)."""
+    seeds: Dict[Tuple[Row, str], Dict[int, float]] = {}
+    extras: Dict[Tuple[Row, str, str], Dict[int, float]] = {}
+    facts: Dict[str, Dict[str, Any]] = {}
+    fallbacks: Dict[str, Dict[str, None]] = {}
+    for rec in records:
+        d = rec.data
+        system = System(d["kind"], d["model"], d.get("revision"), d.get("pooling"),
+                        classifier_name(d))
+        row = Row(system, d["layer"])
+        task = d["task"]
+        seen = facts.setdefault(task, {"name": d["name"], "group": d["group"],
+                                       "metric": d["metric"], "language": d.get("language"),
+                                       "where": rec})
+        for key in ("name", "group", "metric"):
+            if seen[key] != d[key]:
+                first = seen["where"]
+                raise ResultsError(
+                    f"{rec.path}:{rec.line}: task {task} has {key} {d[key]!r} here but "
+                    f"{seen[key]!r} at {first.path}:{first.line}; results of different task "
+                    "definitions cannot share a report")
+        seeds.setdefault((row, task), {})[d["seed"]] = float(d["score"])
+        if d.get("fallback"):
+            fallbacks.setdefault(task, {})[str(d["fallback"])] = None
+        test = d.get("test") or {}
+        for metric, factor in EXTRA_METRICS.items():
+            value = test.get(metric)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and math.isfinite(value):
+                extras.setdefault((row, task, metric), {})[d["seed"]] = float(value) * factor
+    names = [f["name"] for f in facts.values()]
+    # a group average over datasets of two languages would mean nothing: with several
+    # languages in one report, every group column is split by language ("SS en", "SS es")
+    several = len({f["language"] for f in facts.values()}) > 1
+    datasets = [
+        Dataset(task, f["name"],
+                f"{f['group']} {f['language'] or '?'}" if several else f["group"], f["metric"],
+                f["name"] if names.count(f["name"]) == 1 else task,
+                tuple(sorted(fallbacks.get(task, {}))))
+        for task, f in facts.items()]
+    datasets.sort(key=lambda ds: (group_order(ds.group), natural_key(ds.label), ds.task))
+    groups = sorted({ds.group for ds in datasets}, key=group_order)
+    rows = sorted({row for row, _ in seeds}, key=Row.sort_key)
+    return Aggregate(rows, datasets, groups, seeds, extras)
