@@ -108,7 +108,7 @@ class CacheWriter:
         if path.exists():
             raise CacheError(f"{path}: already exists; refusing to overwrite it")
         # built under a private name and linked into place once initialized: a kill during
-        # creation must not leave a half-made file under the name a rerun would resume
+        # creation must not leave a half-made file under the name a rerun would resume.
         tmp = path.with_name(f"{path.name}.{os.getpid()}.init")
         try:
             f = h5py.File(tmp, "x", **_open_kwargs())
@@ -137,14 +137,16 @@ class CacheWriter:
             if attrs.get("n_states") and attrs.get("dim"):  # known up front: even 0 rows is valid
                 for pooling in schema.to_python(f.attrs["poolings"]):
                     writer._vector_dataset(pooling, int(attrs["n_states"]), int(attrs["dim"]))
-            f.close()
+            f.flush()
+            # linked while still open: HDF5's lock on the file covers the new name from the
+            # first instant, so a second encoder can never open it in between
             _link_new(tmp, path)
         except BaseException:
             f.close()
             raise
         finally:
             tmp.unlink(missing_ok=True)
-        return cls(h5py.File(path, "r+", **_open_kwargs()), path)
+        return writer
 
     @classmethod
     def reopen(cls, path: os.PathLike | str) -> "CacheWriter":
