@@ -1,0 +1,41 @@
+"""Targets run in fork-server children (imported once by the server: torch, transformers,
+estratos). Each sets the child's fault point, then does one encode or probe run."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+import torch  # noqa: F401  (preloaded in the server so children start fast)
+import transformers  # noqa: F401
+
+import estratos.cache  # noqa: F401
+import estratos.encode.hf  # noqa: F401
+import estratos.encode.run  # noqa: F401
+import estratos.probe.runner  # noqa: F401
+
+
+def noop() -> None:
+    """Starts the server."""
+
+
+def encode(fault: Optional[str], sentences_file: str, model: str, out: str,
+           kwargs: dict) -> None:
+    """One ``encode_sentences`` run, killed at ``fault`` (``POINT[:N]``) when given."""
+    if fault:
+        os.environ["ESTRATOS_FAULT"] = fault
+    logging.basicConfig(level=logging.ERROR)
+    from estratos.encode import encode_sentences
+
+    with open(sentences_file, encoding="utf-8") as fh:
+        sentences = fh.read().splitlines()
+    encode_sentences(sentences, model, out, progress=False, **kwargs)
+
+
+def probe(cache: str, task_file: str, out: str, kwargs: dict) -> None:
+    """One ``probe_tasks`` run on a custom task file."""
+    logging.basicConfig(level=logging.ERROR)
+    from estratos.probe.runner import probe_tasks
+
+    probe_tasks(cache, "", out, task_files=[task_file], **kwargs)

@@ -1,0 +1,106 @@
+"""The fault campaign's shared pieces: the ``faults`` marker, a figures recorder, and a
+fork server that runs encode/probe in child processes we can SIGKILL cheaply.
+
+Why a fork server: starting a fresh Python that imports torch and transformers takes seconds
+on a loaded 2-core machine, and the campaign kills dozens of runs. The server imports them
+once; every run is a fork of it (no torch operation ever ran in the server, so forking is safe).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the fork server unpickles run targets from _forkrun
+    sys.path.insert(0, str(HERE))
+
+#: where bench/fault_figures.py asks the session to write the campaign's figures
+FIGURES_ENV = "ESTRATOS_FAULT_FIGURES"
+FIGURE_NAMES = ("crash_points_tried", "crash_points_survived", "rows_lost",
+                "corruptions_injected", "corruptions_detected", "fuzz_cases", "fuzz_escaped",
+                "concurrency_scenarios", "concurrency_failures")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.faults)
+
+
+class Figures:
+    """Counts that docs/reliability.md publishes; a test counts an attempt before asserting
+    and a success after, so a failing check shows up as a gap between the two."""
+
+    def __init__(self) -> None:
+        self.counts = {name: 0 for name in FIGURE_NAMES}
+        self.details: list = []
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+    def note(self, **detail) -> None:
+        self.details.append(detail)
+
+
+_FIGURES = Figures()
+
+
+@pytest.fixture(scope="session")
+def figures() -> Figures:
+    return _FIGURES
+
+
+def pytest_sessionfinish(session, exitstatus):
+    target = os.environ.get(FIGURES_ENV)
+    if target:
+        Path(target).write_text(json.dumps({"counts": _FIGURES.counts,
+                                            "details": _FIGURES.details}, indent=1))
+
+
+@pytest.fixture(scope="session")
+def forkserver():
+    """A multiprocessing context whose children start with torch/transformers imported."""
+    old = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["_forkrun"])
+    try:
+        # start the server now, with the offline variables in its environment
+        p = ctx.Process(target=_noop_target())
+        p.start()
+        p.join()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return ctx
+
+
+def _noop_target():
+    import _forkrun
+
+    return _forkrun.noop
+
+
+WORDS = ("el la los un una perro gato casa niño niña hombre mujer come corre lee escribe "
+         "grande pequeño de que y en por con para no su al lo como más pero sus le ya "
+         "este porque esta entre cuando muy sin sobre también me hasta hay donde").split()
+
+
+def make_sentences(n: int, seed: int = 0, max_words: int = 20) -> list:
+    """``n`` distinct-ish Spanish-looking sentences (deterministic)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(1, max_words))]
+        out.append(" ".join(words).capitalize() + f" {i}.")
+    return out
