@@ -224,7 +224,7 @@ def tasks_check_command(ctx: click.Context, selection, data_dirs, task_files) ->
 @click.option("--jobs", type=int, default=1, show_default=True,
               help="Tasks run in this many processes (torch threads split between them).")
 @click.option("--threads", type=int, default=None,
-              help="Torch threads per process [default: cores / jobs].")
+              help="Torch threads per process [default: 1; use --jobs for more cores].")
 @click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
 @click.option("--expect-model", default=None,
               help="Fail unless the cache was made with this model.")

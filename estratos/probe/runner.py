@@ -361,7 +361,8 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
 
     ``layers``: ``"all"`` (every hidden state + ``avg``) or a comma list / sequence of
     indices and ``"avg"``. ``jobs`` runs tasks in that many processes, each pinned to
-    ``cores // jobs`` torch threads (``threads`` overrides). Cells already in ``out`` are
+    ``threads`` torch threads (default 1: the probes are small, so extra threads gain little
+    and lose a lot on shared cores; use ``jobs`` for more cores). Cells already in ``out`` are
     skipped unless ``overwrite``. Raises :class:`OptionError`, :class:`CacheError`
     (incomplete cache, NaN rows), :class:`MissingSentences` (with the ``estratos encode``
     command that adds them) or :class:`SettingsMismatch` (``expect_model``) before training.
@@ -411,7 +412,10 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
         n_jobs = min(jobs, len(specs))
         opts = _RunOptions(str(cache_path), str(out_path), layer_specs, pooling, seeds_t,
                            classifier, bool(sequential), bool(overwrite), expect_model,
-                           threads or max(1, available_cores() // n_jobs))
+                           threads or 1)
+        if opts.threads * n_jobs > available_cores():
+            log.warning("--jobs %d x --threads %d exceeds the %d available cores; expect "
+                        "slow-downs", n_jobs, opts.threads, available_cores())
         store = ResultsStore(out_path)
         done = set() if overwrite else store.done_keys()
         written: List[Dict[str, Any]] = []
