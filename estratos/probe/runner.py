@@ -381,8 +381,8 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     specs = list(specs)
     if not specs:
         raise OptionError("--tasks: no task selected")
-    settings = {spec.id: _settings_for(spec, classifier) for spec in specs}  # validates early
-    del settings
+    for spec in specs:  # bad overrides or --classifier fail before any reading
+        _settings_for(spec, classifier)
     cache_path = Path(cache_path)
     expect = {"model": expect_model} if expect_model else None
     out_path = Path(out)
