@@ -33,9 +33,27 @@ def encode(fault: Optional[str], sentences_file: str, model: str, out: str,
     encode_sentences(sentences, model, out, progress=False, **kwargs)
 
 
-def probe(cache: str, task_file: str, out: str, kwargs: dict) -> None:
-    """One ``probe_tasks`` run on a custom task file."""
+def probe_files(cache: str, task_files: list, out: str, kwargs: dict) -> None:
+    """One ``probe_tasks`` run over custom task files (killed by the parent)."""
     logging.basicConfig(level=logging.ERROR)
     from estratos.probe.runner import probe_tasks
 
-    probe_tasks(cache, "", out, task_files=[task_file], **kwargs)
+    probe_tasks(cache, "", out, task_files=task_files, **kwargs)
+
+
+#: exit code of a child whose run ended in an estratos error (a refusal, not a crash)
+REFUSED = 3
+
+
+def encode_or_refuse(sentences_file: str, model: str, out: str, kwargs: dict) -> None:
+    """Like :func:`encode`, but an ``EstratosError`` exits with :data:`REFUSED` (any other
+    exception keeps exit code 1, so the parent can tell a refusal from a crash)."""
+    import sys
+
+    from estratos.errors import EstratosError
+
+    try:
+        encode(None, sentences_file, model, out, kwargs)
+    except EstratosError as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        sys.exit(REFUSED)

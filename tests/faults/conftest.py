@@ -25,7 +25,7 @@ if str(HERE) not in sys.path:  # the fork server unpickles run targets from _for
 FIGURES_ENV = "ESTRATOS_FAULT_FIGURES"
 FIGURE_NAMES = ("crash_points_tried", "crash_points_survived", "rows_lost",
                 "corruptions_injected", "corruptions_detected", "fuzz_cases", "fuzz_escaped",
-                "concurrency_scenarios", "concurrency_failures")
+                "concurrency_scenarios", "concurrency_passed")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -104,3 +104,24 @@ def make_sentences(n: int, seed: int = 0, max_words: int = 20) -> list:
         words = [rng.choice(WORDS) for _ in range(rng.randint(1, max_words))]
         out.append(" ".join(words).capitalize() + f" {i}.")
     return out
+
+
+@pytest.fixture(scope="session")
+def probe_grid(tmp_path_factory, forkserver):
+    """A cache, two custom tasks, an uninterrupted run's results and how long it took."""
+    import time
+
+    import _forkrun
+    import probekit
+
+    root = tmp_path_factory.mktemp("probe-grid")
+    cache, files, _ = probekit.build(root)
+    ref = root / "reference.jsonl"
+    t0 = time.monotonic()
+    proc = forkserver.Process(target=_forkrun.probe_files,
+                              args=(str(cache), [str(f) for f in files], str(ref),
+                                    probekit.PROBE_KWARGS))
+    proc.start()
+    proc.join(300)
+    assert proc.exitcode == 0
+    return cache, [str(f) for f in files], ref, time.monotonic() - t0

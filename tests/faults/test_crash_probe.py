@@ -1,0 +1,93 @@
+"""SIGKILL ``probe`` mid-grid (after k result lines, or after seeded random delays); rerun;
+the results file must have no duplicated or torn lines and equal an uninterrupted run's."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+
+import _forkrun
+import probekit
+from estratos.probe.results import read_results
+from estratos.probe.runner import probe_tasks
+
+#: kill once the file holds this many lines (each (task, seed) group appends 5)
+AFTER_LINES = [1, 5, 10, 15, 20, 25]
+#: and after seeded random delays, as fractions of an uninterrupted run's duration
+RANDOM_KILLS = [round(random.Random(7 + i).uniform(0.05, 0.95), 3) for i in range(3)]
+
+
+def _start(forkserver, cache, files, out):
+    proc = forkserver.Process(target=_forkrun.probe_files,
+                              args=(str(cache), files, str(out), probekit.PROBE_KWARGS))
+    proc.start()
+    return proc
+
+
+def _whole_lines(out) -> bool:
+    return all(line.endswith(b"\n") for line in out.read_bytes().splitlines(keepends=True))
+
+
+def _resume_and_compare(figures, cache, files, ref, out, *, torn=False):
+    if out.exists():
+        assert torn or _whole_lines(out), "a kill left a torn line"
+        read_results(out)  # every whole line parses
+    probe_tasks(cache, "", out, task_files=files, **probekit.PROBE_KWARGS)
+    assert _whole_lines(out)
+    got, want = probekit.outcome(out), probekit.outcome(ref)
+    lost = len(set(want) - set(got))
+    figures.add("rows_lost", lost)
+    assert set(got) == set(want), "cells missing or extra after the rerun"
+    assert got == want, "a resumed run gave other numbers than an uninterrupted one"
+    figures.add("crash_points_survived")
+
+
+@pytest.mark.parametrize("lines", AFTER_LINES)
+def test_kill_after_k_result_lines_then_rerun(lines, probe_grid, tmp_path, forkserver, figures):
+    cache, files, ref, _ = probe_grid
+    out = tmp_path / "r.jsonl"
+    figures.add("crash_points_tried")
+    proc = _start(forkserver, cache, files, out)
+    while proc.is_alive() and probekit.count_lines(out) < lines:
+        time.sleep(0.005)
+    if proc.is_alive():
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.join(60)
+    assert proc.exitcode == -9, "the run ended before it could be killed"
+    assert probekit.count_lines(out) < probekit.n_cells()
+    figures.note(kind="probe-kill", point=f"after {lines} lines",
+                 lines=probekit.count_lines(out))
+    _resume_and_compare(figures, cache, files, ref, out)
+
+
+@pytest.mark.parametrize("fraction", RANDOM_KILLS)
+def test_kill_after_random_delay_then_rerun(fraction, probe_grid, tmp_path, forkserver, figures):
+    cache, files, ref, seconds = probe_grid
+    out = tmp_path / "r.jsonl"
+    figures.add("crash_points_tried")
+    proc = _start(forkserver, cache, files, out)
+    proc.join(fraction * seconds)
+    if proc.is_alive():
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.join(60)
+    figures.note(kind="probe-kill", point=f"after {fraction * seconds:.2f}s",
+                 killed=proc.exitcode == -9, lines=probekit.count_lines(out))
+    _resume_and_compare(figures, cache, files, ref, out)
+
+
+def test_a_line_torn_by_a_dying_writer_is_redone_once(probe_grid, tmp_path, figures):
+    """A kill during a short write (network file systems) leaves half a line: the rerun
+    drops it and redoes that cell, exactly once."""
+    cache, files, ref, _ = probe_grid
+    out = tmp_path / "r.jsonl"
+    figures.add("crash_points_tried")
+    probe_tasks(cache, "", out, task_files=files[:1], **probekit.PROBE_KWARGS)
+    data = out.read_bytes()
+    last = data[:-1].rfind(b"\n") + 1
+    out.write_bytes(data[: last + (len(data) - last) // 2])  # tear the last line in half
+    assert len(read_results(out)) == len(data.splitlines()) - 1
+    _resume_and_compare(figures, cache, files, ref, out, torn=True)
