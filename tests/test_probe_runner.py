@@ -321,3 +321,50 @@ def test_cli_end_to_end_with_a_custom_task(toml_task, tmp_path):
     res = runner.invoke(cli, base + ["--seeds", "1,x"])
     assert res.exit_code == 2 and "--seeds" in res.output
     assert len(read_results(out)) == 4
+
+
+class ChildFailingLoader(MemoryLoaderPickle):
+    """Loads in the parent, fails with a user error in the worker processes."""
+
+    def __init__(self, ids, parent_pid):
+        super().__init__(ids)
+        self.parent_pid = parent_pid
+
+    def __call__(self, task_spec, data_dirs):
+        import os
+
+        from estratos.errors import InputError
+
+        if os.getpid() != self.parent_pid and task_spec.name == "B":
+            raise InputError("bad label 'x'", "train.tsv", 3)
+        return super().__call__(task_spec, data_dirs)
+
+
+def test_a_user_error_in_a_worker_reaches_the_caller(tmp_path):
+    import os
+
+    from estratos.errors import InputError
+
+    task, sents, vec = toy_split_task(160)
+    cache = write_cache(tmp_path / "c.h5", sents, vec)
+    specs = [spec("A"), spec("B")]
+    with pytest.raises(InputError, match=r"train\.tsv:3: bad label"):
+        run_probe(cache, specs, None, tmp_path / "r.jsonl", layers="0", jobs=2, threads=1,
+                  loader=ChildFailingLoader(["toy:A", "toy:B"], os.getpid()))
+    # the healthy task's cells were still written
+    assert [r["task"] for r in read_results(tmp_path / "r.jsonl")] == ["toy:A"]
+
+
+def test_probe_tasks_and_summarize(toml_task, tmp_path):
+    from estratos.probe.runner import probe_tasks, summarize
+
+    task_file, cache = toml_task
+    out = tmp_path / "r.jsonl"
+    records = probe_tasks(cache, "", out, task_files=[str(task_file)], layers="2",
+                          seeds="3, 4", threads=1)
+    assert [r["seed"] for r in records] == [3, 4]
+    text = summarize(records, out)
+    assert "wrote 2 cell(s)" in text and "custom:Toy: best layer 2" in text
+    assert "nothing to do" in summarize([], out)
+    with pytest.raises(OptionError, match="--tasks"):
+        probe_tasks(cache, "", out)
