@@ -172,12 +172,17 @@ class CacheReader:
         pos = 0
         for lo, hi in row_blocks(uniq):
             take = uniq[(uniq >= lo) & (uniq < hi)] - lo
-            if contiguous:
-                block = ds[lo:hi, states[0]:states[-1] + 1, :]
-                gathered[pos:pos + len(take)] = block[take]
-            else:
-                for j, s in enumerate(states):
-                    gathered[pos:pos + len(take), j] = ds[lo:hi, s, :][take]
+            try:
+                if contiguous:
+                    block = ds[lo:hi, states[0]:states[-1] + 1, :]
+                    gathered[pos:pos + len(take)] = block[take]
+                else:
+                    for j, s in enumerate(states):
+                        gathered[pos:pos + len(take), j] = ds[lo:hi, s, :][take]
+            except OSError as exc:  # a fletcher32 mismatch or a damaged file: never fill values
+                raise CacheError(f"{self.path}: /vectors/{pooling} rows {lo}..{hi - 1} are "
+                                 f"unreadable ({exc}); the cache is corrupted: run `estratos "
+                                 "cache verify` and re-encode") from exc
             pos += len(take)
         out[:] = gathered[inverse.reshape(-1)]
         return out
