@@ -35,10 +35,13 @@ def test_dc_override_does_not_leak_into_the_next_task():
 def test_nli_like_override_and_record():
     s = resolve_settings({"max_epoch": 15, "epoch_size": 1, "l2_grid": "noreg"},
                          classifier="lbfgs")
-    rec = s.record()
-    assert rec == {"name": "lbfgs", "nhid": 0, "optim": "adam", "batch_size": 64,
-                   "tenacity": 5, "epoch_size": 1, "max_epoch": 15, "dropout": 0.0,
-                   "l2_grid": [1e-9]}
+    assert (s.max_epoch, s.epoch_size, s.l2_grid) == (15, 1, (1e-9,))
+    assert s.record() == {"name": "lbfgs", "nhid": 0, "optim": "lbfgs", "max_iter": 1000,
+                          "tol": 1e-4, "l2_grid": [1e-9]}
+    assert resolve_settings({"max_epoch": 15}).record() == {
+        "name": "senteval", "nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5,
+        "epoch_size": 4, "max_epoch": 15, "dropout": 0.0,
+        "l2_grid": [1e-5, 1e-4, 1e-3, 1e-2]}
 
 
 @pytest.mark.parametrize("overrides,needle", [

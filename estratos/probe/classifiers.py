@@ -543,7 +543,7 @@ class LBFGSClassifier:
     name = "lbfgs"
 
     def __init__(self, n_classes: Optional[int] = None, max_iter: int = 1000,
-                 tol: float = 1e-4, seed: int = 1111) -> None:
+                 tol: float = 1e-4, seed: int = 1111) -> None:  # see settings.LBFGS_*
         self.n_classes = n_classes
         self.max_iter = max_iter
         self.tol = tol

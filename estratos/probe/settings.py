@@ -18,6 +18,9 @@ DEFAULT_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)
 #: what SentEval uses when a task sets ``noreg`` (NLI, DC, SSP, RST)
 NOREG_GRID: Tuple[float, ...] = (1e-9,)
 CLASSIFIERS: Tuple[str, ...] = ("senteval", "lbfgs")
+#: the L-BFGS probe's solver settings (estratos.probe.classifiers.LBFGSClassifier defaults)
+LBFGS_MAX_ITER = 1000
+LBFGS_TOL = 1e-4
 #: the override keys a task spec (``spec.classifier``) may set
 OVERRIDE_KEYS: Tuple[str, ...] = ("nhid", "dropout", "optim", "batch_size", "tenacity",
                                   "epoch_size", "max_epoch", "l2_grid", "kfold")
@@ -41,7 +44,13 @@ class ClassifierSettings:
     validation_split: float = 0.05
 
     def record(self) -> Dict[str, Any]:
-        """The ``classifier`` object of a result record (docs/contracts.md)."""
+        """The ``classifier`` object of a result record (docs/contracts.md).
+
+        ``lbfgs`` records what it actually runs (no Adam, batches or early stopping).
+        """
+        if self.name == "lbfgs":
+            return {"name": "lbfgs", "nhid": 0, "optim": "lbfgs", "max_iter": LBFGS_MAX_ITER,
+                    "tol": LBFGS_TOL, "l2_grid": list(self.l2_grid)}
         return {"name": self.name, "nhid": self.nhid, "optim": self.optim,
                 "batch_size": self.batch_size, "tenacity": self.tenacity,
                 "epoch_size": self.epoch_size, "max_epoch": self.max_epoch,
