@@ -53,7 +53,7 @@ from estratos.errors import OptionError
 from estratos.probe import protocols
 from estratos.probe.features import COMBINERS
 from estratos.probe.results import ResultsStore, cell_key
-from estratos.probe.settings import DEFAULT_L2_GRID, resolve_settings
+from estratos.probe.settings import DEFAULT_L2_GRID, parse_seeds, resolve_settings
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 
 log = logging.getLogger(__name__)
@@ -326,30 +326,6 @@ def evaluate_task(data: TaskData, seed: int = 1111, *,
         "estratos_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-
-
-def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:
-    """``"1111,1,2"`` (or integers) -> (1111, 1, 2); bad values name ``--seeds``."""
-    items = seeds.split(",") if isinstance(seeds, str) else (
-        [seeds] if isinstance(seeds, int) else list(seeds))
-    out: List[int] = []
-    for item in items:
-        text = str(item).strip()
-        if not text:
-            continue
-        try:
-            if isinstance(item, bool):
-                raise ValueError
-            value = int(text)
-        except ValueError:
-            raise OptionError(f"--seeds: {item!r} is not an integer seed") from None
-        if value < 0:
-            raise OptionError(f"--seeds: seeds must be >= 0, got {value}")
-        if value not in out:
-            out.append(value)
-    if not out:
-        raise OptionError("--seeds: give at least one seed")
-    return tuple(out)
 
 
 def _key(spec: TaskSpec, seed: int) -> Tuple[Any, ...]:

@@ -30,7 +30,7 @@ from estratos.probe.classifiers import (LBFGSClassifier, RelatednessRegressor,
 from estratos.probe.features import (AVG, COMBINER_WIDTH, LayerSpec, build_features,
                                      layer_matrix, parse_layers, slot_vectors)
 from estratos.probe.results import ResultsStore, cell_key
-from estratos.probe.settings import ClassifierSettings, resolve_settings
+from estratos.probe.settings import ClassifierSettings, parse_seeds, resolve_settings
 
 log = logging.getLogger(__name__)
 
@@ -66,31 +66,6 @@ class _RunOptions:
     overwrite: bool
     expect_model: Optional[str]
     threads: int
-
-
-def _check_seeds(seeds: Sequence[Any]) -> Tuple[int, ...]:
-    if isinstance(seeds, (int, np.integer)):
-        seeds = (int(seeds),)
-    out: List[int] = []
-    for s in seeds:
-        if isinstance(s, bool):
-            raise OptionError(f"--seeds: {s!r} is not an integer seed")
-        try:
-            value = int(s)
-        except (TypeError, ValueError):
-            raise OptionError(f"--seeds: {s!r} is not an integer seed") from None
-        if value < 0:
-            raise OptionError(f"--seeds: seeds must be >= 0, got {value}")
-        if value not in out:
-            out.append(value)
-    if not out:
-        raise OptionError("--seeds: give at least one seed")
-    return tuple(out)
-
-
-def parse_seeds(text: str) -> Tuple[int, ...]:
-    """``--seeds 1111,1,2`` -> (1111, 1, 2)."""
-    return _check_seeds([t.strip() for t in str(text).split(",") if t.strip()])
 
 
 def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: Any) -> str:
@@ -373,7 +348,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
 
     load_task = loader or _default_loader()
 
-    seeds_t = _check_seeds(seeds)
+    seeds_t = parse_seeds(seeds)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise OptionError(f"--jobs: must be a positive integer, got {jobs!r}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
@@ -481,7 +456,7 @@ def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
         specs = extra
     else:
         specs = select_tasks(str(tasks), extra=extra)
-    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else _check_seeds(seeds)
+    seed_list = parse_seeds(seeds)
     return run_probe(cache, specs, DataDirs.parse(list(data_dir)), out, layers=layers,
                      pooling=pooling, seeds=seed_list, classifier=classifier,
                      sequential=sequential, jobs=jobs, overwrite=overwrite,

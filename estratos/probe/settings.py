@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from estratos.errors import OptionError, TaskError
 
@@ -118,3 +118,29 @@ def resolve_settings(overrides: Optional[Mapping[str, Any]] = None, *,
     if "l2_grid" in overrides:
         values["l2_grid"] = _l2_grid(task, overrides["l2_grid"])
     return dataclasses.replace(ClassifierSettings(), **values)
+
+
+def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:
+    """``"1111,1,2"`` (or an int, or integers) -> (1111, 1, 2), duplicates dropped in order;
+    bad values raise :class:`OptionError` naming ``--seeds``."""
+    if isinstance(seeds, str):
+        items: List[Any] = [t for t in seeds.split(",") if t.strip()]
+    elif isinstance(seeds, Iterable):
+        items = list(seeds)
+    else:
+        items = [seeds]
+    out: List[int] = []
+    for item in items:
+        if isinstance(item, bool):
+            raise OptionError(f"--seeds: {item!r} is not an integer seed")
+        try:
+            value = int(str(item).strip())
+        except ValueError:
+            raise OptionError(f"--seeds: {item!r} is not an integer seed") from None
+        if value < 0:
+            raise OptionError(f"--seeds: seeds must be >= 0, got {value}")
+        if value not in out:
+            out.append(value)
+    if not out:
+        raise OptionError("--seeds: give at least one seed")
+    return tuple(out)
