@@ -37,7 +37,8 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(words)) + chars + [
         "##" + c for c in chars]
     (out / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=False)
+    # the vocabulary path goes positionally: transformers 5 ignores a vocab_file keyword
+    tok = BertTokenizerFast(str(out / "vocab.txt"), do_lower_case=False)
     tok.model_max_length = 64
     tok.save_pretrained(out)
     torch.manual_seed(0)

@@ -51,4 +51,6 @@ def test_tiny_bert_fixture_loads(tiny_bert_dir):
     enc = tok(["el perro come"], return_tensors="pt")
     out = model(**enc, output_hidden_states=True)
     assert len(out.hidden_states) == 3
-    assert tok.convert_ids_to_tokens(enc["input_ids"][0])[0] == "[CLS]"
+    tokens = tok.convert_ids_to_tokens(enc["input_ids"][0])
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
+    assert "[UNK]" not in tokens  # the vocabulary really was loaded
