@@ -27,7 +27,8 @@ from estratos.probe.report_aggregate import Aggregate, Stat, aggregate, layer_la
 from estratos.probe.report_tables import (
     Cell, Footnotes, Table, dataset_tables, group_table, layer_tables)
 from estratos.probe.report_writers import (
-    DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section, write_atomic)
+    DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section)
+from estratos.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from estratos.errors import EstratosError
 from estratos.probe.report_aggregate import Aggregate, System, layer_label
-from estratos.probe.report_writers import write_atomic
+from estratos.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 

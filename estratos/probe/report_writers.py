@@ -3,7 +3,7 @@
 Markdown and LaTeX render the same display tables (:mod:`estratos.probe.report_tables`), so
 they always agree; CSV and JSON are long, machine-readable forms of the aggregate with more
 digits and the extra metrics (F1, Spearman, Delta and its baseline/reference). Every writer
-returns text; :func:`write_atomic` puts it on disk so an interrupted report never leaves a
+returns text; :func:`estratos.atomic.write_atomic` puts it on disk so an interrupted report never leaves a
 half-written file.
 """
 
@@ -12,10 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from estratos.probe.odesia import Calibration, Gap
@@ -321,23 +318,6 @@ def to_json(content: ReportContent) -> str:
 
 
 # --------------------------------------------------------------------------- files
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write via a temporary file in the same folder and rename it into place."""
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
 
 #: format name -> function(content) -> {file name: text}
 WRITERS: Mapping[str, Callable[[ReportContent], Dict[str, str]]] = {

@@ -27,6 +27,7 @@ import random
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from estratos.atomic import write_atomic
 from estratos.errors import OptionError
 from estratos.tasks import lexicon_es as lx
 from estratos.text import normalize_sentence
@@ -320,20 +321,6 @@ def _check_n(n: int) -> None:
                           f"got {n}")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path``, fsync, then rename over it."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def default_dir() -> Path:
     """Where the registry looks for synthetic-es when no ``--data-dir`` names it."""
     try:
@@ -369,10 +356,10 @@ def build_synthetic_es(out_dir: Optional[os.PathLike | str] = None, seed: int = 
     for name in names:
         rows = generate_task(name, n_per_task, seed)
         path = out / f"{name}.txt"
-        _write_atomic(path, "".join(f"{s}\t{l}\t{t}\n" for s, l, t in rows))
+        write_atomic(path, "".join(f"{s}\t{l}\t{t}\n" for s, l, t in rows))
         paths[name] = path
         log.info("wrote %s (%d examples)", path, len(rows))
     info = {"suite": "synthetic-es", "generator_version": GENERATOR_VERSION, "seed": seed,
             "n_per_task": n_per_task, "tasks": list(names)}
-    _write_atomic(out / "build_info.json", json.dumps(info, indent=1) + "\n")
+    write_atomic(out / "build_info.json", json.dumps(info, indent=1) + "\n")
     return paths
