@@ -141,6 +141,22 @@ def test_cosine_protocol_matches_a_hand_computation():
     assert out.l2 is None and out.dev is None
 
 
+def test_cosine_protocol_reports_an_undefined_correlation_as_none():
+    """Identical vectors for every sentence (layer-0 [CLS]) give constant cosines: the
+    correlation is undefined and must not be recorded as 0."""
+    rng = np.random.default_rng(1)
+    same = np.ones((1, 12, 4))
+    gold = rng.uniform(0, 5, size=12)
+    u = rng.normal(size=(1, 12, 4))
+    out = P.cosine_protocol({"a": (same, same, gold), "b": (u, u + 0.1, gold)})[0].test
+    assert out["subsets"]["a"]["pearson"] is None and out["subsets"]["a"]["spearman"] is None
+    assert out["subsets"]["b"]["pearson"] is not None
+    assert out["pearson"] is None and out["pearson_mean"] is None
+    from estratos.probe.runner import _score
+    assert _score("pearson", out) is None
+    assert _score("pearson", {"pearson": 0.5}) == 50.0
+
+
 def test_cosine_similarity_of_a_zero_vector_is_zero():
     sims = P.cosine_similarity(np.array([[0.0, 0.0], [1.0, 0.0]]),
                                np.array([[1.0, 1.0], [2.0, 0.0]]))

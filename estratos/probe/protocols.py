@@ -228,21 +228,21 @@ def relatedness_protocol(make: EstimatorFactory, train: Tuple[Any, np.ndarray],
                          ) -> List[CellOutcome]:
     """SICK-R: fit the score-distribution regressor (dev Pearson selects the model), then
     test Pearson, Spearman and MSE of the predicted score against gold."""
-    from scipy.stats import spearmanr
-
-    from estratos.probe.classifiers import pearson_rows
+    from scipy.stats import pearsonr, spearmanr
 
     est = make().fit(train[0], train[1], dev[0], dev[1])
     yhat = np.asarray(est.predict(test[0]), dtype=np.float64)
     gold = np.asarray(test[1], dtype=np.float64)
-    pear = pearson_rows(yhat, gold)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        test_pear = [pearsonr(row, gold)[0] if len(gold) > 1 else np.nan for row in yhat]
     out = []
     for g in range(yhat.shape[0]):
         rho = spearmanr(yhat[g], gold).correlation
         out.append(CellOutcome(
             l2=0.0, dev={"pearson": float(est.dev_score_[g])},
-            test={"pearson": float(pear[g]),
-                  "spearman": float(rho) if np.isfinite(rho) else 0.0,
+            test={"pearson": _finite_or_none(test_pear[g]),
+                  "spearman": _finite_or_none(rho),
                   "mse": float(np.mean((yhat[g] - gold) ** 2))},
             epochs=int(est.epochs_[g])))
     return out
@@ -272,18 +272,27 @@ def cosine_protocol(subsets: Mapping[str, Tuple[np.ndarray, np.ndarray, np.ndarr
                 warnings.simplefilter("ignore")
                 p = pearsonr(sims, gold)[0] if len(gold) > 1 else np.nan
                 s = spearmanr(sims, gold).correlation if len(gold) > 1 else np.nan
-            per[name] = {"pearson": float(p) if np.isfinite(p) else 0.0,
-                         "spearman": float(s) if np.isfinite(s) else 0.0, "n": int(len(gold))}
+            per[name] = {"pearson": _finite_or_none(p), "spearman": _finite_or_none(s),
+                         "n": int(len(gold))}
         sizes = np.array([per[n]["n"] for n in names], dtype=np.float64)
         test: Dict[str, Any] = {}
         for metric in ("pearson", "spearman"):
-            vals = np.array([per[n][metric] for n in names])
-            test[f"{metric}_mean"] = float(vals.mean())
-            test[f"{metric}_wmean"] = float((vals * sizes).sum() / sizes.sum())
+            vals = [per[n][metric] for n in names]
+            if any(v is None for v in vals):  # undefined in a subset: undefined overall
+                test[f"{metric}_mean"] = test[f"{metric}_wmean"] = None
+            else:
+                arr = np.array(vals, dtype=np.float64)
+                test[f"{metric}_mean"] = float(arr.mean())
+                test[f"{metric}_wmean"] = float((arr * sizes).sum() / sizes.sum())
             test[metric] = test[f"{metric}_wmean"]
         test["subsets"] = per
         out.append(CellOutcome(l2=None, dev=None, test=test, epochs=None))
     return out
+
+
+def _finite_or_none(value: float) -> Optional[float]:
+    """A correlation, or None when it is undefined (constant predictions or gold)."""
+    return float(value) if np.isfinite(value) else None
 
 
 def cosine_similarity(u: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -110,10 +110,13 @@ def _positive_label(task: Any) -> Optional[int]:
     return 1  # the second label in sorted order
 
 
-def _score(metric: str, test: Mapping[str, Any]) -> float:
+def _score(metric: str, test: Mapping[str, Any]) -> Optional[float]:
+    """The primary test metric on the paper's scale; None when it is undefined (e.g. a
+    correlation with constant predictions), so reports show a gap instead of a fake 0."""
     if metric in ("accuracy", "f1"):
         return round(float(test.get(metric, test.get("accuracy", 0.0))), 2)
-    return round(100.0 * float(test[metric]), 2)
+    value = test.get(metric)
+    return None if value is None else round(100.0 * float(value), 2)
 
 
 def _settings_for(spec: Any, classifier: str) -> ClassifierSettings:
