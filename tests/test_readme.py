@@ -4,7 +4,8 @@ Each fenced block is preceded by a ``<!-- readme-test: MODE -->`` comment saying
 exercised: ``help`` (each estratos command must parse: command and every option exist),
 ``run`` (run for real, in order, with a tiny model and tiny data substituted), ``slurm`` and
 ``merge`` (the cluster example, run for real as an 8-task array on one machine), ``python``
-(executed), ``demo`` (parsed here; run for real by tests/test_demo.py). The two setup
+(executed), ``demo`` (parsed here; run for real by tests/test_demo.py), ``bench`` (each
+benchmark script exists and compiles; they need the reference data and minutes to run). The two setup
 commands are checked against setup.cfg and .ci/run.
 """
 
@@ -27,7 +28,7 @@ from estratos.tasks.synthetic import build_synthetic_es
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
-MODES = {"help", "run", "slurm", "merge", "python", "demo"}
+MODES = {"help", "run", "slurm", "merge", "python", "demo", "bench"}
 
 
 @dataclass
@@ -119,7 +120,8 @@ def test_blocks_are_all_exercised():
 def test_every_shell_command_is_known_and_every_estratos_command_parses():
     allowed = (r"estratos .*", re.escape(TEST_COMMAND),
                re.escape('pip install -e ".[demo,plot]" && estratos demo --out estratos-demo'),
-               r"export [A-Z0-9_]+=\S+", r"sbatch --wait \S+\.sbatch")
+               r"export [A-Z0-9_]+=\S+", r"sbatch --wait \S+\.sbatch",
+               r"python bench/\w+\.py( --[\w-]+ \S+)*")
     n = 0
     for block in BLOCKS:
         if block.lang != "bash":
@@ -133,6 +135,17 @@ def test_every_shell_command_is_known_and_every_estratos_command_parses():
                     invoke(estratos_args(part) + ["--help"])
                     n += 1
     assert n >= 15
+
+
+def test_bench_blocks_name_real_scripts():
+    import py_compile
+
+    scripts = [c.split()[1] for b in BLOCKS if b.mode == "bench" for c in b.commands]
+    assert scripts, "the README names no benchmark"
+    for script in scripts:
+        py_compile.compile(str(REPO / script), doraise=True)
+    assert {Path(s).name for s in scripts} == {p.name for p in (REPO / "bench").glob("*.py")}, \
+        "every benchmark under bench/ is named in the README"
 
 
 def test_setup_commands():
@@ -186,6 +199,7 @@ def test_run_blocks_for_real(workdir, tiny_bert_dir, monkeypatch):
     assert (workdir / "synth" / "Tense.txt").is_file()
     assert (workdir / "minilm.h5").is_file() and (workdir / "minilm.jsonl").is_file()
     assert (workdir / "minilm-report" / "report.md").is_file()
+    assert "Delta" in (workdir / "minilm-vs-baseline" / "report.md").read_text(encoding="utf-8")
     assert any("synthetic-es:Tense" in out for out in outputs)
 
 
@@ -228,3 +242,4 @@ def test_python_block_runs(workdir, tiny_bert_dir, capsys):
     printed = capsys.readouterr().out
     assert printed.startswith("synthetic-es:")
     assert (workdir / "minilm-report" / "report.md").is_file()
+    assert "Delta" in (workdir / "minilm-vs-baseline" / "report.md").read_text(encoding="utf-8")
