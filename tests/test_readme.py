@@ -242,4 +242,3 @@ def test_python_block_runs(workdir, tiny_bert_dir, capsys):
     printed = capsys.readouterr().out
     assert printed.startswith("synthetic-es:")
     assert (workdir / "minilm-report" / "report.md").is_file()
-    assert "Delta" in (workdir / "minilm-vs-baseline" / "report.md").read_text(encoding="utf-8")
