@@ -84,6 +84,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--train-limit", type=int, default=None,
                     help="keep the first N training examples (timing shortcut)")
+    ap.add_argument("--reference", default=None, metavar="LAYERS",
+                    help="also time SentEval's plain one-model loop (estratos.probe.reference) "
+                         "on these layers x the L2 grid, first seed (e.g. 0,avg); split tasks")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
@@ -140,7 +143,55 @@ def main(argv=None) -> int:
                   f"{max(diffs) if diffs else float('nan'):10.2f}"
                   + (f"  (train limited to {args.train_limit})" if args.train_limit else ""),
                   flush=True)
+            if args.reference:
+                ref_s, ref_models = time_reference(cache, spec, dirs, args.reference, seeds[0],
+                                                   args.threads)
+                per_model_b = train_b / max(len(batched), 1) / len(_l2_grid(spec))
+                print(f"{'':32} SentEval-style plain loop: {ref_models} models in {ref_s:.1f} s"
+                      f" = {ref_s / ref_models:.2f} s/model; batched {per_model_b:.3f} s/model"
+                      f" -> {ref_s / ref_models / per_model_b:.1f}x", flush=True)
     return 0
+
+
+def _l2_grid(spec):
+    from estratos.probe.settings import resolve_settings
+
+    return resolve_settings(spec.classifier, classifier="senteval", task=spec.id).l2_grid
+
+
+def time_reference(cache_path: Path, spec, dirs, layers: str, seed: int, threads):
+    """Seconds to train (layers x L2 grid) linear probes one at a time with the plain
+    torch.nn + torch.optim.Adam loop SentEval runs; returns (seconds, models)."""
+    from estratos.cache import open_cache
+    from estratos.probe.classifiers import torch_runtime
+    from estratos.probe.features import build_features, parse_layers
+    from estratos.probe.reference import reference_senteval_fit
+    from estratos.probe.settings import resolve_settings
+    from estratos.tasks import load_task
+
+    task = load_task(spec, dirs)
+    if task.protocol != "split":
+        raise SystemExit(f"--reference times split tasks only; {spec.id} is {task.protocol}")
+    settings = resolve_settings(spec.classifier, classifier="senteval", task=spec.id)
+    with open_cache(cache_path) as cache:
+        vectors = cache.read(cache.rows_for(task.sentences), "cls")
+    specs = parse_layers(layers, vectors.shape[1])
+    x = build_features(vectors, specs, task.splits["train"], spec.combiner)
+    xd = build_features(vectors, specs, task.splits["dev"], spec.combiner)
+    y, yd = task.splits["train"].labels, task.splits["dev"].labels
+    models = 0
+    with torch_runtime(threads or 1):
+        t0 = time.perf_counter()
+        for g in range(len(specs)):
+            for l2 in settings.l2_grid:
+                reference_senteval_fit(x[g], y, xd[g], yd, l2, seed=seed,
+                                       tenacity=settings.tenacity,
+                                       epoch_size=settings.epoch_size,
+                                       max_epoch=settings.max_epoch,
+                                       batch_size=settings.batch_size,
+                                       n_classes=len(task.labels))
+                models += 1
+        return time.perf_counter() - t0, models
 
 
 if __name__ == "__main__":

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 import torch
 
-from estratos.probe.classifiers import (LBFGSClassifier, RelatednessRegressor,
-                                        SentEvalClassifier, pass_permutation, pearson_rows,
-                                        score_distribution, torch_runtime)
+from estratos.probe.classifiers import (
+    LBFGSClassifier,
+    RelatednessRegressor,
+    SentEvalClassifier,
+    pearson_rows,
+    score_distribution,
+    torch_runtime,
+)
+from estratos.probe.reference import reference_senteval_fit
 
 
 def blobs(n: int, n_features: int = 12, n_classes: int = 3, spread: float = 1.0,
@@ -83,48 +87,12 @@ def test_same_seed_same_numbers_other_seed_other_numbers():
     assert not np.array_equal(a[1], c[1])
 
 
-def _reference_senteval(x, y, xd, yd, l2, seed, tenacity, epoch_size, max_epoch, batch=64):
-    """SentEval's fit loop written plainly with torch.nn + torch.optim.Adam (one model),
-    using the same seeded init and pass permutations as ours."""
-    n_features, n_classes = x.shape[1], int(max(y.max(), yd.max()) + 1)
-    gen = torch.Generator().manual_seed(seed)
-    bound = 1 / np.sqrt(n_features)
-    model = torch.nn.Linear(n_features, n_classes)
-    with torch.no_grad():
-        model.weight.copy_((torch.rand((n_classes, n_features), generator=gen) * 2 - 1) * bound)
-        model.bias.copy_((torch.rand((n_classes,), generator=gen) * 2 - 1) * bound)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=l2)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    X, Y = torch.from_numpy(x), torch.from_numpy(y)
-    Xd, Yd = torch.from_numpy(xd), torch.from_numpy(yd)
-    nepoch, best, count, stop = 0, -1.0, 0, False
-    best_model = None
-    while not stop and nepoch <= max_epoch:
-        for p in range(nepoch, nepoch + epoch_size):
-            perm = torch.from_numpy(pass_permutation(len(x), seed, p))
-            for i in range(0, len(x), batch):
-                idx = perm[i:i + batch]
-                loss = loss_fn(model(X[idx]), Y[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-        nepoch += epoch_size
-        with torch.no_grad():
-            acc = (model(Xd).argmax(1) == Yd).double().mean().item()
-        if acc > best:
-            best, best_model = acc, copy.deepcopy(model)
-        else:
-            if count >= tenacity:
-                stop = True
-            count += 1
-    return best, nepoch, best_model
-
-
 def test_matches_a_plain_torch_senteval_loop():
     x_all, y_all = blobs(350, spread=6.0, seed=9)
     x, y, xd, yd = x_all[0, :250], y_all[:250], x_all[0, 250:], y_all[250:]
-    ref_acc, ref_epochs, ref_model = _reference_senteval(x, y, xd, yd, 1e-3, seed=4,
-                                                         tenacity=2, epoch_size=2, max_epoch=30)
+    ref_acc, ref_epochs, ref_model = reference_senteval_fit(x, y, xd, yd, 1e-3, seed=4,
+                                                            tenacity=2, epoch_size=2,
+                                                            max_epoch=30)
     ours = SentEvalClassifier(seed=4, tenacity=2, epoch_size=2, max_epoch=30).fit(
         x, y, xd, yd, [1e-3])
     assert ours.dev_score_[0, 0] == pytest.approx(ref_acc, abs=1e-12)
