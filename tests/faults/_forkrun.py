@@ -57,3 +57,18 @@ def encode_or_refuse(sentences_file: str, model: str, out: str, kwargs: dict) ->
     except EstratosError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         sys.exit(REFUSED)
+
+
+def verify_to_file(cache: str, report: str) -> None:
+    """``verify_cache`` in a child (HDF5 can loop forever on a corrupted string heap)."""
+    import json
+
+    from estratos.cache import verify_cache
+    from estratos.errors import CacheError
+
+    try:
+        ok = verify_cache(cache).ok
+    except CacheError:
+        ok = False
+    with open(report, "w") as fh:
+        json.dump({"ok": ok}, fh)
