@@ -218,7 +218,7 @@ def _finish_interrupted_rename(partial: Path, target: Path) -> None:
     if not partial.is_file() or not schema.looks_like_hdf5(partial):
         return
     with schema.open_h5(partial, "r") as f:
-        done = schema.is_cache(f) and f.attrs.get("complete") is not None and bool(f.attrs["complete"])
+        done = schema.is_cache(f) and bool(f.attrs.get("complete", False))
     if done:
         log.warning("%s: complete but not renamed (the run was killed at the end); renaming it "
                     "to %s", partial, target)
