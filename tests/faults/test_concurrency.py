@@ -3,7 +3,6 @@ an encoder appends to another cache, and two encoders pointed at the same output
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
