@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import random
 import sys
 from pathlib import Path
 
@@ -89,21 +88,6 @@ def _noop_target():
     import _forkrun
 
     return _forkrun.noop
-
-
-WORDS = ("el la los un una perro gato casa niño niña hombre mujer come corre lee escribe "
-         "grande pequeño de que y en por con para no su al lo como más pero sus le ya "
-         "este porque esta entre cuando muy sin sobre también me hasta hay donde").split()
-
-
-def make_sentences(n: int, seed: int = 0, max_words: int = 20) -> list:
-    """``n`` distinct-ish Spanish-looking sentences (deterministic)."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(1, max_words))]
-        out.append(" ".join(words).capitalize() + f" {i}.")
-    return out
 
 
 @pytest.fixture(scope="session")

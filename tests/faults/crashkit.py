@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 from pathlib import Path
@@ -66,3 +67,18 @@ def wait_for(pred, timeout: float = 60.0, step: float = 0.02) -> bool:
             return True
         time.sleep(step)
     return False
+
+
+WORDS = ("el la los un una perro gato casa niño niña hombre mujer come corre lee escribe "
+         "grande pequeño de que y en por con para no su al lo como más pero sus le ya "
+         "este porque esta entre cuando muy sin sobre también me hasta hay donde").split()
+
+
+def make_sentences(n: int, seed: int = 0, max_words: int = 20) -> list:
+    """``n`` distinct-ish Spanish-looking sentences (deterministic)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(1, max_words))]
+        out.append(" ".join(words).capitalize() + f" {i}.")
+    return out

@@ -8,8 +8,7 @@ import pytest
 
 import _forkrun
 import probekit
-from conftest import make_sentences
-from crashkit import wait_for
+from crashkit import make_sentences, wait_for
 from estratos.cache import cache_info, open_cache, verify_cache
 from estratos.encode import encode_sentences
 from estratos.errors import CacheError

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import probekit
-from conftest import make_sentences
+from crashkit import make_sentences
 from estratos.cache import cache_info, merge_shards, open_cache, verify_cache
 from estratos.cli import cli
 from estratos.encode import encode_sentences

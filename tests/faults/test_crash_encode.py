@@ -12,8 +12,7 @@ import h5py
 import pytest
 
 import _forkrun
-from conftest import make_sentences
-from crashkit import compare_caches, run_child
+from crashkit import compare_caches, make_sentences, run_child
 from estratos.cache import open_cache, verify_cache
 from estratos.encode import encode_sentences
 from estratos.errors import CacheError
