@@ -7,19 +7,13 @@ from pathlib import Path
 from typing import Any, Dict
 
 from estratos.cache import schema
-from estratos.errors import CacheError
 
 
 def cache_info(path: os.PathLike | str) -> Dict[str, Any]:
     """Root attributes plus ``path``, ``size_bytes``, ``n_rows``, ``n_states``, ``dim``,
     ``poolings``, ``n_truncated`` and the vector datasets' shapes and chunking."""
     path = Path(path)
-    if not path.exists():
-        raise CacheError(f"{path}: no such cache file")
-    with schema.open_h5(path, "r") as f:
-        if not schema.is_cache(f):
-            raise CacheError(f"{path}: not an estratos cache")
-        attrs = schema.read_attrs(f)
+    with schema.open_existing(path) as (f, attrs):
         n = int(attrs.get("n_done", 0))
         vectors = {name: {"shape": list(ds.shape), "dtype": str(ds.dtype),
                           "chunks": list(ds.chunks or ()), "fletcher32": bool(ds.fletcher32)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, Sequence
 
 import numpy as np
 
@@ -25,12 +25,8 @@ COPY_ROWS = 4 * schema.CHUNK_ROWS
 
 
 def _shard_attrs(path: Path) -> Dict[str, Any]:
-    if not path.exists():
-        raise CacheError(f"{path}: no such shard file")
-    with schema.open_h5(path, "r") as f:
-        if not schema.is_cache(f):
-            raise CacheError(f"{path}: not an estratos cache")
-        attrs = schema.read_attrs(f)
+    with schema.open_existing(path, "shard file") as (_, attrs):
+        pass  # the attributes are all a merge checks before copying
     if attrs.get("complete") is not True:
         raise CacheError(f"{path}: shard is incomplete (n_done={attrs.get('n_done')}); rerun its "
                          "`estratos encode --shard` command")

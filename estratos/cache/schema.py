@@ -8,10 +8,11 @@ so a row number never changes meaning once written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, Iterator, List, Mapping, Tuple
 
 import h5py
 import numpy as np
@@ -154,3 +155,19 @@ def open_h5(path: os.PathLike | str, mode: str, **kwargs: Any) -> h5py.File:
             raise CacheError(f"{path}: in use by another process (another encode or merge "
                              f"running?) ({exc})") from exc
         raise CacheError(f"{path}: cannot open as an HDF5 cache ({exc})") from exc
+
+
+@contextlib.contextmanager
+def open_existing(path: os.PathLike | str, what: str = "cache file"
+                  ) -> Iterator[Tuple[h5py.File, Dict[str, Any]]]:
+    """Open an existing cache read-only; yields (file, root attributes).
+
+    Raises :class:`CacheError` when ``path`` does not exist or is not an estratos cache
+    (``what`` names it in the message, e.g. "shard file").
+    """
+    if not Path(path).exists():
+        raise CacheError(f"{path}: no such {what}")
+    with open_h5(path, "r") as f:
+        if not is_cache(f):
+            raise CacheError(f"{path}: not an estratos cache")
+        yield f, read_attrs(f)

@@ -16,7 +16,6 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from estratos.cache import schema
-from estratos.errors import CacheError
 from estratos.text import normalize_sentence, sentence_key
 
 #: rows checked per read; a multiple of the chunk rows so a bad chunk maps to one block
@@ -55,12 +54,7 @@ def verify_cache(path: os.PathLike | str, sentences: Optional[Sequence[str]] = N
     """
     path = Path(path)
     report = VerifyReport(str(path))
-    if not path.exists():
-        raise CacheError(f"{path}: no such cache file")
-    with schema.open_h5(path, "r") as f:
-        if not schema.is_cache(f):
-            raise CacheError(f"{path}: not an estratos cache")
-        attrs = schema.read_attrs(f)
+    with schema.open_existing(path) as (f, attrs):
         n = int(attrs.get("n_done", 0))
         report.n_rows = n
         report.complete = attrs.get("complete") is True
