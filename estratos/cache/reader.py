@@ -165,27 +165,30 @@ class CacheReader:
             if not 0 <= s < self.n_states:
                 raise IndexError(f"state {s} out of range [0, {self.n_states})")
         ds = self._f[schema.VECTORS][pooling]
-        out = np.empty((len(rows), len(states), self.dim), dtype=np.float32)
         uniq, inverse = np.unique(rows, return_inverse=True)
-        gathered = np.empty((len(uniq), len(states), self.dim), dtype=np.float32)
+        # gather in the stored dtype (half the bytes for float16) and convert once at the end
+        gathered = np.empty((len(uniq), len(states), self.dim), dtype=ds.dtype)
         contiguous = len(states) > 0 and states == list(range(states[0], states[-1] + 1))
         pos = 0
         for lo, hi in row_blocks(uniq):
-            take = uniq[(uniq >= lo) & (uniq < hi)] - lo
+            end = int(np.searchsorted(uniq, hi))
+            take = uniq[pos:end] - lo
             try:
                 if contiguous:
                     block = ds[lo:hi, states[0]:states[-1] + 1, :]
-                    gathered[pos:pos + len(take)] = block[take]
+                    gathered[pos:end] = block if len(take) == hi - lo else block[take]
                 else:
                     for j, s in enumerate(states):
-                        gathered[pos:pos + len(take), j] = ds[lo:hi, s, :][take]
+                        gathered[pos:end, j] = ds[lo:hi, s, :][take]
             except OSError as exc:  # a fletcher32 mismatch or a damaged file: never fill values
                 raise CacheError(f"{self.path}: /vectors/{pooling} rows {lo}..{hi - 1} are "
                                  f"unreadable ({exc}); the cache is corrupted: run `estratos "
                                  "cache verify` and re-encode") from exc
-            pos += len(take)
-        out[:] = gathered[inverse.reshape(-1)]
-        return out
+            pos = end
+        inverse = inverse.reshape(-1)
+        if len(uniq) != len(rows) or (inverse != np.arange(len(rows))).any():
+            gathered = gathered[inverse]  # back to the caller's order (and repeats)
+        return np.ascontiguousarray(gathered, dtype=np.float32)
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
