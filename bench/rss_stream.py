@@ -40,7 +40,8 @@ def tiny_bert(folder: Path) -> Path:
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(WORDS)) + list(
         "abcdefghijklmnopqrstuvwxyzáéíóúñ0123456789.")
     (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=False)
+    # the vocabulary path goes positionally: transformers 5 ignores a vocab_file keyword
+    tok = BertTokenizerFast(str(folder / "vocab.txt"), do_lower_case=False)
     tok.model_max_length = 64
     tok.save_pretrained(folder)
     torch.manual_seed(0)

@@ -455,12 +455,12 @@ def test_roberta_style_model_keeps_its_own_special_tokens(tiny_roberta_dir, tmp_
 
 @pytest.fixture(scope="module")
 def cased_bert_dir(tiny_bert_dir, tmp_path_factory):
-    """tiny_bert_dir's vocabulary, really loaded (the shared fixture's tokenizer ends up with
-    only its 5 special tokens under transformers 5, so every word there is [UNK])."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    """A second tiny BERT: the shared fixture's cased tokenizer with other weights (16 dims),
+    i.e. another model, for the padding, case and settings-mismatch checks."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
 
     out = tmp_path_factory.mktemp("cased-bert")
-    tok = BertTokenizerFast(str(tiny_bert_dir / "vocab.txt"), do_lower_case=False)
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
     tok.model_max_length = 64
     tok.save_pretrained(out)
     assert tok.convert_ids_to_tokens(tok("el perro")["input_ids"])[1] == "el"
