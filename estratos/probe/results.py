@@ -113,7 +113,7 @@ class ResultsStore:
             return []
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # as open(): umask applies
         except OSError as exc:
             raise ResultsError(f"{self.path}: cannot open results file for writing "
                                f"({exc.strerror})") from None
