@@ -157,7 +157,7 @@ def test_cli_check_real_data_passes(es_data_dir):
 
 def test_check_without_any_data_is_an_option_error(tmp_path):
     result = CliRunner().invoke(cli, ["tasks", "check", "--data-dir", str(tmp_path)])
-    assert result.exit_code == 2 and "no task has any data file" in result.output
+    assert result.exit_code == 2 and "no data of any of" in result.output
 
 
 def test_check_collects_missing_files_and_bad_lines_across_files(tmp_path):

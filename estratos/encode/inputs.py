@@ -47,8 +47,10 @@ def task_sentences(task_expr: str, data_dirs: Sequence[str]) -> List[str]:
     from estratos.tasks import DataDirs, load_task, select_tasks
 
     dirs = DataDirs.parse(list(data_dirs))
+    specs = select_tasks(task_expr)
+    dirs.check(specs)
     seen = {}
-    for spec in select_tasks(task_expr):
+    for spec in specs:
         for sentence in load_task(spec, dirs).sentences:
             seen.setdefault(sentence, None)
     return list(seen)

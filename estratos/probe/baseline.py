@@ -379,5 +379,7 @@ def baseline_tasks(tasks: Optional[str], out: Union[str, os.PathLike], *,
         specs = extra
     else:
         raise OptionError("--tasks: give task ids, suites or suite:GROUP (or --task-file)")
-    return run_baseline(specs, DataDirs.parse(list(data_dir)), out, seeds=parse_seeds(seeds),
+    dirs = DataDirs.parse(list(data_dir))
+    dirs.check(specs)
+    return run_baseline(specs, dirs, out, seeds=parse_seeds(seeds),
                         overwrite=overwrite)

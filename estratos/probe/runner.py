@@ -460,7 +460,9 @@ def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
     else:
         specs = select_tasks(str(tasks), extra=extra)
     seed_list = parse_seeds(seeds)
-    return run_probe(cache, specs, DataDirs.parse(list(data_dir)), out, layers=layers,
+    dirs = DataDirs.parse(list(data_dir))
+    dirs.check(specs)
+    return run_probe(cache, specs, dirs, out, layers=layers,
                      pooling=pooling, seeds=seed_list, classifier=classifier,
                      sequential=sequential, jobs=jobs, overwrite=overwrite,
                      expect_model=expect_model, threads=threads)

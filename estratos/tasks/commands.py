@@ -36,7 +36,9 @@ def tasks_list_text(expr: Optional[str] = None, data_dirs: Sequence[str] = (),
                     task_files: Sequence[str] = ()) -> str:
     """``estratos tasks list``: one row per task (sizes counted only with ``sizes``)."""
     specs, _ = _selection(expr, task_files)
-    rows = list_tasks(specs, DataDirs.parse(data_dirs), counts=sizes)
+    dirs = DataDirs.parse(data_dirs)
+    dirs.check(specs, survey=True)
+    rows = list_tasks(specs, dirs, counts=sizes)
     return render_task_list(rows, fmt, counts=sizes)
 
 
@@ -52,7 +54,9 @@ def tasks_show_text(task_id: str, data_dirs: Sequence[str] = (), fmt: str = "tex
         spec = found[0] if len(found) == 1 else get_spec(task_id)
     else:
         spec = get_spec(task_id)
-    return render_task(show_task(spec, DataDirs.parse(data_dirs)), fmt)
+    dirs = DataDirs.parse(data_dirs)
+    dirs.check([spec])
+    return render_task(show_task(spec, dirs), fmt)
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ def tasks_check(expr: Optional[str] = None, data_dirs: Sequence[str] = (),
     at least one file in the data folders."""
     specs, explicit = _selection(expr, task_files)
     dirs = DataDirs.parse(data_dirs)
+    dirs.check(specs, survey=not explicit)
     checked = specs if explicit else tasks_with_files(specs, dirs)
     if not checked:
         raise OptionError("--data-dir: no task has any data file in the given folders "
