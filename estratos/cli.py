@@ -203,6 +203,20 @@ def tasks_check_command(ctx: click.Context, selection, data_dirs, task_files) ->
 
 
 # ---- probe (stage two) -------------------------------------------------------------------
+class _OnePooling(click.Choice):
+    """``cls`` or ``mean``; a comma list gets a message saying to run once per pooling."""
+
+    def __init__(self) -> None:
+        super().__init__(["cls", "mean"])
+
+    def convert(self, value, param, ctx):  # type: ignore[override]
+        if isinstance(value, str) and "," in value:
+            self.fail(f"{value!r}: probe takes one pooling per run; run it once with "
+                      "--pooling cls and once with --pooling mean (same --out: the cells "
+                      "of both go in one results file)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 @cli.command("probe")
 @click.option("--cache", required=True, metavar="CACHE.h5", help="A complete cache (stage one).")
 @click.option("--tasks", metavar="IDS", default="",
@@ -215,7 +229,9 @@ def tasks_check_command(ctx: click.Context, selection, data_dirs, task_files) ->
               help="Results file (appended; cells already there are skipped).")
 @click.option("--layers", default="all", show_default=True,
               help="all, or hidden-state indices and avg, comma-separated (e.g. 0,3,6,avg).")
-@click.option("--pooling", default="cls", show_default=True, help="cls or mean.")
+@click.option("--pooling", type=_OnePooling(), default="cls", show_default=True,
+              help="Cached vectors to probe; one pooling per run (run again with the same "
+                   "--out for the other).")
 @click.option("--seeds", default="1111", show_default=True, help="Comma-separated seeds.")
 @click.option("--classifier", type=click.Choice(["senteval", "lbfgs"]), default="senteval",
               show_default=True, help="senteval (faithful) or lbfgs (fast exploration).")
@@ -270,7 +286,8 @@ def report_command(results, out, formats, plot, baselines, gap, pairs, reference
 @click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
               help="A custom task spec (repeatable).")
 @click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
-              help="Where task data lives (repeatable).")
+              help="Where task data lives: DIR or SUITE=DIR; repeatable "
+                   "[default: $ESTRATOS_DATA].")
 @click.option("--out", required=True, metavar="RESULTS.jsonl", help="Results file to append to.")
 @click.option("--seeds", default="1111", show_default=True,
               help="Comma-separated seeds (folds and held-out parts).")

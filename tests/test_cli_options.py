@@ -1,0 +1,41 @@
+"""Option parsing a new user runs into (issue 12 #5, #11): probe's --pooling is a choice that
+explains a comma list, and every --data-dir help names the $ESTRATOS_DATA default."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from estratos.cli import cli
+
+
+@pytest.mark.parametrize("value", ["cls,mean", "mean, cls"])
+def test_probe_refuses_a_pooling_list_saying_one_per_run(tmp_path, value):
+    out = tmp_path / "r.jsonl"
+    result = CliRunner().invoke(cli, ["probe", "--cache", str(tmp_path / "c.h5"), "--tasks",
+                                      "synthetic-es:Tense", "--out", str(out),
+                                      "--pooling", value])
+    assert result.exit_code == 2
+    assert "probe takes one pooling per run" in result.output
+    assert "--pooling cls" in result.output and "--pooling mean" in result.output
+    assert not out.exists()
+
+
+def test_probe_pooling_is_a_choice_like_encodes(tmp_path):
+    result = CliRunner().invoke(cli, ["probe", "--cache", str(tmp_path / "c.h5"), "--tasks",
+                                      "synthetic-es:Tense", "--out", str(tmp_path / "r.jsonl"),
+                                      "--pooling", "max"])
+    assert result.exit_code == 2 and "'max' is not one of 'cls', 'mean'" in result.output
+    helps = [CliRunner().invoke(cli, [cmd, "--help"]).output for cmd in ("probe", "encode")]
+    assert "--pooling [cls|mean]" in helps[0] and "[cls|mean]" in helps[1]
+    assert "one pooling per run" in " ".join(helps[0].split())
+
+
+@pytest.mark.parametrize("command", [["baseline"], ["probe"], ["tasks", "list"],
+                                     ["tasks", "show"], ["tasks", "check"]])
+def test_data_dir_help_names_the_environment_default(command):
+    text = " ".join(CliRunner().invoke(cli, command + ["--help"]).output.split())
+    match = re.search(r"--data-dir \[SUITE=\]DIR (.*?)(?= --[a-z])", text)
+    assert match and "[default: $ESTRATOS_DATA]" in match.group(1), text
