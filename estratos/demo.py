@@ -10,7 +10,7 @@ commands the user can rerun on their own model.
 
 Rerunning into the same folder resumes: the cache and results already there are reused (both
 stages skip finished work). A folder holding a demo built with other settings is refused
-rather than mixed.
+rather than mixed, naming each setting that differs, before any work starts.
 """
 
 from __future__ import annotations
@@ -100,22 +100,77 @@ def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path, 
     ]
 
 
-def _prepare_data(data_dir: Path, n_per_task: int, results: Path) -> bool:
+def _build_info(data_dir: Path) -> Dict[str, object]:
+    try:
+        info = json.loads((data_dir / "build_info.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _same_model(recorded: object, model: str) -> bool:
+    """Whether a cache's ``model`` attribute names ``model`` (encode records folders resolved)."""
+    want = str(Path(model).expanduser().resolve()) if Path(model).expanduser().is_dir() else model
+    return recorded == want
+
+
+def _check_same_settings(out: Path, model: str, seeds: Sequence[int], n_per_task: int) -> None:
+    """Refuse an ``out`` folder whose demo was made with other settings, naming each one.
+
+    Read from what the earlier run left (``data/build_info.json``, the cache's attributes, the
+    results' seeds and models), so a run killed at any step is judged the same way. Only a
+    folder with a cache or results is at stake: task data alone is simply rebuilt.
+    """
+    from estratos.cache import cache_info
+    from estratos.cache.schema import partial_path
+    from estratos.errors import EstratosError
+    from estratos.probe.results import read_results
+
+    data_dir, cache, results = out / "data", out / "cache.h5", out / "results.jsonl"
+    cache_file = cache if cache.exists() else partial_path(cache)
+    if not cache_file.exists() and not results.exists():
+        return
+    differ: List[str] = []
+    info = _build_info(data_dir)
+    made_n = info.get("n_per_task")
+    if made_n is not None and (made_n != n_per_task or info.get("seed") != DEMO_DATA_SEED):
+        differ.append(f"--n-per-task {made_n} (data/build_info.json), not {n_per_task}")
+    models = set()
+    if cache_file.exists():
+        try:
+            models.add(cache_info(cache_file).get("model"))
+        except EstratosError:
+            pass  # a foreign or broken cache: encode names it
+    made_seeds: set = set()
+    if results.exists():
+        try:
+            records = read_results(results, latest=False)
+        except EstratosError:
+            records = []  # probe names a broken results file
+        made_seeds = {r.get("seed") for r in records}
+        models |= {r.get("model") for r in records}
+    other = sorted(str(m) for m in models if m is not None and not _same_model(m, model))
+    if other:
+        differ.append(f"--model {', '.join(other)} (cache.h5 / results.jsonl), not {model}")
+    extra = sorted(s for s in made_seeds if isinstance(s, int) and s not in set(seeds))
+    if extra:
+        had = ",".join(str(s) for s in sorted(s for s in made_seeds if isinstance(s, int)))
+        differ.append(f"--seeds {had} (results.jsonl), not "
+                      + ",".join(str(s) for s in seeds))
+    if differ:
+        raise OptionError(f"--out: {out} holds a demo made with other settings: "
+                          + "; ".join(differ) + ". Rerun with those settings to resume it, or "
+                          "choose another --out folder")
+
+
+def _prepare_data(data_dir: Path, n_per_task: int) -> bool:
     """Build the task data unless the folder already holds this exact build; True if built."""
     from estratos.tasks.synthetic import build_synthetic_es
 
-    info_path = data_dir / "build_info.json"
-    want = {"seed": DEMO_DATA_SEED, "n_per_task": n_per_task}
-    if info_path.is_file():
-        try:
-            info = json.loads(info_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            info = {}
-        if all(info.get(k) == v for k, v in want.items()) and info.get("tasks") is not None:
-            return False
-        if results.exists():
-            raise OptionError(f"--out: {data_dir.parent} holds a demo made with other settings "
-                              f"({info_path}); choose another --out folder")
+    info = _build_info(data_dir)
+    if (info.get("seed") == DEMO_DATA_SEED and info.get("n_per_task") == n_per_task
+            and info.get("tasks") is not None):
+        return False
     build_synthetic_es(data_dir, seed=DEMO_DATA_SEED, n_per_task=n_per_task)
     return True
 
@@ -153,6 +208,7 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     if out.exists() and not out.is_dir():
         raise OptionError(f"--out: {out} exists and is not a folder")
     model = model or default_model()
+    _check_same_settings(out, model, seeds, n_per_task)
     data_dir, cache = out / "data", out / "cache.h5"
     results, report_dir = out / "results.jsonl", out / "report"
     plot = _have_matplotlib()
@@ -162,7 +218,7 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     t0 = time.perf_counter()
     tell(f"[1/4] building the {DEMO_SUITE} tasks ({n_per_task} examples each) in {data_dir}")
     out.mkdir(parents=True, exist_ok=True)
-    _prepare_data(data_dir, n_per_task, results)
+    _prepare_data(data_dir, n_per_task)
     specs = select_tasks(DEMO_SUITE)
     data_dirs = DataDirs.parse([f"{DEMO_SUITE}={data_dir}"])
     sentences: Dict[str, None] = {}
