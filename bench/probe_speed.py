@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
 
-    from estratos.probe.results import cell_key, read_results
+    from estratos.results import read_results
     from estratos.probe.runner import parse_seeds, run_probe
     from estratos.tasks import DataDirs, select_tasks
 
@@ -129,14 +129,14 @@ def main(argv=None) -> int:
             ts = time.perf_counter() - t0
 
             def key(r):
-                return cell_key(dict(r, classifier={"name": "x"}))
+                return r.replace(classifier={"name": "x"}).key
 
             by_key = {key(r): r for r in read_results(out_b)}
-            diffs = [abs(by_key[key(r)]["score"] - r["score"]) for r in alone
+            diffs = [abs(by_key[key(r)].score - r.score) for r in alone
                      if key(r) in by_key]
             ratio = (ts / max(len(alone), 1)) / (tb / max(len(batched), 1))
-            train_b = sum(r["seconds"] for r in batched)
-            train_s = sum(r["seconds"] for r in alone)
+            train_b = sum(r.seconds for r in batched)
+            train_s = sum(r.seconds for r in alone)
             train_ratio = (train_s / max(len(alone), 1)) / (train_b / max(len(batched), 1))
             print(f"{spec.id:32} {len(batched):5d} {tb:9.1f} {train_b:8.1f} {len(alone):5d} "
                   f"{ts:12.1f} {train_s:8.1f} {ratio:9.1f}x {train_ratio:10.1f}x "

@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from estratos.probe.report import build_report, write_report  # noqa: E402
-from estratos.probe.report_writers import WRITERS  # noqa: E402
+from estratos.report import build_report, write_report  # noqa: E402
+from estratos.report.writers import WRITERS  # noqa: E402
 from estratos.tasks.types import GROUPS  # noqa: E402
 
 

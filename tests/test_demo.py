@@ -39,10 +39,10 @@ def test_console_script_demo_offline(tmp_path):
     records = read_results(out / "results.jsonl")
     # MiniLM-L6: embeddings + 6 layers + avg, 8 tasks, 3 seeds
     assert len(records) == 8 * 8 * 3
-    assert {r["name"] for r in records} == set(TASKS)
-    assert {r["seed"] for r in records} == {1111, 1, 2}
-    assert {r["layer"] for r in records} == set(range(7)) | {"avg"}
-    assert all(0 <= r["score"] <= 100 for r in records)
+    assert {r.name for r in records} == set(TASKS)
+    assert {r.seed for r in records} == {1111, 1, 2}
+    assert {r.layer for r in records} == set(range(7)) | {"avg"}
+    assert all(0 <= r.score <= 100 for r in records)
     # the markdown table is on stdout, then where things are and the commands it ran
     assert "| BigramShift" in proc.stdout or "BigramShift |" in proc.stdout
     assert str(out / "cache.h5") in proc.stdout
@@ -63,7 +63,7 @@ def test_run_demo_writes_every_output(tiny_demo, tiny_bert_dir):
     out, summary = tiny_demo
     records = read_results(summary.results)
     assert len(records) == 8 * 4  # embeddings + 2 layers + avg, one seed
-    assert {r["name"] for r in records} == set(TASKS)
+    assert {r.name for r in records} == set(TASKS)
     assert summary.cache == out / "cache.h5" and summary.cache.is_file()
     assert (out / "report" / "report.md") in summary.report_files
     assert "WordContent" in summary.table

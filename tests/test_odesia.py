@@ -11,13 +11,13 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 from estratos.errors import InputError, OptionError, ResultsError
-from estratos.probe import odesia
-from estratos.probe.odesia import (
+from estratos.report import odesia
+from estratos.report.odesia import (
     calibrate, delta, ind, load_pairs, match_dataset, parse_reference, reference_point)
-from estratos.probe.report import build_report, write_report
-from estratos.probe.report_aggregate import Dataset
+from estratos.report import build_report, write_report
+from estratos.report.aggregate import Dataset
 
-from test_report import baseline_records, record, write_lines
+from report_toys import baseline_records, record, write_lines
 
 
 # ------------------------------------------------------------------------------ Delta
@@ -212,7 +212,7 @@ def test_delta_tables_mark_undefined_cells(tmp_path: Path):
     assert content.delta.cell(row, "s:A") is None and content.delta.cell(row, "s:C") is None
     group = content.delta.group_cell(row, "SC")
     assert group.partial and group.mean == pytest.approx(25.0)
-    from estratos.probe.report_writers import to_markdown
+    from estratos.report.writers import to_markdown
     md = to_markdown(content)
     assert "undef. [1]" in md
     assert "[1] s:A: Delta undefined: the baseline equals the reference point" in md

@@ -12,7 +12,7 @@ from estratos.probe.settings import (DEFAULT_L2_GRID, NOREG_GRID, ClassifierSett
                                      resolve_settings)
 from estratos.tasks.types import SlotRefs, Split
 
-from test_probe_support import spec
+from probe_toys import spec
 
 
 # ---- settings ------------------------------------------------------------------------------

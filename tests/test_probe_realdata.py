@@ -61,13 +61,13 @@ def test_batched_equals_sequential_on_real_tass1(tass_slice, tmp_path):
     alone = run_probe(cache, [task.spec], dirs, tmp_path / "s.jsonl", sequential=True, **kw)
 
     def pick(rs):
-        return [(r["layer"], r["l2"], r["dev"], r["test"], r["epochs"]) for r in rs]
+        return [(r.layer, r.l2, r.dev, r.test, r.epochs) for r in rs]
 
     assert pick(batched) == pick(again)
     # each model follows the trajectory it has alone: identical numbers, not just close ones
     assert pick(batched) == pick(alone)
-    assert all(r["model"] and r["revision"] for r in batched)
-    assert [r["layer"] for r in batched] == [0, 3, 6, "avg"]
+    assert all(r.model and r.revision for r in batched)
+    assert [r.layer for r in batched] == [0, 3, 6, "avg"]
 
 
 def test_cli_probe_on_real_task_ids(tass_slice, tmp_path):

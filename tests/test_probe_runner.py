@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 from estratos.errors import CacheError, MissingSentences, OptionError, SettingsMismatch
-from estratos.probe.results import read_results
+from estratos.results import read_results
 from estratos.probe.runner import run_probe
 from estratos.tasks.types import SlotRefs, Split, TaskData
 
-from test_probe_support import (MODEL, MemoryLoader, single_task, spec, toy_classification,
+from probe_toys import (MODEL, MemoryLoader, single_task, spec, toy_classification,
                                 toy_sentences, toy_split_task, write_cache)
 
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
@@ -39,17 +39,17 @@ def test_records_follow_the_contract(toy, tmp_path):
     task, cache, loader = toy
     out = tmp_path / "r.jsonl"
     records = run(cache, task, loader, out, layers="1,avg", seeds=(1, 2))
-    assert [(r["layer"], r["seed"]) for r in records] == [(1, 1), ("avg", 1), (1, 2), ("avg", 2)]
+    assert [(r.layer, r.seed) for r in records] == [(1, 1), ("avg", 1), (1, 2), ("avg", 2)]
     assert read_results(out) == records
     r = records[0]
-    assert set(r) == CONTRACT_KEYS
-    assert r["task"] == "toy:Toy" and r["model"] == MODEL and r["revision"] == "rev-1"
-    assert r["classifier"]["name"] == "senteval" and r["classifier"]["l2_grid"] == [
+    assert set(r.to_json()) == CONTRACT_KEYS
+    assert r.task == "toy:Toy" and r.model == MODEL and r.revision == "rev-1"
+    assert r.classifier["name"] == "senteval" and r.classifier["l2_grid"] == [
         1e-5, 1e-4, 1e-3, 1e-2]
-    assert r["sizes"] == {"train": 144, "dev": 48, "test": 48}
-    assert r["score"] == r["test"]["accuracy"] and r["metric"] == "accuracy"
-    assert r["cache"]["n_states"] == 3 and r["cache"]["dim"] == 8
-    assert r["protocol"] == "split" and r["fallback"] is None
+    assert r.sizes == {"train": 144, "dev": 48, "test": 48}
+    assert r.score == r.test["accuracy"] and r.metric == "accuracy"
+    assert r.cache["n_states"] == 3 and r.cache["dim"] == 8
+    assert r.protocol == "split" and r.fallback is None
 
 
 def test_informative_layers_score_higher_than_noise(tmp_path):
@@ -61,7 +61,7 @@ def test_informative_layers_score_higher_than_noise(tmp_path):
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
     records = run(cache, task, MemoryLoader({task.spec.id: task}), tmp_path / "r.jsonl",
                   layers="0,2")
-    score = {r["layer"]: r["score"] for r in records}
+    score = {r.layer: r.score for r in records}
     assert score[2] > 95 and score[0] < 70
 
 
@@ -72,9 +72,9 @@ def test_resume_skips_done_cells_and_overwrite_redoes_them(toy, tmp_path):
     assert len(first) == 2
     assert run(cache, task, loader, out, layers="0,1") == []
     more = run(cache, task, loader, out, layers="0,1,2")
-    assert [r["layer"] for r in more] == [2]
+    assert [r.layer for r in more] == [2]
     again = run(cache, task, loader, out, layers="0", overwrite=True)
-    assert [r["layer"] for r in again] == [0]
+    assert [r.layer for r in again] == [0]
     assert len(read_results(out, latest=False)) == 4
     assert len(read_results(out)) == 3
     # other classifier and seed are other cells
@@ -88,7 +88,7 @@ def test_batched_equals_sequential_and_runs_are_deterministic(toy, tmp_path):
     c = run(cache, task, loader, tmp_path / "c.jsonl", layers="all")
 
     def pick(rs):
-        return [(r["layer"], r["l2"], r["dev"], r["test"], r["epochs"]) for r in rs]
+        return [(r.layer, r.l2, r.dev, r.test, r.epochs) for r in rs]
 
     assert pick(a) == pick(b) == pick(c)
 
@@ -105,7 +105,7 @@ def test_jobs_run_tasks_in_processes(tmp_path):
     loader = MemoryLoaderPickle(sorted(tasks))
     records = run_probe(cache, [t.spec for t in tasks.values()], None, tmp_path / "r.jsonl",
                         layers="0,avg", jobs=2, threads=1, loader=loader)
-    assert sorted((r["task"], str(r["layer"])) for r in records) == [
+    assert sorted((r.task, str(r.layer)) for r in records) == [
         ("toy:A", "0"), ("toy:A", "avg"), ("toy:B", "0"), ("toy:B", "avg")]
     assert len(read_results(tmp_path / "r.jsonl")) == 4
 
@@ -151,15 +151,15 @@ def test_cosine_and_relatedness_tasks(tmp_path):
     loader = MemoryLoader({sts_spec.id: sts, sick_spec.id: sick})
     records = run_probe(cache, [sts_spec, sick_spec], None, tmp_path / "r.jsonl", layers="1",
                         threads=1, loader=loader)
-    by = {r["task"]: r for r in records}
+    by = {r.task: r for r in records}
     s = by["toy:STS"]
-    assert s["l2"] is None and s["dev"] is None and s["epochs"] is None
-    assert set(s["test"]["subsets"]) == {"news", "wiki"}
-    assert s["score"] == round(100 * s["test"]["pearson_wmean"], 2) and s["score"] > 50
+    assert s.l2 is None and s.dev is None and s.epochs is None
+    assert set(s.test["subsets"]) == {"news", "wiki"}
+    assert s.score == round(100 * s.test["pearson_wmean"], 2) and s.score > 50
     r = by["toy:SICKR"]
-    assert set(r["test"]) == {"pearson", "spearman", "mse"} and set(r["dev"]) == {"pearson"}
-    assert r["score"] == round(100 * r["test"]["pearson"], 2)
-    assert r["classifier"]["epoch_size"] == 50
+    assert set(r.test) == {"pearson", "spearman", "mse"} and set(r.dev) == {"pearson"}
+    assert r.score == round(100 * r.test["pearson"], 2)
+    assert r.classifier["epoch_size"] == 50
 
 
 def test_kfold_inner_kfold_and_f1(tmp_path):
@@ -174,11 +174,11 @@ def test_kfold_inner_kfold_and_f1(tmp_path):
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
     records = run_probe(cache, [kf_spec, ik_spec], None, tmp_path / "r.jsonl", layers="1",
                         threads=1, loader=MemoryLoader({kf_spec.id: kf, ik_spec.id: ik}))
-    by = {r["task"]: r for r in records}
-    assert set(by["toy:KF"]["test"]) == {"accuracy", "f1"}
-    assert by["toy:KF"]["protocol"] == "kfold" and "accuracy" in by["toy:KF"]["dev"]
-    assert set(by["toy:IK"]["test"]) == {"accuracy"}
-    assert by["toy:IK"]["sizes"] == {"all": 200}
+    by = {r.task: r for r in records}
+    assert set(by["toy:KF"].test) == {"accuracy", "f1"}
+    assert by["toy:KF"].protocol == "kfold" and "accuracy" in by["toy:KF"].dev
+    assert set(by["toy:IK"].test) == {"accuracy"}
+    assert by["toy:IK"].sizes == {"all": 200}
 
 
 # ---- bad input -----------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_cli_end_to_end_with_a_custom_task(toml_task, tmp_path):
     res = runner.invoke(cli, base + ["--layers", "1,avg", "--seeds", "1,2"])
     assert res.exit_code == 0, res.output
     assert "wrote 4 cell(s)" in res.output and "custom:Toy" in res.output
-    assert {(r["layer"], r["seed"]) for r in read_results(out)} == {
+    assert {(r.layer, r.seed) for r in read_results(out)} == {
         (1, 1), (1, 2), ("avg", 1), ("avg", 2)}
     res = runner.invoke(cli, base + ["--layers", "1,avg", "--seeds", "1,2"])
     assert res.exit_code == 0 and "nothing to do" in res.output
@@ -352,7 +352,7 @@ def test_a_user_error_in_a_worker_reaches_the_caller(tmp_path):
         run_probe(cache, specs, None, tmp_path / "r.jsonl", layers="0", jobs=2, threads=1,
                   loader=ChildFailingLoader(["toy:A", "toy:B"], os.getpid()))
     # the healthy task's cells were still written
-    assert [r["task"] for r in read_results(tmp_path / "r.jsonl")] == ["toy:A"]
+    assert [r.task for r in read_results(tmp_path / "r.jsonl")] == ["toy:A"]
 
 
 def test_probe_tasks_and_summarize(toml_task, tmp_path):
@@ -362,9 +362,60 @@ def test_probe_tasks_and_summarize(toml_task, tmp_path):
     out = tmp_path / "r.jsonl"
     records = probe_tasks(cache, "", out, task_files=[str(task_file)], layers="2",
                           seeds="3, 4", threads=1)
-    assert [r["seed"] for r in records] == [3, 4]
+    assert [r.seed for r in records] == [3, 4]
     text = summarize(records, out)
     assert "wrote 2 cell(s)" in text and "custom:Toy: best layer 2" in text
     assert "nothing to do" in summarize([], out)
     with pytest.raises(OptionError, match="--tasks"):
         probe_tasks(cache, "", out)
+
+
+def test_probe_cli_survives_an_undefined_score(tmp_path):
+    """Layer 0 [CLS] is the same vector for every sentence, so an STS correlation there is
+    undefined: the cell is written with a null score and the summary says so (this used to
+    end in a TypeError after the results were written)."""
+    from click.testing import CliRunner
+
+    from estratos.cli import cli
+
+    rng = np.random.default_rng(0)
+    n = 40
+    sentences = [f"frase {i}" for i in range(2 * n)]
+    vec = rng.normal(size=(2 * n, 2, 8)).astype(np.float32)
+    vec[:, 0, :] = 1.0  # layer 0: constant, as a [CLS] embedding is
+    gold = rng.uniform(0, 5, size=n)
+    (tmp_path / "test.tsv").write_text("".join(
+        f"{gold[i]:.2f}\t{sentences[2 * i]}\t{sentences[2 * i + 1]}\n" for i in range(n)),
+        encoding="utf-8")
+    (tmp_path / "sts.toml").write_text('''
+name = "STSToy"
+group = "SS"
+language = "es"
+format = "tsv"
+combiner = "pair"
+protocol = "cosine"
+score_range = [0, 5]
+
+[files]
+news = "test.tsv"
+
+[columns]
+score = 0
+sentences = [1, 2]
+header = false
+''', encoding="utf-8")
+    cache = write_cache(tmp_path / "c.h5", sentences, vec)
+    out = tmp_path / "r.jsonl"
+    result = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--task-file",
+                                      str(tmp_path / "sts.toml"), "--layers", "all",
+                                      "--seeds", "1,2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "wrote 6 cell(s)" in result.output
+    assert "custom:STSToy: best layer" in result.output
+    assert "undefined at layer 0" in result.output
+    scores = {(r.layer, r.seed): r.score for r in read_results(out)}
+    assert scores[(0, 1)] is None and scores[(0, 2)] is None and scores[(1, 1)] is not None
+    report = CliRunner().invoke(cli, ["report", str(out), "--out", str(tmp_path / "rep"),
+                                      "--format", "md"])
+    assert report.exit_code == 0, report.output
+    assert "undef." in (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")

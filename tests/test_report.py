@@ -6,7 +6,6 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
 
 import pytest
 from click.testing import CliRunner
@@ -15,85 +14,16 @@ from hypothesis import strategies as st
 
 from estratos.cli import cli
 from estratos.errors import EstratosError, InputError, OptionError, ResultsError
-from estratos.probe.report import build_report, parse_formats, write_report
-from estratos.probe.report_load import load_results
-from estratos.probe.report_aggregate import Aggregate, Stat, aggregate, natural_key
-from estratos.probe.report_tables import Cell, mark_cells
-from estratos.probe.report_writers import to_markdown
+from estratos.report import build_report, parse_formats, write_report
+from estratos.results import load_results
+from estratos.report.aggregate import Aggregate, Stat, aggregate, natural_key
+from estratos.report.tables import Cell, mark_cells
+from estratos.report.writers import to_markdown
+from report_toys import record, write_lines
 
 GOLDEN = Path(__file__).parent / "golden" / "report"
 #: set ESTRATOS_UPDATE_GOLDEN=1 to rewrite the golden files after a deliberate change
 UPDATE = os.environ.get("ESTRATOS_UPDATE_GOLDEN") == "1"
-
-
-def record(task: str, group: str, layer: Any, seed: int, score: Optional[float], *,
-           model: str = "org/beto", revision: str = "r1", metric: str = "accuracy",
-           kind: str = "probe", pooling: Optional[str] = "cls", classifier: str = "senteval",
-           fallback: Optional[str] = None, test: Optional[Dict[str, Any]] = None,
-           schema: int = 1, language: str = "es") -> Dict[str, Any]:
-    """A results line as docs/contracts.md defines it (only the fields a report reads)."""
-    suite, name = task.split(":")
-    return {"schema": schema, "kind": kind, "task": task, "suite": suite, "name": name,
-            "group": group, "language": language, "layer": layer, "pooling": pooling, "seed": seed,
-            "protocol": "split", "fallback": fallback, "classifier": {"name": classifier},
-            "metric": metric, "score": score,
-            "test": test if test is not None else {metric: score},
-            "model": model, "revision": revision}
-
-
-def write_lines(path: Path, records: Iterable[Dict[str, Any]], tail: str = "") -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail, encoding="utf-8")
-    return path
-
-
-def fixture_records() -> List[Dict[str, Any]]:
-    """Two models, layers 0, 1, avg; BETO with two seeds, MiniLM with one; MiniLM lacks MC
-    at layer 1 (a missing cell); PAWS and SPwiki carry fallbacks."""
-    out = []
-    tasks = [("es-senteval:TASS1", "SC", "accuracy", 50.0, None),
-             ("es-senteval:MC", "SC", "accuracy", 70.0, None),
-             ("es-senteval:PAWS", "SPC", "accuracy", 60.0, "k-fold on the test file"),
-             ("es-senteval:STS17", "SS", "pearson", 65.0, None),
-             ("es-discoeval:SPwiki", "SP", "accuracy", 30.0, "trained on valid")]
-    for model, revision, seeds, shift in (("org/beto", "r1", (1111, 2222), 4.0),
-                                          ("org/mini", "r2", (1111,), 0.0)):
-        for li, layer in enumerate((0, 1, "avg")):
-            for si, seed in enumerate(seeds):
-                for t, (task, group, metric, base, fallback) in enumerate(tasks):
-                    if model == "org/mini" and layer == 1 and task.endswith(":MC"):
-                        continue
-                    score = round(base + shift + 1.5 * li + 0.6 * si - 0.3 * t, 2)
-                    test = {metric: score}
-                    if task.endswith("PAWS"):
-                        test["f1"] = round(score - 5.25, 2)
-                    if metric == "pearson":
-                        test = {"pearson": score / 100, "spearman": (score - 2) / 100}
-                    out.append(record(task, group, layer, seed, score, model=model,
-                                      revision=revision, metric=metric, fallback=fallback,
-                                      test=test))
-    return out
-
-
-def baseline_records() -> List[Dict[str, Any]]:
-    values = {"es-senteval:TASS1": ("SC", "accuracy", 45.0),
-              "es-senteval:MC": ("SC", "accuracy", 62.0),
-              "es-senteval:PAWS": ("SPC", "accuracy", 55.0),
-              "es-senteval:STS17": ("SS", "pearson", 40.0),
-              "es-discoeval:SPwiki": ("SP", "accuracy", 20.0)}
-    return [record(task, group, None, 1111, score, model="baseline:tfidf",
-                   revision="tfidf-v1", metric=metric, kind="baseline", pooling=None,
-                   classifier="tfidf", fallback="k-fold on the test file"
-                   if task.endswith("PAWS") else None)
-            for task, (group, metric, score) in values.items()]
-
-
-@pytest.fixture
-def fixture_dir(tmp_path: Path, monkeypatch) -> Path:
-    """results.jsonl + baseline.jsonl in the current folder (relative names in outputs)."""
-    monkeypatch.chdir(tmp_path)
-    write_lines(tmp_path / "results.jsonl", fixture_records())
-    write_lines(tmp_path / "baseline.jsonl", baseline_records())
-    return tmp_path
 
 
 # ------------------------------------------------------------------------------ golden files
@@ -280,7 +210,7 @@ def test_duplicate_cells_last_wins_and_is_reported(tmp_path):
                                            record("s:A", "SC", 0, 1, 20.0)])
     b = write_lines(tmp_path / "b.jsonl", [record("s:A", "SC", 0, 1, 30.0)])
     loaded = load_results([a, b])
-    assert [r.data["score"] for r in loaded.records] == [30.0]
+    assert [loc.record.score for loc in loaded.records] == [30.0]
     assert [n.line for n in loaded.notices] == [2, 1]
     assert f"(also at {a}:1)" in loaded.notices[0].message
     assert f"(also at {a}:2)" in loaded.notices[1].message
@@ -314,11 +244,21 @@ def test_missing_field_and_non_object(tmp_path):
         load_results([path])
 
 
-def test_null_score_is_left_out_with_a_notice(tmp_path):
-    path = write_lines(tmp_path / "r.jsonl", [record("s:A", "SC", 0, 1, None),
-                                              record("s:A", "SC", 1, 1, 3.0)])
+def test_a_null_score_is_shown_as_undefined_never_as_zero(tmp_path):
+    path = write_lines(tmp_path / "r.jsonl", [
+        record("s:A", "SS", 0, 1, None, metric="pearson", test={"pearson": None}),
+        record("s:A", "SS", 0, 2, None, metric="pearson", test={"pearson": None}),
+        record("s:A", "SS", 1, 1, 30.0, metric="pearson"),
+        record("s:A", "SS", 1, 2, 32.0, metric="pearson")])
     loaded = load_results([path])
-    assert len(loaded.records) == 1 and "no finite score" in loaded.notices[0].message
+    assert len(loaded.records) == 4 and not loaded.notices
+    content = build_report([path])
+    md = to_markdown(content)
+    layer_table = md[md.index("Per layer"):]
+    assert "| SS | A | undef. | 31.0 ± 1.4 |" in layer_table
+    rows = {r["layer"]: r for r in __import__("estratos.report.writers", fromlist=["x"])
+            .dataset_records(content)}
+    assert rows[0]["mean"] is None and rows[1]["mean"] == 31.0
 
 
 def test_missing_results_file(tmp_path):
@@ -400,7 +340,7 @@ def test_report_does_not_import_torch(fixture_dir):
     import subprocess
     import sys
 
-    code = ("import sys; from estratos.probe.report import write_report; "
+    code = ("import sys; from estratos.report import write_report; "
             "write_report(['results.jsonl'], 'out', baseline=['baseline.jsonl']); "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     proc = subprocess.run([sys.executable, "-c", code], cwd=fixture_dir, capture_output=True,
@@ -409,7 +349,7 @@ def test_report_does_not_import_torch(fixture_dir):
 
 
 def test_latex_escapes_special_characters(tmp_path):
-    from estratos.probe.report_writers import to_latex
+    from estratos.report.writers import to_latex
 
     path = write_lines(tmp_path / "r.jsonl", [
         record("s:A_1", "SC", 0, 1, 50.0, model="org/my_model#1", fallback="50% held out & more"),

@@ -10,10 +10,9 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 from estratos.errors import EstratosError
-from estratos.probe.report import write_report
-from estratos.probe.report_plots import standardize_rows
+from estratos.report import write_report
+from estratos.report.plots import standardize_rows
 
-from test_report import fixture_dir  # noqa: F401 (a fixture, used by name)
 
 
 def _hide_matplotlib(monkeypatch) -> None:

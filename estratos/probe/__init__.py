@@ -1,12 +1,12 @@
-"""Stage two: probes for every task x layer x seed from the cache alone; results and reports.
+"""Stage two: probes for every task x layer x seed from the cache alone.
 
 Public API: :func:`run_probe` (the grid runner), :func:`probe_tasks` (the same from
-command-line forms), :func:`read_results` / :class:`ResultsStore` (the JSON-lines store),
-:func:`resolve_settings` / :class:`ClassifierSettings`, the classifiers
+command-line forms), :func:`resolve_settings` / :class:`ClassifierSettings`, the classifiers
 (:class:`SentEvalClassifier`, :class:`LBFGSClassifier`, :class:`RelatednessRegressor`) and
-the protocols (:mod:`estratos.probe.protocols`). See docs/probe.md.
+the protocols (:mod:`estratos.probe.protocols`). Results are written and read through
+:mod:`estratos.results`. See docs/probe.md.
 
-Names are imported on first use, so ``estratos.probe.report`` (no torch needed) stays light.
+Names are imported on first use, so importing a light submodule does not load torch.
 """
 
 from importlib import import_module
@@ -14,7 +14,6 @@ from typing import Any
 
 _EXPORTS = {
     "run_probe": "runner", "probe_tasks": "runner", "summarize": "runner",
-    "read_results": "results", "ResultsStore": "results", "cell_key": "results",
     "resolve_settings": "settings", "ClassifierSettings": "settings",
     "SentEvalClassifier": "classifiers", "LBFGSClassifier": "classifiers",
     "RelatednessRegressor": "classifiers",

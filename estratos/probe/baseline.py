@@ -4,7 +4,7 @@ Tokens are the whitespace-separated pieces of the sentence as published (``str.s
 lower-casing, no punctuation splitting, no accents stripped), weighted by TF-IDF
 (scikit-learn's ``TfidfVectorizer``: smoothed idf, l2-normalized rows). Nothing else is
 known about the language, which is the point: ODESIA's Delta
-(:mod:`estratos.probe.odesia`) measures how far a system goes beyond this.
+(:mod:`estratos.report.odesia`) measures how far a system goes beyond this.
 
 Per protocol:
 
@@ -31,7 +31,6 @@ schema with ``kind: "baseline"``, model ``baseline:tfidf`` and ``layer``/``pooli
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import os
 import time
@@ -52,8 +51,9 @@ from estratos import __version__
 from estratos.errors import OptionError
 from estratos.probe import protocols
 from estratos.probe.features import COMBINERS
-from estratos.probe.results import ResultsStore, cell_key
 from estratos.probe.settings import DEFAULT_L2_GRID, parse_seeds, resolve_settings
+from estratos.results import ResultRecord, ResultsStore, primary_score
+from estratos.results.record import utc_now
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 
 log = logging.getLogger(__name__)
@@ -292,7 +292,7 @@ def classifier_record(data: TaskData, l2_grid: Sequence[float]) -> Dict[str, Any
 
 
 def evaluate_task(data: TaskData, seed: int = 1111, *,
-                  l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> Dict[str, Any]:
+                  l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> ResultRecord:
     """Run the baseline on one loaded task; returns the result record (not written)."""
     spec = data.spec
     settings = resolve_settings(spec.classifier, task=spec.id)
@@ -308,37 +308,29 @@ def evaluate_task(data: TaskData, seed: int = 1111, *,
             outcome = _classification_task(data, seed, l2_grid, settings.kfold,
                                            settings.validation_split)
     seconds = time.perf_counter() - start
-    value = outcome.test.get(spec.metric)
-    score = None if value is None else (float(value) * 100.0 if spec.metric in
-                                        ("pearson", "spearman") else float(value))
+    score = primary_score(spec.metric, outcome.test)
     log.info("baseline %s seed %d: %s %s (%.1fs)", spec.id, seed, spec.metric,
              "n/a" if score is None else f"{score:.2f}", seconds)
-    return {
-        "schema": 1, "kind": "baseline",
-        "task": spec.id, "suite": spec.suite, "name": spec.name, "group": spec.group,
-        "language": spec.language, "layer": None, "pooling": None, "seed": int(seed),
-        "protocol": data.protocol, "fallback": data.fallback,
-        "classifier": classifier_record(data, l2_grid),
-        "metric": spec.metric, "score": None if score is None else round(score, 4),
-        "l2": outcome.l2, "dev": outcome.dev, "test": outcome.test, "sizes": data.sizes,
-        "epochs": outcome.epochs, "seconds": round(seconds, 3),
-        "model": BASELINE_MODEL, "revision": BASELINE_REVISION, "cache": None,
-        "estratos_version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
+    return ResultRecord(
+        kind="baseline", task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
+        language=spec.language, layer=None, pooling=None, seed=int(seed),
+        protocol=data.protocol, fallback=data.fallback,
+        classifier=classifier_record(data, l2_grid), metric=spec.metric, score=score,
+        l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=data.sizes,
+        epochs=outcome.epochs, seconds=round(seconds, 3), model=BASELINE_MODEL,
+        revision=BASELINE_REVISION, cache=None, estratos_version=__version__,
+        created=utc_now())
 
 
 def _key(spec: TaskSpec, seed: int) -> Tuple[Any, ...]:
-    return cell_key({"task": spec.id, "layer": None, "pooling": None, "seed": seed,
-                     "classifier": {"name": CLASSIFIER_NAME}, "model": BASELINE_MODEL,
-                     "revision": BASELINE_REVISION})
+    return (spec.id, None, None, seed, CLASSIFIER_NAME, BASELINE_MODEL, BASELINE_REVISION)
 
 
 def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
                  out: Union[str, os.PathLike], *, seeds: Iterable[int] = (1111,),
                  overwrite: bool = False,
                  loader: Optional[Callable[[TaskSpec, Any], TaskData]] = None
-                 ) -> List[Dict[str, Any]]:
+                 ) -> List[ResultRecord]:
     """Run the TF-IDF baseline on ``specs`` and append one record per (task, seed) to ``out``.
 
     Cells already in ``out`` are skipped unless ``overwrite`` (then a new record is appended
@@ -352,7 +344,7 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
         from estratos.tasks import load_task as loader
     store = ResultsStore(out)
     done = set() if overwrite else store.done_keys()
-    written: List[Dict[str, Any]] = []
+    written: List[ResultRecord] = []
     for spec in specs:
         todo = [s for s in seeds if _key(spec, s) not in done]
         if not todo:
@@ -367,7 +359,7 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
 def baseline_tasks(tasks: Optional[str], out: Union[str, os.PathLike], *,
                    data_dir: Sequence[str] = (), task_files: Sequence[str] = (),
                    seeds: Union[str, Sequence[int]] = "1111",
-                   overwrite: bool = False) -> List[Dict[str, Any]]:
+                   overwrite: bool = False) -> List[ResultRecord]:
     """``estratos baseline`` as a function: task ids / suites (plus ``--task-file`` specs)
     and data folders in their command-line forms, then :func:`run_baseline`."""
     from estratos.tasks import DataDirs, load_task_file, select_tasks

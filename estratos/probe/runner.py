@@ -6,13 +6,12 @@ one batched program (:mod:`estratos.probe.classifiers`). Each task's cache rows 
 once (contiguous block reads) and reused for every layer spec and seed. Before any training,
 every task is checked against the cache (complete, every sentence present, no NaN), so a
 long run never dies half-way on a missing sentence. Results are appended cell by cell to a
-JSON-lines store (:mod:`estratos.probe.results`), which makes a killed run resumable.
+JSON-lines store (:mod:`estratos.results`), which makes a killed run resumable.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import logging
 import os
 import time
@@ -29,8 +28,9 @@ from estratos.probe.classifiers import (LBFGSClassifier, RelatednessRegressor,
                                         SentEvalClassifier, torch_runtime)
 from estratos.probe.features import (AVG, COMBINER_WIDTH, LayerSpec, build_features,
                                      layer_matrix, parse_layers, slot_vectors)
-from estratos.probe.results import ResultsStore, cell_key
 from estratos.probe.settings import ClassifierSettings, parse_seeds, resolve_settings
+from estratos.results import ResultRecord, ResultsStore, primary_score
+from estratos.results.record import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +108,6 @@ def _positive_label(task: Any) -> Optional[int]:
         if name in labels:
             return labels.index(name)
     return 1  # the second label in sorted order
-
-
-def _score(metric: str, test: Mapping[str, Any]) -> Optional[float]:
-    """The primary test metric on the paper's scale; None when it is undefined (e.g. a
-    correlation with constant predictions), so reports show a gap instead of a fake 0."""
-    if metric in ("accuracy", "f1"):
-        return round(float(test.get(metric, test.get("accuracy", 0.0))), 2)
-    value = test.get(metric)
-    return None if value is None else round(100.0 * float(value), 2)
 
 
 def _settings_for(spec: Any, classifier: str) -> ClassifierSettings:
@@ -200,37 +191,31 @@ def _run_cells(task: Any, vectors: np.ndarray, layers: List[LayerSpec], seed: in
 
 
 def _record(task: Any, layer: LayerSpec, pooling: str, seed: int, settings: ClassifierSettings,
-            outcome: P.CellOutcome, seconds: float, identity: Mapping[str, Any]) -> Dict[str, Any]:
+            outcome: P.CellOutcome, seconds: float, identity: Mapping[str, Any]) -> ResultRecord:
     spec = task.spec
     if task.protocol == "relatedness":
         classifier = {"name": settings.name, **RELATEDNESS_SETTINGS}
     else:
         classifier = settings.record()
-    return {
-        "schema": 1, "kind": "probe",
-        "task": spec.id, "suite": spec.suite, "name": spec.name, "group": spec.group,
-        "language": spec.language,
-        "layer": layer if layer == AVG else int(layer), "pooling": pooling, "seed": int(seed),
-        "protocol": task.protocol, "fallback": task.fallback,
-        "classifier": classifier,
-        "metric": spec.metric, "score": _score(spec.metric, outcome.test),
-        "l2": outcome.l2, "dev": outcome.dev, "test": outcome.test,
-        "sizes": dict(task.sizes), "epochs": outcome.epochs, "seconds": round(seconds, 3),
-        "model": identity.get("model"), "revision": identity.get("revision"),
-        "cache": {k: identity.get(k) for k in ("path", "dtype", "max_length", "n_states",
-                                                 "dim", "tokenizer")},
-        "estratos_version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
+    return ResultRecord(
+        kind="probe", task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
+        language=spec.language, layer=layer if layer == AVG else int(layer), pooling=pooling,
+        seed=int(seed), protocol=task.protocol, fallback=task.fallback, classifier=classifier,
+        metric=spec.metric, score=primary_score(spec.metric, outcome.test),
+        l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=dict(task.sizes),
+        epochs=outcome.epochs, seconds=round(seconds, 3),
+        model=identity.get("model"), revision=identity.get("revision"),
+        cache={k: identity.get(k) for k in ("path", "dtype", "max_length", "n_states", "dim",
+                                             "tokenizer")},
+        estratos_version=__version__, created=utc_now())
 
 
 def _todo(spec: Any, opts: _RunOptions, identity: Mapping[str, Any], done: set
           ) -> Dict[int, List[LayerSpec]]:
     """Layer specs still to run, per seed (all of them with ``overwrite``)."""
     def key(layer: LayerSpec, seed: int) -> tuple:
-        return cell_key({"task": spec.id, "layer": layer, "pooling": opts.pooling,
-                         "seed": seed, "classifier": {"name": opts.classifier},
-                         "model": identity.get("model"), "revision": identity.get("revision")})
+        return (spec.id, layer, opts.pooling, seed, opts.classifier, identity.get("model"),
+                identity.get("revision"))
     return {seed: [l for l in opts.layers if opts.overwrite or key(l, seed) not in done]
             for seed in opts.seeds}
 
@@ -254,7 +239,7 @@ def _read_vectors(cache: Any, spec: Any, task: Any, opts: _RunOptions,
 
 
 def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions, done: set,
-                preread: Optional[Tuple[np.ndarray, List[int]]] = None) -> List[Dict[str, Any]]:
+                preread: Optional[Tuple[np.ndarray, List[int]]] = None) -> List[ResultRecord]:
     """All cells of one task: its rows read once, then one batched program per seed."""
     settings = _settings_for(spec, opts.classifier)
     identity = cache.identity()
@@ -267,7 +252,7 @@ def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions, done: set,
     position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
     position[AVG] = AVG
     store = ResultsStore(opts.out)
-    written: List[Dict[str, Any]] = []
+    written: List[ResultRecord] = []
     n_examples = sum(len(s) for s in task.splits.values())
     n_features = COMBINER_WIDTH[spec.combiner] * vectors.shape[2]
     for seed in opts.seeds:
@@ -334,7 +319,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
               classifier: str = "senteval", sequential: bool = False, jobs: int = 1,
               overwrite: bool = False, expect_model: Optional[str] = None,
               threads: Optional[int] = None,
-              loader: Optional[Callable[[Any, Any], Any]] = None) -> List[Dict[str, Any]]:
+              loader: Optional[Callable[[Any, Any], Any]] = None) -> List[ResultRecord]:
     """Probe every (task, layer spec, pooling, seed) cell; returns the records written.
 
     ``layers``: ``"all"`` (every hidden state + ``avg``) or a comma list / sequence of
@@ -396,7 +381,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
                         "slow-downs", n_jobs, opts.threads, available_cores())
         store = ResultsStore(out_path)
         done = set() if overwrite else store.done_keys()
-        written: List[Dict[str, Any]] = []
+        written: List[ResultRecord] = []
         pending = [spec for spec in specs
                    if any(_todo(spec, opts, cache.identity(), done).values())]
         # NaN/inf rows are found before any training starts. In-process runs keep what this
@@ -447,7 +432,7 @@ def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
                 seeds: Union[str, Sequence[int]] = "1111",
                 classifier: str = "senteval", sequential: bool = False, jobs: int = 1,
                 overwrite: bool = False, expect_model: Optional[str] = None,
-                threads: Optional[int] = None) -> List[Dict[str, Any]]:
+                threads: Optional[int] = None) -> List[ResultRecord]:
     """``estratos probe`` as a function: resolve task ids (plus ``--task-file`` specs) and
     data folders from their command-line forms, then :func:`run_probe`."""
     from estratos.tasks import DataDirs, load_task_file, select_tasks
@@ -468,16 +453,26 @@ def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
                      expect_model=expect_model, threads=threads)
 
 
-def summarize(records: Sequence[Mapping[str, Any]], out: os.PathLike | str) -> str:
-    """A few lines for the terminal: cells written, and each task's best layer spec."""
+def summarize(records: Sequence[ResultRecord], out: os.PathLike | str) -> str:
+    """A few lines for the terminal: cells written, and each task's best layer spec.
+
+    A cell whose score is undefined (null, e.g. a correlation of constant cosines) is left
+    out of the best-layer mean; a task with no defined score says so."""
     if not records:
         return f"nothing to do: every cell is already in {out} (use --overwrite to redo)"
     lines = [f"wrote {len(records)} cell(s) to {out}"]
     by_task: Dict[str, Dict[Any, List[float]]] = {}
     for r in records:
-        by_task.setdefault(r["task"], {}).setdefault(r["layer"], []).append(float(r["score"]))
+        scores = by_task.setdefault(r.task, {}).setdefault(r.layer, [])
+        if r.score is not None:
+            scores.append(float(r.score))
     for task, layers in by_task.items():
-        means = {layer: sum(v) / len(v) for layer, v in layers.items()}
+        means = {layer: sum(v) / len(v) for layer, v in layers.items() if v}
+        if not means:
+            lines.append(f"  {task}: every score undefined")
+            continue
         best = max(means, key=lambda k: means[k])
-        lines.append(f"  {task}: best layer {best} ({means[best]:.2f}, mean over seeds)")
+        undefined = [str(layer) for layer, v in layers.items() if not v]
+        note = f"; undefined at layer {', '.join(undefined)}" if undefined else ""
+        lines.append(f"  {task}: best layer {best} ({means[best]:.2f}, mean over seeds){note}")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ import numpy as np
 
 from estratos.cache import schema
 from estratos.cache.writer import CacheWriter
-from estratos.probe.results import cell_key, read_results
+from estratos.results import read_results
 from estratos.text import sentence_key
 
 N_STATES, DIM = 4, 12
@@ -63,9 +63,9 @@ def n_cells() -> int:
 def outcome(path: Path) -> Dict[tuple, tuple]:
     """Each cell's numbers (what must not change between runs), failing on duplicates."""
     records = read_results(path, latest=False)
-    keys = [cell_key(r) for r in records]
+    keys = [r.key for r in records]
     assert len(keys) == len(set(keys)), f"{path}: duplicated cells"
-    return {cell_key(r): (r["score"], r["l2"], r["dev"], r["test"], r["epochs"])
+    return {r.key: (r.score, r.l2, r.dev, r.test, r.epochs)
             for r in records}
 
 

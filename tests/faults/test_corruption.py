@@ -18,7 +18,7 @@ from estratos.cache import cache_info, merge_shards, open_cache, verify_cache
 from estratos.cli import cli
 from estratos.encode import encode_sentences
 from estratos.errors import CacheError, EstratosError, MissingSentences, ResultsError
-from estratos.probe.results import read_results
+from estratos.results import read_results
 from estratos.probe.runner import probe_tasks
 
 N_ROWS = 1100  # three 512-row chunks per hidden state

@@ -12,7 +12,7 @@ import pytest
 
 import _forkrun
 import probekit
-from estratos.probe.results import read_results
+from estratos.results import read_results
 from estratos.probe.runner import probe_tasks
 
 #: kill once the file holds this many lines (each (task, seed) group appends 5)

@@ -2,7 +2,7 @@
 
 :class:`Aggregate` turns validated records into mean +- std over seeds per (row, dataset)
 and per (row, group); a row is one system (model, revision, pooling, classifier) at one layer
-spec. The display tables (:mod:`~estratos.probe.report_tables`), the ODESIA measures and the
+spec. The display tables (:mod:`~estratos.report.tables`), the ODESIA measures and the
 csv/json writers all read numbers from here, so every output agrees.
 
 Choices written down here because the paper does not fix them:
@@ -24,7 +24,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from estratos.errors import ResultsError
-from estratos.probe.report_load import Layer, Record, classifier_name
+from estratos.results import Located
+from estratos.results.record import Layer
 from estratos.tasks.types import GROUPS
 
 #: extra per-dataset metrics the csv/json outputs carry beside ``score``, read from a
@@ -151,6 +152,9 @@ class Aggregate:
     groups: List[str]
     seeds: Dict[Tuple[Row, str], Dict[int, float]]
     extras: Dict[Tuple[Row, str, str], Dict[int, float]] = field(default_factory=dict)
+    #: cells whose every seed has an undefined score (e.g. a correlation of constant
+    #: cosines): shown as undefined, never averaged as 0
+    undefined: set = field(default_factory=set)
 
     @property
     def systems(self) -> List[System]:
@@ -158,6 +162,13 @@ class Aggregate:
 
     def group_datasets(self, group: str) -> List[Dataset]:
         return [d for d in self.datasets if d.group == group]
+
+    def is_undefined(self, row: Row, task: str) -> bool:
+        return (row, task) in self.undefined
+
+    def has_cell(self, row: Row, task: str) -> bool:
+        """Whether the row has a result for the task (a number or an undefined score)."""
+        return (row, task) in self.seeds or (row, task) in self.undefined
 
     def cell(self, row: Row, task: str) -> Optional[Stat]:
         values = self.seeds.get((row, task))
@@ -188,37 +199,43 @@ class Aggregate:
         return [r for r in self.rows if r.system == system]
 
 
-def aggregate(records: Iterable[Record]) -> Aggregate:
-    """Group records into rows x datasets with their per-seed scores (and extra metrics)."""
+def aggregate(records: Iterable[Located]) -> Aggregate:
+    """Group records into rows x datasets with their per-seed scores (and extra metrics).
+    Seeds whose score is undefined (null) are left out of the mean; a cell with no defined
+    seed at all is recorded in ``Aggregate.undefined``."""
     seeds: Dict[Tuple[Row, str], Dict[int, float]] = {}
     extras: Dict[Tuple[Row, str, str], Dict[int, float]] = {}
+    undefined: set = set()
     facts: Dict[str, Dict[str, Any]] = {}
     fallbacks: Dict[str, Dict[str, None]] = {}
-    for rec in records:
-        d = rec.data
-        system = System(d["kind"], d["model"], d.get("revision"), d.get("pooling"),
-                        classifier_name(d))
-        row = Row(system, d["layer"])
-        task = d["task"]
-        seen = facts.setdefault(task, {"name": d["name"], "group": d["group"],
-                                       "metric": d["metric"], "language": d.get("language"),
-                                       "where": rec})
+    for loc in records:
+        d = loc.record
+        system = System(d.kind, d.model, d.revision, d.pooling, d.classifier_name)
+        row = Row(system, d.layer)
+        task = d.task
+        seen = facts.setdefault(task, {"name": d.name, "group": d.group,
+                                       "metric": d.metric, "language": d.language,
+                                       "where": loc})
         for key in ("name", "group", "metric"):
-            if seen[key] != d[key]:
+            if seen[key] != getattr(d, key):
                 first = seen["where"]
                 raise ResultsError(
-                    f"{rec.path}:{rec.line}: task {task} has {key} {d[key]!r} here but "
-                    f"{seen[key]!r} at {first.path}:{first.line}; results of different task "
-                    "definitions cannot share a report")
-        seeds.setdefault((row, task), {})[d["seed"]] = float(d["score"])
-        if d.get("fallback"):
-            fallbacks.setdefault(task, {})[str(d["fallback"])] = None
-        test = d.get("test") or {}
+                    f"{loc.path}:{loc.line}: task {task} has {key} {getattr(d, key)!r} here "
+                    f"but {seen[key]!r} at {first.path}:{first.line}; results of different "
+                    "task definitions cannot share a report")
+        if d.score is None:
+            undefined.add((row, task))
+        else:
+            seeds.setdefault((row, task), {})[d.seed] = float(d.score)
+        if d.fallback:
+            fallbacks.setdefault(task, {})[str(d.fallback)] = None
+        test = d.test or {}
         for metric, factor in EXTRA_METRICS.items():
             value = test.get(metric)
             if isinstance(value, (int, float)) and not isinstance(value, bool) \
                     and math.isfinite(value):
-                extras.setdefault((row, task, metric), {})[d["seed"]] = float(value) * factor
+                extras.setdefault((row, task, metric), {})[d.seed] = float(value) * factor
+    undefined -= set(seeds)
     names = [f["name"] for f in facts.values()]
     # a group average over datasets of two languages would mean nothing: with several
     # languages in one report, every group column is split by language ("SS en", "SS es")
@@ -231,5 +248,5 @@ def aggregate(records: Iterable[Record]) -> Aggregate:
         for task, f in facts.items()]
     datasets.sort(key=lambda ds: (group_order(ds.group), natural_key(ds.label), ds.task))
     groups = sorted({ds.group for ds in datasets}, key=group_order)
-    rows = sorted({row for row, _ in seeds}, key=Row.sort_key)
-    return Aggregate(rows, datasets, groups, seeds, extras)
+    rows = sorted({row for row, _ in seeds} | {row for row, _ in undefined}, key=Row.sort_key)
+    return Aggregate(rows, datasets, groups, seeds, extras, undefined)

@@ -1,4 +1,5 @@
-"""The results store: append, resume keys, torn last lines, concurrent writers."""
+"""The results contract: the record type, append, resume keys, torn last lines, concurrent
+writers, globs."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from estratos.errors import ResultsError
-from estratos.probe.results import ResultsStore, cell_key, read_results
+from estratos.errors import InputError, ResultsError
+from estratos.results import ResultRecord, ResultsStore, load_results, read_results
 
 
-def rec(layer, seed=1111, score=50.0, task="toy:A", classifier="senteval"):
-    return {"schema": 1, "kind": "probe", "task": task, "layer": layer, "pooling": "cls",
-            "seed": seed, "classifier": {"name": classifier}, "model": "m", "revision": "r",
-            "score": score}
+def rec(layer, seed=1111, score=50.0, task="toy:A", classifier="senteval", kind="probe",
+        name="A"):
+    return ResultRecord(kind=kind, task=task, name=name, group="SC", metric="accuracy",
+                        layer=layer, pooling="cls", seed=seed,
+                        classifier={"name": classifier}, model="m", revision="r", score=score)
+
+
+def cell_key(record):
+    return record.key
 
 
 def test_append_and_read_back(tmp_path):
@@ -24,13 +30,14 @@ def test_append_and_read_back(tmp_path):
     assert len(written) == 2
     lines = (tmp_path / "sub" / "r.jsonl").read_text().splitlines()
     assert [json.loads(line)["layer"] for line in lines] == [0, "avg"]
+    assert read_results(tmp_path / "sub" / "r.jsonl") == written
     assert store.done_keys() == {cell_key(rec(0)), cell_key(rec("avg"))}
 
 
 def test_cell_identity_includes_classifier_model_and_seed():
     assert cell_key(rec(0)) != cell_key(rec(0, seed=1))
     assert cell_key(rec(0)) != cell_key(rec(0, classifier="lbfgs"))
-    other = dict(rec(0), revision="r2")
+    other = rec(0).replace(revision="r2")
     assert cell_key(rec(0)) != cell_key(other)
 
 
@@ -41,17 +48,17 @@ def test_done_cells_are_not_written_twice_unless_overwriting(tmp_path):
     assert len(read_results(store.path, latest=False)) == 2
     store.append([rec(0, score=3.0)], skip_done=False)
     latest = read_results(store.path)
-    assert [r["score"] for r in latest if r["layer"] == 0] == [3.0]
+    assert [r.score for r in latest if r.layer == 0] == [3.0]
     assert len(read_results(store.path, latest=False)) == 3
 
 
 def test_a_torn_last_line_is_ignored_then_cut_before_the_next_append(tmp_path, caplog):
     path = tmp_path / "r.jsonl"
-    good = json.dumps(rec(0)) + "\n"
-    torn = json.dumps(rec(1))[:25]
+    good = json.dumps(rec(0).to_json()) + "\n"
+    torn = json.dumps(rec(1).to_json())[:25]
     path.write_text(good + torn)
     with caplog.at_level("WARNING"):
-        assert [r["layer"] for r in read_results(path)] == [0]
+        assert [r.layer for r in read_results(path)] == [0]
     assert "incomplete last line" in caplog.text
     store = ResultsStore(path)
     assert store.done_keys() == {cell_key(rec(0))}
@@ -63,31 +70,32 @@ def test_a_torn_last_line_is_ignored_then_cut_before_the_next_append(tmp_path, c
 
 def test_a_bad_line_in_the_middle_names_file_and_line(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text(json.dumps(rec(0)) + "\n{oops\n" + json.dumps(rec(1)) + "\n")
-    with pytest.raises(ResultsError, match=r"r\.jsonl:2: not a results record"):
+    path.write_text(json.dumps(rec(0).to_json()) + "\n{oops\n" + json.dumps(rec(1).to_json())
+                    + "\n")
+    with pytest.raises(InputError, match=r"r\.jsonl:2: not a JSON line"):
         read_results(path)
 
 
 def test_unknown_schema_and_missing_file(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text(json.dumps(dict(rec(0), schema=9)) + "\n")
+    path.write_text(json.dumps(rec(0).replace(schema=9).to_json()) + "\n")
     with pytest.raises(ResultsError, match=r"r\.jsonl:1: unsupported results schema"):
         read_results(path)
-    with pytest.raises(ResultsError, match="not found"):
+    with pytest.raises(InputError, match="not found"):
         read_results(tmp_path / "none.jsonl")
 
 
 def test_kind_filter(tmp_path):
     store = ResultsStore(tmp_path / "r.jsonl")
-    store.append([rec(0), dict(rec(None), kind="baseline")])
-    assert [r["kind"] for r in read_results(store.path, kind="baseline")] == ["baseline"]
+    store.append([rec(0), rec(None, kind="baseline")])
+    assert [r.kind for r in read_results(store.path, kind="baseline")] == ["baseline"]
 
 
 def _writer(path: str, worker: int, n: int) -> None:
     store = ResultsStore(path)
     for i in range(n):
         # a long payload makes a torn or interleaved write visible
-        store.append([dict(rec(i, seed=worker), pad="x" * 5000)])
+        store.append([rec(i, seed=worker, name="x" * 5000)])
 
 
 def test_two_processes_appending_lose_no_line(tmp_path):
@@ -101,7 +109,7 @@ def test_two_processes_appending_lose_no_line(tmp_path):
         assert p.exitcode == 0
     records = read_results(path, latest=False)
     assert len(records) == 120
-    assert sorted((r["seed"], r["layer"]) for r in records) == \
+    assert sorted((r.seed, r.layer) for r in records) == \
         sorted((w, i) for w in (1, 2) for i in range(60))
     assert path.read_bytes().endswith(b"\n")
 
@@ -116,10 +124,55 @@ def test_two_processes_writing_the_same_cells_do_not_duplicate(tmp_path):
         p.join(60)
         assert p.exitcode == 0
     records = read_results(path, latest=False)
-    assert sorted(r["layer"] for r in records) == list(range(40))
+    assert sorted(r.layer for r in records) == list(range(40))
 
 
 def test_unwritable_results_path(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(ResultsError, match="cannot open"):
         ResultsStore(Path(tmp_path / "f" / "r.jsonl")).append([rec(0)])
+
+
+def test_a_record_round_trips_through_json_in_schema_order():
+    r = rec("avg", score=None).replace(test={"pearson": None}, device="cpu")
+    obj = r.to_json()
+    assert list(obj)[:3] == ["schema", "kind", "task"] and obj["device"] == "cpu"
+    assert ResultRecord.from_json(json.loads(json.dumps(obj))) == r
+    assert "device" not in rec(0).to_json()  # optional fields are left out when unset
+
+
+def test_primary_score_rounds_once_for_probe_and_baseline():
+    from estratos.results import primary_score
+
+    assert primary_score("accuracy", {"accuracy": 54.12345}) == 54.12
+    assert primary_score("pearson", {"pearson": 0.123456}) == 12.35
+    assert primary_score("pearson", {"pearson": None}) is None
+    assert primary_score("spearman", {"spearman": float("nan")}) is None
+
+
+def test_a_file_that_is_not_json_lines_is_named_as_such(tmp_path):
+    path = tmp_path / "table.csv"
+    path.write_text("task,layer,score\n")
+    with pytest.raises(InputError, match=r"table\.csv:1: not a results file"):
+        read_results(path)
+    with pytest.raises(InputError, match=r"table\.csv:1: not a results file"):
+        load_results([path])
+
+
+def test_globs_read_shard_files_in_order(tmp_path):
+    ResultsStore(tmp_path / "run.shard-0-of-2.jsonl").append([rec(0)])
+    ResultsStore(tmp_path / "run.shard-1-of-2.jsonl").append([rec(1)])
+    assert [r.layer for r in read_results(tmp_path / "run.shard-*-of-2.jsonl")] == [0, 1]
+    with pytest.raises(InputError, match="no results file matches"):
+        read_results(tmp_path / "other.shard-*.jsonl")
+
+
+def test_new_results_files_respect_the_umask(tmp_path):
+    import os
+
+    old = os.umask(0o002)
+    try:
+        ResultsStore(tmp_path / "r.jsonl").append([rec(0)])
+    finally:
+        os.umask(old)
+    assert (tmp_path / "r.jsonl").stat().st_mode & 0o777 == 0o664

@@ -1,12 +1,12 @@
 """``estratos report``: paper-style tables (and figures) from results files alone.
 
 The report needs no cache, no model and no torch. It reads results JSON lines
-(:mod:`~estratos.probe.report_load`), averages seeds
-(:mod:`~estratos.probe.report_aggregate`), lays out the tables
-(:mod:`~estratos.probe.report_tables`), optionally calibrates them by a baseline and
-computes the EN-ES gap (:mod:`~estratos.probe.odesia`), and writes Markdown, LaTeX, CSV,
-JSON (:mod:`~estratos.probe.report_writers`) and PNG figures
-(:mod:`~estratos.probe.report_plots`).
+(:mod:`estratos.results`), averages seeds
+(:mod:`~estratos.report.aggregate`), lays out the tables
+(:mod:`~estratos.report.tables`), optionally calibrates them by a baseline and
+computes the EN-ES gap (:mod:`~estratos.report.odesia`), and writes Markdown, LaTeX, CSV,
+JSON (:mod:`~estratos.report.writers`) and PNG figures
+(:mod:`~estratos.report.plots`).
 
 Everything is computed and rendered in memory before the first file is written, and each
 file is written atomically, so a failing report leaves no half-written output.
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
-from estratos.probe import odesia
-from estratos.probe.report_load import LoadedResults, Notice, load_results
-from estratos.probe.report_aggregate import Aggregate, Stat, aggregate, layer_label
-from estratos.probe.report_tables import (
+from estratos.report import odesia
+from estratos.results import LoadedResults, Notice, expand_paths, load_results
+from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
+from estratos.report.tables import (
     Cell, Footnotes, Table, dataset_tables, group_table, layer_tables)
-from estratos.probe.report_writers import (
+from estratos.report.writers import (
     DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section)
 from estratos.atomic import write_atomic
 
@@ -154,16 +154,16 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     including the baseline and gap ones, also appear in the score tables.
     """
     reference = odesia.parse_reference(reference)
-    paths = _unique_paths(list(results) + list(baseline) + list(gap or ()))
+    paths = _unique_paths(expand_paths(list(results)) + list(baseline) + list(gap or ()))
     if not paths:
         raise OptionError("give at least one RESULTS file (or --gap EN ES)")
     loaded: LoadedResults = load_results(paths)
     baseline_paths = {os.path.realpath(p) for p in baseline}
     for rec in loaded.records:
-        if os.path.realpath(rec.path) in baseline_paths and rec.data["kind"] != "baseline":
+        if os.path.realpath(rec.path) in baseline_paths and rec.record.kind != "baseline":
             raise ResultsError(f"{rec.path}:{rec.line}: --baseline files may hold only "
                                f"baseline results (kind \"baseline\"), found kind "
-                               f"{rec.data['kind']!r}")
+                               f"{rec.record.kind!r}")
     if not loaded.records:
         raise ResultsError(f"no results to report in {', '.join(paths)}")
     agg = aggregate(loaded.records)
@@ -216,7 +216,7 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
     if out_dir.exists() and not out_dir.is_dir():
         raise OptionError(f"--out: {out_dir} exists and is not a folder")
     if plot:
-        from estratos.probe.report_plots import require_matplotlib
+        from estratos.report.plots import require_matplotlib
 
         require_matplotlib()
     content = build_report(results, baseline=baseline, gap=gap, pairs=pairs,
@@ -231,7 +231,7 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
         write_atomic(out_dir / name, text)
         summary.files.append(out_dir / name)
     if plot:
-        from estratos.probe.report_plots import write_plots
+        from estratos.report.plots import write_plots
 
         summary.files += write_plots(content.agg, out_dir / "plots")
     log.info("report of %d cells written to %s", summary.n_records, out_dir)

@@ -1,6 +1,6 @@
 """Writing a report's content as Markdown, LaTeX, CSV and JSON.
 
-Markdown and LaTeX render the same display tables (:mod:`estratos.probe.report_tables`), so
+Markdown and LaTeX render the same display tables (:mod:`estratos.report.tables`), so
 they always agree; CSV and JSON are long, machine-readable forms of the aggregate with more
 digits and the extra metrics (F1, Spearman, Delta and its baseline/reference). Every writer
 returns text; :func:`estratos.atomic.write_atomic` puts it on disk so an interrupted report never leaves a
@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from estratos.probe.odesia import Calibration, Gap
-from estratos.probe.report_load import Notice
-from estratos.probe.report_aggregate import EXTRA_METRICS, Aggregate, Row, Stat
-from estratos.probe.report_tables import DECIMALS, Cell, Footnotes, Table
+from estratos.report.odesia import Calibration, Gap
+from estratos.results import Notice
+from estratos.report.aggregate import EXTRA_METRICS, Aggregate, Row, Stat
+from estratos.report.tables import DECIMALS, Cell, Footnotes, Table
 
 MISSING = "—"
 UNDEFINED = "undef."
@@ -40,7 +40,7 @@ class Section:
 
 @dataclass
 class ReportContent:
-    """Everything the writers need; built by :func:`estratos.probe.report.build_report`."""
+    """Everything the writers need; built by :func:`estratos.report.build_report`."""
 
     sources: List[str]
     notices: List[Notice]
@@ -233,13 +233,13 @@ def group_records(content: ReportContent) -> List[Dict[str, Any]]:
 
 
 def dataset_records(content: ReportContent) -> List[Dict[str, Any]]:
-    """One flat record per (row, dataset) with a value."""
+    """One flat record per (row, dataset) with a result (a null mean: undefined score)."""
     agg, out = content.agg, []
     for row in agg.rows:
         for ds in agg.datasets:
             stat = agg.cell(row, ds.task)
-            if stat is None:
-                continue
+            if stat is None and not agg.is_undefined(row, ds.task):
+                continue  # an undefined score stays, with a null mean (never 0)
             rec = _row_fields(row) | {"group": ds.group, "task": ds.task, "name": ds.name,
                                       "metric": ds.metric} | _stat_fields("", stat)
             for metric in EXTRA_METRICS:

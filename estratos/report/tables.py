@@ -1,8 +1,8 @@
 """Laying an aggregate out as the paper's tables, with marks and footnotes.
 
-The ``*_table`` functions turn an :class:`~estratos.probe.report_aggregate.Aggregate` into
+The ``*_table`` functions turn an :class:`~estratos.report.aggregate.Aggregate` into
 :class:`Table` objects (cells plus best / runner-up marks and footnote numbers) that
-:mod:`~estratos.probe.report_writers` renders as Markdown or LaTeX, so both formats always
+:mod:`~estratos.report.writers` renders as Markdown or LaTeX, so both formats always
 show the same numbers. Best / runner-up are decided on the values as displayed (one
 decimal), ties share a mark, a lone value takes none, and partial group means take none
 (they average other datasets).
@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from estratos.probe.report_aggregate import Aggregate, Dataset, Row, Stat, layer_label
+from estratos.report.aggregate import Aggregate, Dataset, Row, Stat, layer_label
 
 #: decimals shown in md/LaTeX (csv/json keep 4)
 DECIMALS = 1
@@ -63,6 +63,12 @@ class Footnotes:
 
 def _rounded(stat: Optional[Stat]) -> Optional[float]:
     return None if stat is None else round(stat.mean, DECIMALS)
+
+
+def value_cell(agg: Aggregate, row: Row, task: str) -> Cell:
+    """A dataset cell: mean +- std over seeds, or undefined (a null score, e.g. a
+    correlation of constant predictions), or missing."""
+    return Cell(stat=agg.cell(row, task), undefined=agg.is_undefined(row, task))
 
 
 def mark_cells(cells: List[List[Cell]], columns: Sequence[int], by: str = "column") -> None:
@@ -154,12 +160,12 @@ def dataset_tables(agg: Aggregate, notes: Footnotes, *,
             header_notes.append(dataset_notes(ds, notes))
         rows = []
         for row in agg.rows:
-            if not any((row, ds.task) in agg.seeds for ds in members):
+            if not any(agg.has_cell(row, ds.task) for ds in members):
                 continue
             cells = _row_label_cells(agg, row, show_clf)
             for ds in members:
                 cells.append(cell_fn(row, ds) if cell_fn is not None
-                             else Cell(stat=agg.cell(row, ds.task)))
+                             else value_cell(agg, row, ds.task))
             rows.append(cells)
         mark_cells(rows, range(n_labels, len(header)))
         metrics = ", ".join(f"{d.label} {d.metric}" for d in members)
@@ -179,10 +185,10 @@ def layer_tables(agg: Aggregate, notes: Footnotes) -> List[Table]:
         header_notes: List[Tuple[int, ...]] = [()] * len(header)
         body = []
         for ds in agg.datasets:
-            if not any((r, ds.task) in agg.seeds for r in rows):
+            if not any(agg.has_cell(r, ds.task) for r in rows):
                 continue
             cells = [Cell(ds.group), Cell(ds.label)]
-            body.append(cells + [Cell(stat=agg.cell(r, ds.task)) for r in rows])
+            body.append(cells + [value_cell(agg, r, ds.task) for r in rows])
         mark_cells(body, range(2, len(header)), by="row")
         pooling = f", {system.pooling} pooling" if system.pooling else ""
         tables.append(Table(f"layers-{system.slug}", f"Per layer: {system.label}{pooling}",

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from estratos.errors import InputError, OptionError, ResultsError
-from estratos.probe.report_aggregate import Aggregate, Dataset, Row, Stat
+from estratos.report.aggregate import Aggregate, Dataset, Row, Stat
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from estratos.errors import EstratosError
-from estratos.probe.report_aggregate import Aggregate, System, layer_label
+from estratos.report.aggregate import Aggregate, System, layer_label
 from estratos.atomic import write_atomic
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,188 @@
+"""One result cell: the record type every writer and reader of results files shares.
+
+Why one type: probe, baseline and report all meet at the JSON-lines results file, so its
+layout (field names and order, the schema version, how a score is rounded, what identifies a
+cell) is written here once. Writers build a :class:`ResultRecord` and call
+:meth:`~ResultRecord.to_json`; readers get one back from :meth:`~ResultRecord.from_json`,
+which validates a decoded line and names the file and line of anything wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+from estratos.errors import InputError
+
+#: the results schema version this estratos writes and reads (docs/contracts.md)
+SCHEMA_VERSION = 1
+#: what produced a record: a probe on cached vectors, or the TF-IDF baseline
+KINDS = ("probe", "baseline")
+#: decimals kept for ``score`` (the paper reports one; two leave room for averaging)
+SCORE_DECIMALS = 2
+
+Layer = Union[int, str, None]
+#: (task, layer, pooling, seed, classifier name, model, revision)
+CellKey = Tuple[Any, ...]
+
+#: metrics stored in percent in ``test``; the others are correlations stored in [-1, 1]
+_PERCENT_METRICS = ("accuracy", "f1")
+
+
+def primary_score(metric: str, test: Mapping[str, Any]) -> Optional[float]:
+    """The primary test metric on the paper's scale (accuracy/F1 in %, correlations x100),
+    rounded; None when undefined (e.g. a correlation of constant predictions), so reports
+    show "undefined" instead of a fake 0."""
+    value = test.get(metric)
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    factor = 1.0 if metric in _PERCENT_METRICS else 100.0
+    return round(factor * float(value), SCORE_DECIMALS)
+
+
+def utc_now() -> str:
+    """The ``created`` timestamp format of results."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def classifier_name(classifier: Any) -> Optional[str]:
+    """The name inside a record's ``classifier`` (an object, a bare name or null)."""
+    if isinstance(classifier, Mapping):
+        name = classifier.get("name")
+        return None if name is None else str(name)
+    return None if classifier is None else str(classifier)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResultRecord:
+    """One (task, layer spec, pooling, seed) cell of one system, as written to a results file.
+
+    Field order is the JSON order. ``layer`` is a hidden-state index, ``"avg"``, or None for
+    baselines; ``score`` is :func:`primary_score` of ``test`` (None when undefined).
+    ``device`` is where the probe ran (None when not recorded).
+    """
+
+    kind: str
+    task: str
+    suite: Optional[str] = None
+    name: str
+    group: str
+    language: Optional[str] = None
+    layer: Layer
+    pooling: Optional[str] = None
+    seed: int
+    protocol: Optional[str] = None
+    fallback: Optional[str] = None
+    classifier: Any = None
+    metric: str
+    score: Optional[float]
+    l2: Any = None
+    dev: Optional[Mapping[str, Any]] = None
+    test: Optional[Mapping[str, Any]] = None
+    sizes: Optional[Mapping[str, int]] = None
+    epochs: Any = None
+    seconds: Optional[float] = None
+    model: str
+    revision: Optional[str] = None
+    cache: Optional[Mapping[str, Any]] = None
+    estratos_version: Optional[str] = None
+    created: Optional[str] = None
+    device: Optional[str] = None
+    schema: int = SCHEMA_VERSION
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def key(self) -> CellKey:
+        """The identity of a cell: what resume, sharding and de-duplication compare."""
+        return (self.task, self.layer, self.pooling, self.seed,
+                classifier_name(self.classifier), self.model, self.revision)
+
+    @property
+    def classifier_name(self) -> Optional[str]:
+        return classifier_name(self.classifier)
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> Dict[str, Any]:
+        """The JSON object of one results line (``schema`` first; optional fields that are
+        not set are left out)."""
+        out: Dict[str, Any] = {"schema": self.schema}
+        for f in dataclasses.fields(self):
+            if f.name == "schema":
+                continue
+            value = getattr(self, f.name)
+            if f.name in _OMITTED_WHEN_NONE and value is None:
+                continue
+            out[f.name] = _plain(value)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any, path: Optional[str] = None,
+                  line: Optional[int] = None) -> "ResultRecord":
+        """Validate a decoded results line; raises :class:`InputError` naming path:line."""
+        if not isinstance(obj, dict):
+            raise InputError("a results line must be a JSON object", path, line)
+        if "schema" not in obj:
+            raise InputError("missing field 'schema' (not an estratos results line?)",
+                             path, line)
+        for key, types in _REQUIRED.items():
+            if key not in obj:
+                raise InputError(f"missing field {key!r}", path, line)
+            value = obj[key]
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise InputError(f"field {key!r} must be {types[0].__name__}, got {value!r}",
+                                 path, line)
+        for key in _OPTIONAL_STR:
+            if obj.get(key) is not None and not isinstance(obj[key], str):
+                raise InputError(f"field {key!r} must be a string or null, got {obj[key]!r}",
+                                 path, line)
+        if obj["kind"] not in KINDS:
+            raise InputError(f"unknown kind {obj['kind']!r} (expected one of "
+                             f"{', '.join(KINDS)})", path, line)
+        if "layer" not in obj:
+            raise InputError("missing field 'layer'", path, line)
+        layer = obj["layer"]
+        if not (layer is None or layer == "avg" or (isinstance(layer, int)
+                                                     and not isinstance(layer, bool)
+                                                     and layer >= 0)):
+            raise InputError("field 'layer' must be a hidden-state index >= 0, \"avg\" or "
+                             f"null, got {layer!r}", path, line)
+        if obj["kind"] == "probe" and layer is None:
+            raise InputError("a probe result needs a layer (only baselines have layer null)",
+                             path, line)
+        if "score" not in obj:
+            raise InputError("missing field 'score'", path, line)
+        score = obj["score"]
+        if score is not None and not (isinstance(score, (int, float))
+                                      and not isinstance(score, bool)):
+            raise InputError(f"field 'score' must be a number or null, got {score!r}",
+                             path, line)
+        for key in ("test", "dev"):
+            if obj.get(key) is not None and not isinstance(obj[key], dict):
+                raise InputError(f"field {key!r} must be an object or null", path, line)
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in obj.items() if k in known}
+        if score is not None and not math.isfinite(score):
+            values["score"] = None
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "ResultRecord":
+        return dataclasses.replace(self, **changes)
+
+
+_REQUIRED: Mapping[str, Tuple[type, ...]] = {
+    "kind": (str,), "task": (str,), "name": (str,), "group": (str,), "metric": (str,),
+    "model": (str,), "seed": (int,),
+}
+_OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device")
+_OMITTED_WHEN_NONE = ("device",)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready copies of mappings (read-only mapping proxies are not serialisable)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
