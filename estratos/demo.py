@@ -124,7 +124,7 @@ def _check_same_settings(out: Path, model: str, seeds: Sequence[int], n_per_task
     from estratos.cache import cache_info
     from estratos.cache.schema import partial_path
     from estratos.errors import EstratosError
-    from estratos.probe.results import read_results
+    from estratos.results import read_results
 
     data_dir, cache, results = out / "data", out / "cache.h5", out / "results.jsonl"
     cache_file = cache if cache.exists() else partial_path(cache)
@@ -147,8 +147,8 @@ def _check_same_settings(out: Path, model: str, seeds: Sequence[int], n_per_task
             records = read_results(results, latest=False)
         except EstratosError:
             records = []  # probe names a broken results file
-        made_seeds = {r.get("seed") for r in records}
-        models |= {r.get("model") for r in records}
+        made_seeds = {r.seed for r in records}
+        models |= {r.model for r in records}
     other = sorted(str(m) for m in models if m is not None and not _same_model(m, model))
     if other:
         differ.append(f"--model {', '.join(other)} (cache.h5 / results.jsonl), not {model}")
