@@ -64,3 +64,8 @@ class MissingSentences(CacheError):
 
 class ResultsError(EstratosError):
     """A results (JSON lines) file that cannot be read as results."""
+
+
+class ResultsFileError(InputError, ResultsError):
+    """A results file (or one of its lines) that is not valid results: both an input error
+    naming ``path:line`` and a results error, so either kind of handler catches it."""

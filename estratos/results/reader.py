@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
-from estratos.errors import InputError, ResultsError
+from estratos.errors import ResultsError, ResultsFileError
 from estratos.results.record import SCHEMA_VERSION, CellKey, ResultRecord
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,8 @@ class LoadedResults:
     sources: List[str] = field(default_factory=list)
 
 
-def _not_results(path: str, line: int, exc: Exception) -> InputError:
-    return InputError(f"not a results file: this line is not JSON ({exc}); estratos results "
+def _not_results(path: str, line: int, exc: Exception) -> ResultsFileError:
+    return ResultsFileError(f"not a results file: this line is not JSON ({exc}); estratos results "
                       "files hold one JSON object per line, as written by `estratos probe` "
                       "or `estratos baseline`", path, line)
 
@@ -102,7 +102,7 @@ def parse_results(path: PathLike, data: bytes, first: Optional[Located] = None) 
                 continue
             if not out.records:
                 raise _not_results(spath, line, exc) from None
-            raise InputError(f"not a JSON line ({exc})", spath, line) from None
+            raise ResultsFileError(f"not a JSON line ({exc})", spath, line) from None
         if isinstance(obj, dict) and "schema" in obj and obj["schema"] != SCHEMA_VERSION:
             first = first or (out.records[0] if out.records else None)
             if first is not None:
@@ -120,16 +120,16 @@ def parse_results(path: PathLike, data: bytes, first: Optional[Located] = None) 
 
 
 def read_file(path: PathLike, first: Optional[Located] = None) -> ParsedFile:
-    """Parse one results file; a missing or unreadable file raises :class:`InputError`."""
+    """Parse one results file; a missing or unreadable file raises :class:`ResultsFileError`."""
     p = Path(path)
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise InputError("results file not found", os.fspath(p)) from None
+        raise ResultsFileError("results file not found", os.fspath(p)) from None
     except IsADirectoryError:
-        raise InputError("cannot read results file (it is a folder)", os.fspath(p)) from None
+        raise ResultsFileError("cannot read results file (it is a folder)", os.fspath(p)) from None
     except OSError as exc:
-        raise InputError(f"cannot read results file ({exc.strerror})", os.fspath(p)) from None
+        raise ResultsFileError(f"cannot read results file ({exc.strerror})", os.fspath(p)) from None
     return parse_results(p, data, first)
 
 
@@ -144,7 +144,7 @@ def expand_paths(paths: Union[PathLike, Sequence[PathLike]]) -> List[str]:
         if not os.path.exists(text) and glob.has_magic(text):
             matches = sorted(glob.glob(os.path.expanduser(text)))
             if not matches:
-                raise InputError("no results file matches this pattern", text)
+                raise ResultsFileError("no results file matches this pattern", text)
         else:
             matches = [text]
         for m in matches:
@@ -187,7 +187,7 @@ def read_results(paths: Union[PathLike, Sequence[PathLike]], *, latest: bool = T
     """The records of one or more results files (paths or globs), in file order.
 
     ``latest``: keep only the last record of each cell (what ``--overwrite`` appended wins).
-    ``kind``: keep only ``"probe"`` or ``"baseline"`` records. Raises :class:`InputError`
+    ``kind``: keep only ``"probe"`` or ``"baseline"`` records. Raises :class:`ResultsFileError`
     (file:line) for a missing file or a malformed line that is not the last one.
     """
     records = [loc.record for path in expand_paths(paths) for loc in read_file(path).records]

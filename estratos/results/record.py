@@ -14,7 +14,7 @@ import datetime as _dt
 import math
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from estratos.errors import InputError
+from estratos.errors import ResultsFileError
 
 #: the results schema version this estratos writes and reads (docs/contracts.md)
 SCHEMA_VERSION = 1
@@ -120,47 +120,47 @@ class ResultRecord:
     @classmethod
     def from_json(cls, obj: Any, path: Optional[str] = None,
                   line: Optional[int] = None) -> "ResultRecord":
-        """Validate a decoded results line; raises :class:`InputError` naming path:line."""
+        """Validate a decoded results line; raises :class:`ResultsFileError` naming path:line."""
         if not isinstance(obj, dict):
-            raise InputError("a results line must be a JSON object", path, line)
+            raise ResultsFileError("a results line must be a JSON object", path, line)
         if "schema" not in obj:
-            raise InputError("missing field 'schema' (not an estratos results line?)",
+            raise ResultsFileError("missing field 'schema' (not an estratos results line?)",
                              path, line)
         for key, types in _REQUIRED.items():
             if key not in obj:
-                raise InputError(f"missing field {key!r}", path, line)
+                raise ResultsFileError(f"missing field {key!r}", path, line)
             value = obj[key]
             if not isinstance(value, types) or isinstance(value, bool):
-                raise InputError(f"field {key!r} must be {types[0].__name__}, got {value!r}",
+                raise ResultsFileError(f"field {key!r} must be {types[0].__name__}, got {value!r}",
                                  path, line)
         for key in _OPTIONAL_STR:
             if obj.get(key) is not None and not isinstance(obj[key], str):
-                raise InputError(f"field {key!r} must be a string or null, got {obj[key]!r}",
+                raise ResultsFileError(f"field {key!r} must be a string or null, got {obj[key]!r}",
                                  path, line)
         if obj["kind"] not in KINDS:
-            raise InputError(f"unknown kind {obj['kind']!r} (expected one of "
+            raise ResultsFileError(f"unknown kind {obj['kind']!r} (expected one of "
                              f"{', '.join(KINDS)})", path, line)
         if "layer" not in obj:
-            raise InputError("missing field 'layer'", path, line)
+            raise ResultsFileError("missing field 'layer'", path, line)
         layer = obj["layer"]
         if not (layer is None or layer == "avg" or (isinstance(layer, int)
                                                      and not isinstance(layer, bool)
                                                      and layer >= 0)):
-            raise InputError("field 'layer' must be a hidden-state index >= 0, \"avg\" or "
+            raise ResultsFileError("field 'layer' must be a hidden-state index >= 0, \"avg\" or "
                              f"null, got {layer!r}", path, line)
         if obj["kind"] == "probe" and layer is None:
-            raise InputError("a probe result needs a layer (only baselines have layer null)",
+            raise ResultsFileError("a probe result needs a layer (only baselines have layer null)",
                              path, line)
         if "score" not in obj:
-            raise InputError("missing field 'score'", path, line)
+            raise ResultsFileError("missing field 'score'", path, line)
         score = obj["score"]
         if score is not None and not (isinstance(score, (int, float))
                                       and not isinstance(score, bool)):
-            raise InputError(f"field 'score' must be a number or null, got {score!r}",
+            raise ResultsFileError(f"field 'score' must be a number or null, got {score!r}",
                              path, line)
         for key in ("test", "dev"):
             if obj.get(key) is not None and not isinstance(obj[key], dict):
-                raise InputError(f"field {key!r} must be an object or null", path, line)
+                raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in obj.items() if k in known}
         if score is not None and not math.isfinite(score):
