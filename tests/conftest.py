@@ -12,6 +12,25 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA_ES = Path(os.environ.get("ESTRATOS_TEST_DATA", REPO_ROOT.parent / "shared" / "data" / "es"))
 
 
+#: what makes a test slow enough to leave out of the quick subset (`pytest -m "not slow"`):
+#: a real model, the real benchmark data, the fault campaign, a real scheduler, or running
+#: whole console commands end to end
+SLOW_FIXTURES = ("minilm_dir", "es_data_dir", "slurm_cluster")
+SLOW_MARKERS = ("faults", "realdata")
+SLOW_MODULES = ("test_readme.py", "test_demo.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark slow tests by what they use, so the quick subset stays quick without a marker
+    being forgotten on a new test."""
+    for item in items:
+        if (any(name in getattr(item, "fixturenames", ()) for name in SLOW_FIXTURES)
+                or any(item.get_closest_marker(m) for m in SLOW_MARKERS)
+                or Path(str(item.fspath)).name in SLOW_MODULES
+                or Path(str(item.fspath)).parent.name == "faults"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def es_data_dir() -> Path:
     """The Spanish SentEval/DiscoEval data folder (holds senteval/ and discoeval/)."""

@@ -28,7 +28,8 @@ from estratos.tasks.synthetic import build_synthetic_es
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
-MODES = {"help", "run", "slurm", "merge", "python", "demo", "bench"}
+MODES = {"help", "run", "slurm", "merge", "python", "demo", "bench", "dev"}
+QUICK_COMMAND = 'python -m pytest -q -m "not slow"'
 
 
 @dataclass
@@ -121,7 +122,7 @@ def test_every_shell_command_is_known_and_every_estratos_command_parses():
     allowed = (r"estratos .*", re.escape(TEST_COMMAND),
                re.escape('pip install -e ".[demo,plot]" && estratos demo --out estratos-demo'),
                r"export [A-Z0-9_]+=\S+", r"sbatch --wait \S+\.sbatch",
-               r"python bench/\w+\.py( --[\w-]+ \S+)*")
+               r"python bench/\w+\.py( --[\w-]+ \S+)*", re.escape(QUICK_COMMAND))
     n = 0
     for block in BLOCKS:
         if block.lang != "bash":
@@ -135,6 +136,14 @@ def test_every_shell_command_is_known_and_every_estratos_command_parses():
                     invoke(estratos_args(part) + ["--help"])
                     n += 1
     assert n >= 15
+
+
+def test_dev_block_is_the_quick_subset():
+    dev = [c for b in BLOCKS if b.mode == "dev" for c in b.commands]
+    assert dev == [QUICK_COMMAND]
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg", encoding="utf-8")
+    assert "slow:" in cfg["tool:pytest"]["markers"]
 
 
 def test_bench_blocks_name_real_scripts():
