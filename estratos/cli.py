@@ -259,10 +259,12 @@ def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, see
 @cli.command("report")
 @click.argument("results", nargs=-1)
 @click.option("--out", required=True, metavar="DIR", help="Folder for the report files.")
-@click.option("--format", "formats", default="md,latex,csv,json", show_default=True,
-              metavar="LIST", help="Comma list of md, latex, csv, json.")
+@click.option("--format", "formats", default="md,latex,csv,json,html", show_default=True,
+              metavar="LIST", help="Comma list of md, latex, csv, json, html (one "
+              "self-contained page; with --plot it embeds the figures).")
 @click.option("--plot", is_flag=True,
-              help='PNG heatmaps and per-group layer plots (needs pip install "estratos[plot]").')
+              help='PNG heatmaps and layer curves under plots/, also embedded in report.html '
+                   '(needs pip install "estratos[plot]").')
 @click.option("--baseline", "baselines", multiple=True, metavar="BASELINE.jsonl",
               help="Results of `estratos baseline`: adds ODESIA Delta tables (repeatable).")
 @click.option("--gap", nargs=2, default=None, metavar="EN_RESULTS ES_RESULTS",

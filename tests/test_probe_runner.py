@@ -19,7 +19,7 @@ from probe_toys import (MODEL, MemoryLoader, single_task, spec, toy_classificati
 
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
                  "pooling", "seed", "protocol", "fallback", "classifier", "metric", "score",
-                 "l2", "dev", "test", "sizes", "epochs", "seconds", "model", "revision",
+                 "l2", "dev", "test", "sizes", "chance", "epochs", "seconds", "model", "revision",
                  "cache", "estratos_version", "created"}
 
 
@@ -47,6 +47,9 @@ def test_records_follow_the_contract(toy, tmp_path):
     assert r.classifier["name"] == "senteval" and r.classifier["l2_grid"] == [
         1e-5, 1e-4, 1e-3, 1e-2]
     assert r.sizes == {"train": 144, "dev": 48, "test": 48}
+    test_labels = task.splits["test"].labels
+    majority = 100 * np.bincount(test_labels).max() / len(test_labels)
+    assert r.chance == {"n_classes": len(task.labels), "majority": round(majority, 2)}
     assert r.score == r.test["accuracy"] and r.metric == "accuracy"
     assert r.cache["n_states"] == 3 and r.cache["dim"] == 8
     assert r.protocol == "split" and r.fallback is None
@@ -160,6 +163,7 @@ def test_cosine_and_relatedness_tasks(tmp_path):
     assert set(r.test) == {"pearson", "spearman", "mse"} and set(r.dev) == {"pearson"}
     assert r.score == round(100 * r.test["pearson"], 2)
     assert r.classifier["epoch_size"] == 50
+    assert s.chance is None and r.chance is None and "chance" not in s.to_json()
 
 
 def test_kfold_inner_kfold_and_f1(tmp_path):
@@ -179,6 +183,9 @@ def test_kfold_inner_kfold_and_f1(tmp_path):
     assert by["toy:KF"].protocol == "kfold" and "accuracy" in by["toy:KF"].dev
     assert set(by["toy:IK"].test) == {"accuracy"}
     assert by["toy:IK"].sizes == {"all": 200}
+    # inner-kfold scores every example: its majority rate is the whole pool's
+    assert by["toy:IK"].chance == {"n_classes": 2,
+                                   "majority": round(100 * np.bincount(y).max() / 200, 2)}
 
 
 # ---- bad input -----------------------------------------------------------------------------

@@ -28,7 +28,8 @@ UPDATE = os.environ.get("ESTRATOS_UPDATE_GOLDEN") == "1"
 
 # ------------------------------------------------------------------------------ golden files
 
-GOLDEN_FILES = ("report.md", "report.tex", "groups.csv", "datasets.csv", "report.json")
+GOLDEN_FILES = ("report.md", "report.tex", "groups.csv", "datasets.csv", "report.json",
+                "report.html")
 
 
 def test_golden_files(fixture_dir: Path):

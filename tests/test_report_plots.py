@@ -1,8 +1,10 @@
-"""estratos report --plot: PNG figures when matplotlib is installed, a clear message when not."""
+"""estratos report --plot: what each figure shows (avg, values, scales, bands, floors), PNG files
+that are not blank, and a clear message when matplotlib is missing."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +13,10 @@ from click.testing import CliRunner
 from estratos.cli import cli
 from estratos.errors import EstratosError
 from estratos.report import write_report
-from estratos.report.plots import standardize_rows
-
+from estratos.report.aggregate import aggregate, chance_level
+from estratos.report.plots import metric_y_range, standardize_rows
+from estratos.results import load_results
+from report_toys import record, write_lines
 
 
 def _hide_matplotlib(monkeypatch) -> None:
@@ -22,25 +26,162 @@ def _hide_matplotlib(monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, name, None)
 
 
-def test_heatmaps_and_line_plots_are_written_and_not_blank(fixture_dir):  # noqa: F811
+def _agg(path: Path):
+    return aggregate(load_results([path]).records)
+
+
+def _with_chance(path: Path) -> Path:
+    """The shared fixture's results plus the ``chance`` field the probe now writes."""
+    import json
+
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for rec in lines:
+        if rec["metric"] == "accuracy":
+            rec["chance"] = {"n_classes": 3, "majority": 40.0}
+    return write_lines(path.with_name("chance.jsonl"), lines)
+
+
+def _texts(ax):
+    return [t.get_text() for t in ax.texts]
+
+
+def test_figure_files_say_what_they_show_and_are_not_blank(fixture_dir):
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread
 
     summary = write_report(["results.jsonl"], "out", formats="md", plot=True,
                            baseline=["baseline.jsonl"])
     plots = sorted(p.name for p in summary.files if p.suffix == ".png")
-    assert plots == ["heatmap_org-beto-r1-cls-senteval.png",
-                     "heatmap_org-beto-r1-cls-senteval_z.png",
-                     "heatmap_org-mini-r2-cls-senteval.png",
-                     "heatmap_org-mini-r2-cls-senteval_z.png",
-                     "layers_SC.png", "layers_SP.png", "layers_SPC.png", "layers_SS.png"]
+    assert plots == [
+        "heatmap-scores_org-beto-r1_cls-pooling_senteval-classifier.png",
+        "heatmap-scores_org-mini-r2_cls-pooling_senteval-classifier.png",
+        "heatmap-zscores_org-beto-r1_cls-pooling_senteval-classifier.png",
+        "heatmap-zscores_org-mini-r2_cls-pooling_senteval-classifier.png",
+        "layer-curves_SC.png", "layer-curves_SP.png", "layer-curves_SPC.png",
+        "layer-curves_SS.png"]
     for name in plots:
         pixels = imread(fixture_dir / "out" / "plots" / name)
         assert pixels.ndim == 3 and pixels.shape[0] > 100
         assert float(pixels[..., :3].var()) > 1e-3, f"{name} looks blank"
 
 
-def test_missing_matplotlib_gives_the_install_hint_and_writes_nothing(fixture_dir,  # noqa: F811
+def test_heatmap_has_avg_values_and_one_colour_scale_per_metric(fixture_dir):
+    pytest.importorskip("matplotlib")
+    from estratos.report.plots import heatmap_plot
+
+    agg = _agg(fixture_dir / "results.jsonl")
+    mini = next(s for s in agg.systems if s.model == "org/mini")
+    fig = heatmap_plot(agg, mini)
+    panels = [ax for ax in fig.axes if ax.images]
+    colourbars = [ax for ax in fig.axes if not ax.images]
+    # accuracy and Pearson each get their own panel and colour bar (never one shared scale)
+    assert [ax.get_title(loc="left") for ax in panels] == ["accuracy (%)", "Pearson r x100"]
+    assert len(colourbars) == 2
+    acc, pearson = (ax.images[0].get_clim() for ax in panels)
+    assert acc != pearson
+    # the avg column after the layers, and every cell's value written in it
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == ["0", "1", "avg"]
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == ["MC", "TASS1", "PAWS",
+                                                                   "SPwiki"]
+    texts = _texts(panels[0])
+    assert len(texts) == 4 * 3
+    assert texts[:3] == ["69.7", "—", "72.7"]  # MiniLM has no MC at layer 1: a dash, not 0
+    assert _texts(panels[1]) == ["64.1", "65.6", "67.1"]
+    # model, pooling and classifier in the title
+    title = fig._suptitle.get_text()
+    assert "org/mini@r2" in title and "cls pooling" in title and "senteval classifier" in title
+
+
+def test_zscore_heatmap_places_avg_on_the_layers_scale(fixture_dir):
+    pytest.importorskip("matplotlib")
+    from estratos.report.plots import zscore_plot
+
+    agg = _agg(fixture_dir / "results.jsonl")
+    beto = next(s for s in agg.systems if s.model == "org/beto")
+    fig = zscore_plot(agg, beto)
+    ax = next(ax for ax in fig.axes if ax.images)
+    # layers 0 and 1 are -1 / +1 around their mean; avg (1.5 points above layer 1) is +3
+    assert _texts(ax)[:3] == ["-1.0", "1.0", "3.0"]
+    low, high = ax.images[0].get_clim()
+    assert low == -high  # a diverging scale centred on the layers' mean
+
+
+def test_layer_curves_have_bands_avg_point_floor_and_full_range(fixture_dir):
+    pytest.importorskip("matplotlib")
+    from matplotlib.collections import PolyCollection
+    from estratos.report.plots import curves_plot
+
+    path = _with_chance(fixture_dir / "results.jsonl")
+    agg = aggregate(load_results([path, fixture_dir / "baseline.jsonl"]).records)
+    fig = curves_plot(agg, "SC")
+    axes = [ax for ax in fig.axes if ax.axison]
+    assert [ax.get_title() for ax in axes] == ["SC: mean of its 2 datasets", "MC (accuracy)",
+                                               "TASS1 (accuracy)"]
+    tass = axes[2]
+    assert tass.get_ylabel() == "accuracy (%)" and tass.get_ylim() == (0.0, 100.0)
+    assert [t.get_text() for t in tass.get_xticklabels()][-1] == "avg"
+    # BETO has two seeds: a band of +- 1 sample std around its mean line
+    bands = [c for c in tass.collections if isinstance(c, PolyCollection)]
+    assert bands, "no band over seeds"
+    # the avg point sits after the last layer, with its error bar
+    beto_avg = agg.cell(next(r for r in agg.rows if r.system.model == "org/beto"
+                             and r.layer == "avg"), "es-senteval:TASS1")
+    points = [line for line in tass.lines if line.get_marker() == "D"]
+    assert any(float(line.get_ydata()[0]) == pytest.approx(beto_avg.mean)
+               and float(line.get_xdata()[0]) == 2.5 for line in points)
+    # the majority-class floor (dashed) and the baseline (dotted) as horizontal lines
+    flat = {(ln.get_linestyle(), float(ln.get_ydata()[0])) for ln in tass.lines
+            if len(set(np.atleast_1d(ln.get_ydata()))) == 1 and ln.get_marker() in ("None", "")}
+    assert ("--", 40.0) in flat and (":", 45.0) in flat
+    assert any("majority class 40.0" in t for t in _texts(tass))
+    # SS (Pearson): the floor is r = 0, labelled with the metric
+    ss = [ax for ax in curves_plot(agg, "SS").axes if ax.axison][0]
+    assert ss.get_ylabel() == "Pearson r x100"
+    assert any("no correlation 0.0" in t for t in _texts(ss))
+
+
+def test_group_panel_leaves_out_partial_means(fixture_dir):
+    """MiniLM lacks MC at layer 1: its SC mean there covers TASS1 only, so it is not drawn."""
+    pytest.importorskip("matplotlib")
+    from estratos.report.plots import curves_plot
+
+    agg = _agg(fixture_dir / "results.jsonl")
+    group_ax = [ax for ax in curves_plot(agg, "SC").axes if ax.axison][0]
+    mini = [ln for ln in group_ax.lines if ln.get_label().startswith("org/mini")]
+    assert list(mini[0].get_xdata()) == [0.0]
+
+
+def test_chance_level_rules():
+    assert chance_level("accuracy", {"n_classes": 3, "majority": 41.5}) == (41.5,
+                                                                            "majority class")
+    level, what = chance_level("accuracy", {"n_classes": 4})
+    assert level == 25.0 and what == "chance (1/4)"
+    assert chance_level("pearson", None) == (0.0, "no correlation")
+    assert chance_level("accuracy", None) is None  # results older than the field: no line
+    assert chance_level("f1", {"n_classes": 2, "majority": 50.0}) is None
+
+
+def test_y_range_is_full_and_extends_only_for_negative_correlations():
+    assert metric_y_range(["accuracy"], -3.0) == (0.0, 100.0)
+    assert metric_y_range(["pearson"], 5.0) == (0.0, 100.0)
+    assert metric_y_range(["pearson"], -12.0) == (-20.0, 100.0)
+
+
+def test_undefined_cells_are_marked_in_the_heatmap(tmp_path):
+    pytest.importorskip("matplotlib")
+    from estratos.report.plots import heatmap_plot
+
+    lines = [record("es-senteval:STS17", "SS", 0, 1, None, metric="pearson",
+                    test={"pearson": None}),
+             record("es-senteval:STS17", "SS", 1, 1, 55.0, metric="pearson",
+                    test={"pearson": 0.55})]
+    agg = _agg(write_lines(tmp_path / "r.jsonl", lines))
+    fig = heatmap_plot(agg, agg.systems[0])
+    ax = next(ax for ax in fig.axes if ax.images)
+    assert _texts(ax) == ["undef.", "55.0"]
+
+
+def test_missing_matplotlib_gives_the_install_hint_and_writes_nothing(fixture_dir,
                                                                       monkeypatch):
     _hide_matplotlib(monkeypatch)
     with pytest.raises(EstratosError, match=r'pip install "estratos\[plot\]"'):
@@ -48,18 +189,19 @@ def test_missing_matplotlib_gives_the_install_hint_and_writes_nothing(fixture_di
     assert not (fixture_dir / "out").exists()
 
 
-def test_cli_missing_matplotlib_exits_nonzero(fixture_dir, monkeypatch):  # noqa: F811
+def test_cli_missing_matplotlib_exits_nonzero(fixture_dir, monkeypatch):
     _hide_matplotlib(monkeypatch)
     result = CliRunner().invoke(cli, ["report", "results.jsonl", "--out", "out", "--plot"])
     assert result.exit_code == 1
     assert '--plot needs matplotlib' in result.output
     assert 'pip install "estratos[plot]"' in result.output
+    assert not (fixture_dir / "out").exists()
 
 
-def test_without_plot_matplotlib_is_not_needed(fixture_dir, monkeypatch):  # noqa: F811
+def test_without_plot_matplotlib_is_not_needed(fixture_dir, monkeypatch):
     _hide_matplotlib(monkeypatch)
-    summary = write_report(["results.jsonl"], "out", formats="md")
-    assert [p.name for p in summary.files] == ["report.md"]
+    summary = write_report(["results.jsonl"], "out", formats="md,html")
+    assert [p.name for p in summary.files] == ["report.md", "report.html"]
 
 
 def test_standardize_rows_is_a_z_score_per_task_and_keeps_missing():
@@ -67,3 +209,6 @@ def test_standardize_rows_is_a_z_score_per_task_and_keeps_missing():
     z = standardize_rows(m)
     assert z[0] == pytest.approx([-1.2247449, 0.0, 1.2247449])
     assert z[1, :2] == pytest.approx([0.0, 0.0]) and np.isnan(z[1, 2])
+    # reference columns: the last column placed on the first two's scale
+    z = standardize_rows(np.array([[1.0, 3.0, 5.0]]), np.array([True, True, False]))
+    assert z[0] == pytest.approx([-1.0, 1.0, 3.0])

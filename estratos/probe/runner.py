@@ -190,6 +190,22 @@ def _run_cells(task: Any, vectors: np.ndarray, layers: List[LayerSpec], seed: in
     raise ValueError(f"{spec.id}: unknown protocol {protocol!r}")
 
 
+#: the split whose examples each classification protocol scores
+_SCORED_SPLIT = {"split": "test", "kfold": "test", "inner-kfold": "all"}
+
+
+def chance_levels(task: Any) -> Optional[Dict[str, Any]]:
+    """``{"n_classes", "majority"}`` of the examples a classification protocol scores (the
+    majority-class rate in %, what always answering the commonest label gets); None for
+    correlation protocols. Reports draw it as the floor a probe must beat."""
+    split = task.splits.get(_SCORED_SPLIT.get(task.protocol, ""))
+    if split is None or len(split) == 0:
+        return None
+    counts = np.bincount(np.asarray(split.labels, dtype=np.int64), minlength=len(task.labels))
+    return {"n_classes": len(task.labels),
+            "majority": round(100.0 * float(counts.max()) / len(split), 2)}
+
+
 def _record(task: Any, layer: LayerSpec, pooling: str, seed: int, settings: ClassifierSettings,
             outcome: P.CellOutcome, seconds: float, identity: Mapping[str, Any]) -> ResultRecord:
     spec = task.spec
@@ -203,7 +219,7 @@ def _record(task: Any, layer: LayerSpec, pooling: str, seed: int, settings: Clas
         seed=int(seed), protocol=task.protocol, fallback=task.fallback, classifier=classifier,
         metric=spec.metric, score=primary_score(spec.metric, outcome.test),
         l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=dict(task.sizes),
-        epochs=outcome.epochs, seconds=round(seconds, 3),
+        chance=chance_levels(task), epochs=outcome.epochs, seconds=round(seconds, 3),
         model=identity.get("model"), revision=identity.get("revision"),
         cache={k: identity.get(k) for k in ("path", "dtype", "max_length", "n_states", "dim",
                                              "tokenizer")},

@@ -101,11 +101,14 @@ class Dataset:
     metric: str
     label: str
     fallbacks: Tuple[str, ...] = ()
+    #: the level a probe must beat and what it is (see :func:`chance_level`), or None
+    chance: Optional[Tuple[float, str]] = None
 
 
 @dataclass(frozen=True)
 class Stat:
-    """mean +- std over ``n`` seeds (``std`` None for one seed)."""
+    """mean +- std over ``n`` seeds (``std`` None for one seed, exactly 0.0 when every seed
+    gave the same number)."""
 
     mean: float
     std: Optional[float]
@@ -114,8 +117,27 @@ class Stat:
     @classmethod
     def of(cls, values: Sequence[float]) -> "Stat":
         arr = np.asarray(values, dtype=np.float64)
-        std = float(arr.std(ddof=1)) if len(arr) > 1 else None
-        return cls(float(arr.mean()), std, len(arr))
+        return cls(_mean(arr), sample_std(arr), len(arr))
+
+    @property
+    def constant(self) -> bool:
+        """Several seeds, one value: a deterministic cell (e.g. STS cosine, no training),
+        shown as one number in md/LaTeX/HTML; csv/json keep ``n`` and std 0."""
+        return self.n > 1 and self.std == 0.0
+
+
+def _mean(arr: np.ndarray) -> float:
+    """The mean; exactly the value when all are equal (no rounding drift)."""
+    return float(arr[0]) if len(arr) and np.ptp(arr) == 0 else float(arr.mean())
+
+
+def sample_std(values: Sequence[float]) -> Optional[float]:
+    """Sample std (ddof=1); None for one value, exactly 0.0 when all values are equal (a
+    float mean can leave 1e-17 there, which would read as seed noise)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if len(arr) < 2:
+        return None
+    return 0.0 if np.ptp(arr) == 0 else float(arr.std(ddof=1))
 
 
 @dataclass(frozen=True)
@@ -128,6 +150,23 @@ class GroupStat(Stat):
     @property
     def partial(self) -> bool:
         return self.n_datasets < self.n_total
+
+
+def chance_level(metric: str, chance: Optional[Mapping[str, Any]]
+                 ) -> Optional[Tuple[float, str]]:
+    """(level on the paper's scale, what it is) for a task's plots: the majority-class rate
+    of the scored examples when results record it, else 100 / n_classes (accuracy only);
+    0 for correlations; None when unknown (results written before ``chance`` existed)."""
+    if metric in ("pearson", "spearman"):
+        return 0.0, "no correlation"
+    if metric != "accuracy" or not chance:
+        return None
+    majority, n_classes = chance.get("majority"), chance.get("n_classes")
+    if isinstance(majority, (int, float)) and math.isfinite(majority):
+        return float(majority), "majority class"
+    if isinstance(n_classes, int) and n_classes > 0:
+        return 100.0 / n_classes, f"chance (1/{n_classes})"
+    return None
 
 
 def group_order(group: str) -> Tuple[int, str, str]:
@@ -185,10 +224,7 @@ class Aggregate:
             return None
         mean = float(np.mean([np.mean(list(v.values())) for v in present]))
         common = sorted(set.intersection(*(set(v) for v in present)))
-        std = None
-        if len(common) > 1:
-            per_seed = [np.mean([v[s] for v in present]) for s in common]
-            std = float(np.std(per_seed, ddof=1))
+        std = sample_std([np.mean([v[s] for v in present]) for s in common])
         n = len(common) if common else min(len(v) for v in present)
         return GroupStat(mean, std, n, n_datasets=len(present), n_total=len(members))
 
@@ -207,6 +243,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     extras: Dict[Tuple[Row, str, str], Dict[int, float]] = {}
     undefined: set = set()
     facts: Dict[str, Dict[str, Any]] = {}
+    chances: Dict[str, Mapping[str, Any]] = {}
     fallbacks: Dict[str, Dict[str, None]] = {}
     for loc in records:
         d = loc.record
@@ -229,6 +266,8 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
             seeds.setdefault((row, task), {})[d.seed] = float(d.score)
         if d.fallback:
             fallbacks.setdefault(task, {})[str(d.fallback)] = None
+        if d.chance:
+            chances.setdefault(task, d.chance)
         test = d.test or {}
         for metric, factor in EXTRA_METRICS.items():
             value = test.get(metric)
@@ -244,7 +283,8 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
         Dataset(task, f["name"],
                 f"{f['group']} {f['language'] or '?'}" if several else f["group"], f["metric"],
                 f["name"] if names.count(f["name"]) == 1 else task,
-                tuple(sorted(fallbacks.get(task, {}))))
+                tuple(sorted(fallbacks.get(task, {}))),
+                chance_level(f["metric"], chances.get(task)))
         for task, f in facts.items()]
     datasets.sort(key=lambda ds: (group_order(ds.group), natural_key(ds.label), ds.task))
     groups = sorted({ds.group for ds in datasets}, key=group_order)

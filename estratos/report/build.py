@@ -26,13 +26,16 @@ from estratos.results import LoadedResults, Notice, expand_paths, load_results
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.tables import (
     Cell, Footnotes, Table, dataset_tables, group_table, layer_tables)
+from estratos.report.html import to_html
 from estratos.report.writers import (
     DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section)
 from estratos.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 
-FORMATS: Tuple[str, ...] = tuple(WRITERS)
+#: format name -> writer; ``html`` lays the same tables out with the figures (report/html.py)
+FORMAT_WRITERS = {**WRITERS, "html": lambda content: {"report.html": to_html(content)}}
+FORMATS: Tuple[str, ...] = tuple(FORMAT_WRITERS)
 PathLike = Union[str, os.PathLike]
 
 
@@ -208,8 +211,9 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
                  reference: odesia.Reference = "auto") -> ReportSummary:
     """Build a report and write it to the folder ``out`` (see :func:`build_report`).
 
-    Files: report.md, report.tex, groups.csv + datasets.csv (+ gap.csv), report.json, and
-    with ``plot`` PNG figures under ``out/plots`` (needs the ``plot`` extra).
+    Files: report.md, report.tex, groups.csv + datasets.csv (+ gap.csv), report.json,
+    report.html, and with ``plot`` PNG figures under ``out/plots`` (needs the ``plot``
+    extra), which report.html then embeds.
     """
     fmts = parse_formats(formats)
     out_dir = Path(out)
@@ -221,9 +225,13 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
         require_matplotlib()
     content = build_report(results, baseline=baseline, gap=gap, pairs=pairs,
                            reference=reference)
+    if plot:
+        from estratos.report.plots import render_figures
+
+        content.figures = render_figures(content.agg)
     rendered: Dict[str, str] = {}
     for fmt in fmts:
-        rendered.update(WRITERS[fmt](content))
+        rendered.update(FORMAT_WRITERS[fmt](content))
     summary = ReportSummary(out_dir, notices=list(content.notices),
                             n_records=sum(len(v) for v in content.agg.seeds.values()),
                             n_rows=len(content.agg.rows), n_datasets=len(content.agg.datasets))
@@ -231,8 +239,8 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
         write_atomic(out_dir / name, text)
         summary.files.append(out_dir / name)
     if plot:
-        from estratos.report.plots import write_plots
+        from estratos.report.plots import write_figures
 
-        summary.files += write_plots(content.agg, out_dir / "plots")
+        summary.files += write_figures(content.figures, out_dir / "plots")
     log.info("report of %d cells written to %s", summary.n_records, out_dir)
     return summary

@@ -1,35 +1,58 @@
-"""Per-layer figures: task x layer heatmaps and per-group score-vs-layer line plots.
+"""Per-layer figures: task x layer heatmaps and per-group score-vs-layer curves.
 
 matplotlib is an optional extra (``pip install "estratos[plot]"``); :func:`require_matplotlib`
 is called before anything is written so a missing extra fails cleanly. Figures are drawn
 with matplotlib's object API on an Agg canvas (no pyplot), so plotting changes no global
-state and needs no display.
+state and needs no display. :func:`render_figures` draws every figure in memory (PNG bytes):
+``--plot`` writes them under ``plots/`` and the HTML report embeds the same bytes.
 
-Heatmaps come in two versions: raw scores, and each task standardized across layers
-(z-scores), as DiscoEval's per-layer figure does, so tasks on different scales share one
-colour map and the figure shows *where* each task peaks.
+What a reader must be able to trust in each figure (docs/report.md):
+- heatmaps: one panel and one colour bar per metric (accuracy and Pearson never share a
+  scale), the value written in each cell, the ``avg`` column after the layers, model, pooling
+  and classifier in the title; a second version standardizes each task across its layers
+  (z-scores, as DiscoEval's per-layer figure), so the figure shows *where* each task peaks;
+- layer curves: the mean over seeds with a band of +- one sample std, the ``avg`` point after
+  the last layer, the level a probe must beat (majority class / 1/K / no correlation) and
+  any baseline as horizontal lines, the metric on the y axis over its full range.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from estratos.errors import EstratosError
-from estratos.report.aggregate import Aggregate, System, layer_label
 from estratos.atomic import write_atomic
+from estratos.errors import EstratosError
+from estratos.report.aggregate import Aggregate, Dataset, Row, Stat, System, layer_label
 
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = 'pip install "estratos[plot]"'
 
+#: how each metric is named on an axis or colour bar (the paper's scale)
+METRIC_LABELS: Dict[str, str] = {"accuracy": "accuracy (%)", "f1": "F1 (%)",
+                                 "pearson": "Pearson r x100", "spearman": "Spearman rho x100"}
+DPI = 110
+
+
+@dataclass(frozen=True)
+class RenderedFigure:
+    """One figure drawn in memory: its file name under ``plots/``, a caption, PNG bytes."""
+
+    name: str
+    caption: str
+    png: bytes
+
 
 def require_matplotlib() -> Any:
-    """The matplotlib modules plotting needs, or an EstratosError naming the extra."""
+    """The matplotlib classes plotting needs, or an EstratosError naming the extra."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -39,104 +62,345 @@ def require_matplotlib() -> Any:
     return Figure, FigureCanvasAgg
 
 
-def layer_matrix(agg: Aggregate, system: System) -> Tuple[List[str], List[str], np.ndarray]:
-    """(dataset labels, layer labels, matrix of mean scores with NaN for missing cells)."""
-    rows = [r for r in agg.layers_of(system) if isinstance(r.layer, int)]
-    datasets = [d for d in agg.datasets if any((r, d.task) in agg.seeds for r in rows)]
+def _cmap(name: str) -> Any:
+    """A copy of a colour map whose missing cells are light grey."""
+    from matplotlib import colormaps
+
+    return colormaps[name].with_extremes(bad="0.92")
+
+
+def metric_label(metric: str) -> str:
+    return METRIC_LABELS.get(metric, metric)
+
+
+def metric_y_range(metrics: Sequence[str], lowest: float) -> Tuple[float, float]:
+    """The y range of a curve panel: 0-100 (percentages, and correlations while all are >=
+    0); a correlation below 0 extends the range down to the next multiple of 10."""
+    if any(m in ("pearson", "spearman") for m in metrics) and lowest < 0:
+        return max(-100.0, 10.0 * math.floor(lowest / 10.0)), 100.0
+    return 0.0, 100.0
+
+
+# --------------------------------------------------------------------------- data
+
+def _layer_rows(agg: Aggregate, system: System) -> List[Row]:
+    """The system's rows as plotted: layers 0..L, then ``avg``."""
+    return [r for r in agg.layers_of(system) if r.layer is not None]
+
+
+def layer_matrix(agg: Aggregate, system: System, datasets: Optional[Sequence[Dataset]] = None
+                 ) -> Tuple[List[Dataset], List[str], np.ndarray, np.ndarray]:
+    """(datasets, layer labels incl. ``avg``, mean scores with NaN where there is none,
+    mask of undefined cells) for one system."""
+    rows = _layer_rows(agg, system)
+    if datasets is None:
+        datasets = [d for d in agg.datasets if any(agg.has_cell(r, d.task) for r in rows)]
     matrix = np.full((len(datasets), len(rows)), np.nan)
+    undefined = np.zeros(matrix.shape, dtype=bool)
     for i, ds in enumerate(datasets):
         for j, row in enumerate(rows):
             stat = agg.cell(row, ds.task)
             if stat is not None:
                 matrix[i, j] = stat.mean
-    return [d.label for d in datasets], [layer_label(r.layer) for r in rows], matrix
+            undefined[i, j] = agg.is_undefined(row, ds.task)
+    return list(datasets), [layer_label(r.layer) for r in rows], matrix, undefined
 
 
-def standardize_rows(matrix: np.ndarray) -> np.ndarray:
-    """Each task (row) as z-scores across its layers; constant rows become 0."""
-    mean = np.nanmean(matrix, axis=1, keepdims=True)
-    std = np.nanstd(matrix, axis=1, keepdims=True)
+def standardize_rows(matrix: np.ndarray, reference: Optional[np.ndarray] = None) -> np.ndarray:
+    """Each task (row) as z-scores; mean and std come from the ``reference`` columns (default
+    all), so the ``avg`` column is placed on its layers' scale; constant rows become 0."""
+    ref = matrix if reference is None else matrix[:, reference]
+    with np.errstate(all="ignore"):
+        mean = np.nanmean(ref, axis=1, keepdims=True) if ref.size else np.zeros((len(matrix), 1))
+        std = np.nanstd(ref, axis=1, keepdims=True) if ref.size else np.ones((len(matrix), 1))
     std[~(std > 0)] = 1.0
     return (matrix - mean) / std
 
 
-def _save(fig, canvas_cls, path: Path) -> None:
+def system_file_part(system: System) -> str:
+    """'org-beto-r1_cls-pooling_senteval-classifier': what a figure of the system shows."""
+    def clean(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
+    parts = [clean(system.label)[:80] or "model"]
+    if system.pooling:
+        parts.append(f"{clean(system.pooling)}-pooling")
+    if system.classifier:
+        parts.append(f"{clean(system.classifier)}-classifier")
+    return "_".join(parts)
+
+
+def system_title(system: System) -> str:
+    pooling = f", {system.pooling} pooling" if system.pooling else ""
+    clf = f", {system.classifier} classifier" if system.classifier else ""
+    return f"{system.label}{pooling}{clf}"
+
+
+# --------------------------------------------------------------------------- drawing
+
+def _png(fig, canvas_cls) -> bytes:
     canvas_cls(fig)  # attach an Agg canvas: no pyplot, no display
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    write_atomic(path, buf.getvalue())
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
 
 
-def heatmap(agg: Aggregate, system: System, path: Path, *, standardize: bool = False) -> bool:
-    """Write one tasks x layers heatmap; False when the system has no per-layer results."""
-    Figure, Canvas = require_matplotlib()
-    labels, layers, matrix = layer_matrix(agg, system)
-    if matrix.size == 0:
-        return False
-    shown = standardize_rows(matrix) if standardize else matrix
-    width = max(4.5, 2.5 + 0.45 * len(layers))
-    height = max(2.5, 1.2 + 0.3 * len(labels))
-    fig = Figure(figsize=(width, height))
-    ax = fig.add_subplot(1, 1, 1)
-    image = ax.imshow(np.ma.masked_invalid(shown), aspect="auto",
-                      cmap="coolwarm" if standardize else "viridis")
+def _annotate(ax, image, shown: np.ndarray, undefined: np.ndarray, fmt: str) -> None:
+    """Write each cell's value ('—' none, 'undef.' undefined) readable on its background."""
+    for i in range(shown.shape[0]):
+        for j in range(shown.shape[1]):
+            value = shown[i, j]
+            if np.isnan(value):  # no result, or an undefined score (e.g. constant cosines)
+                ax.text(j, i, "undef." if undefined[i, j] else "—", ha="center",
+                        va="center", fontsize=6, color="0.35")
+                continue
+            r, g, b, _ = image.cmap(image.norm(value))
+            dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+            ax.text(j, i, format(value, fmt), ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")
+
+
+def _heatmap_axes(ax, labels: List[str], layers: List[str]) -> None:
     ax.set_xticks(range(len(layers)), labels=layers)
     ax.set_yticks(range(len(labels)), labels=labels)
-    ax.set_xlabel("layer")
-    ax.set_title(system.label + (" (z-score per task)" if standardize else ""), fontsize=9)
-    fig.colorbar(image, ax=ax, label="z-score" if standardize else "score")
+    if "avg" in layers:  # the avg column is not a layer: set it apart
+        ax.axvline(layers.index("avg") - 0.5, color="white", linewidth=3)
+    ax.tick_params(labelsize=7)
+
+
+def _heat_size(n_cols: int, n_rows: int, n_panels: int) -> Tuple[float, float]:
+    return (max(5.0, 2.8 + 0.5 * n_cols), max(2.6, 1.1 + 0.32 * n_rows + 0.55 * n_panels))
+
+
+def heatmap_plot(agg: Aggregate, system: System) -> Any:
+    """Mean score per task x layer spec, one panel and colour bar per metric (a matplotlib
+    Figure, or None when the system has no per-layer results)."""
+    Figure, _ = require_matplotlib()
+    datasets, layers, matrix, undefined = layer_matrix(agg, system)
+    if matrix.size == 0:
+        return None
+    metrics = list(dict.fromkeys(d.metric for d in datasets))
+    panels = [[i for i, d in enumerate(datasets) if d.metric == m] for m in metrics]
+    fig = Figure(figsize=_heat_size(len(layers), len(datasets), len(panels)))
+    grid = fig.add_gridspec(len(panels), 1, height_ratios=[len(p) + 0.6 for p in panels])
+    for k, (metric, idx) in enumerate(zip(metrics, panels)):
+        ax = fig.add_subplot(grid[k, 0])
+        values = matrix[idx]
+        finite = values[np.isfinite(values)]
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        if high - low < 1e-9:
+            low, high = low - 1.0, high + 1.0
+        image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap=_cmap("viridis"),
+                          vmin=low, vmax=high)
+        _heatmap_axes(ax, [datasets[i].label for i in idx], layers)
+        _annotate(ax, image, values, undefined[idx], ".1f")
+        ax.set_title(metric_label(metric), fontsize=8, loc="left")
+        fig.colorbar(image, ax=ax, label=metric_label(metric), fraction=0.04, pad=0.02)
+        if k == len(panels) - 1:
+            ax.set_xlabel("layer (0 = embeddings; avg = mean of all hidden states)", fontsize=7)
+    fig.suptitle(f"{system_title(system)}\nmean test score over seeds per layer", fontsize=9)
     fig.tight_layout()
-    _save(fig, Canvas, path)
-    return True
+    return fig
 
 
-def group_lines(agg: Aggregate, group: str, path: Path) -> bool:
-    """Write the group's mean score vs layer, one line per system; baselines dashed."""
-    Figure, Canvas = require_matplotlib()
-    fig = Figure(figsize=(6.0, 3.6))
+def zscore_plot(agg: Aggregate, system: System) -> Any:
+    """Each task standardized across its layers: where each task peaks, whatever its metric
+    (a matplotlib Figure, or None)."""
+    Figure, _ = require_matplotlib()
+    datasets, layers, matrix, undefined = layer_matrix(agg, system)
+    if matrix.size == 0:
+        return None
+    layer_cols = np.array([label != "avg" for label in layers])
+    shown = standardize_rows(matrix, layer_cols)
+    bound = max(1.0, float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0)
+    fig = Figure(figsize=_heat_size(len(layers), len(datasets), 1))
     ax = fig.add_subplot(1, 1, 1)
-    drawn = False
+    image = ax.imshow(np.ma.masked_invalid(shown), aspect="auto", cmap=_cmap("coolwarm"),
+                      vmin=-bound, vmax=bound)
+    _heatmap_axes(ax, [d.label for d in datasets], layers)
+    _annotate(ax, image, shown, undefined, ".1f")
+    ax.set_xlabel("layer (0 = embeddings; avg = mean of all hidden states)", fontsize=7)
+    fig.colorbar(image, ax=ax, label="z-score across the task's layers", fraction=0.04,
+                 pad=0.02)
+    fig.suptitle(f"{system_title(system)}\neach task's score as a z-score across its layers",
+                 fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+@dataclass(frozen=True)
+class _Panel:
+    """One curve panel: a task, or the group average (``dataset`` None)."""
+
+    title: str
+    metrics: Tuple[str, ...]
+    dataset: Optional[Dataset]
+    chance: Optional[Tuple[float, str]]
+
+
+def _group_panels(agg: Aggregate, group: str) -> List[_Panel]:
+    members = agg.group_datasets(group)
+    panels = [_Panel(f"{d.label} ({d.metric})", (d.metric,), d, d.chance) for d in members]
+    if len(members) > 1:
+        levels = [d.chance for d in members]
+        chance = None
+        if all(levels):
+            chance = (float(np.mean([c[0] for c in levels])), "mean of the tasks' floors")
+        metrics = tuple(dict.fromkeys(d.metric for d in members))
+        panels.insert(0, _Panel(f"{group}: mean of its {len(members)} datasets",
+                                metrics, None, chance))
+    return panels
+
+
+def _stat(agg: Aggregate, row: Row, panel: _Panel, group: str) -> Optional[Stat]:
+    """The panel's point of a row; a group mean over only some of the group's datasets is
+    left out (it averages other tasks than its neighbours, as the tables' ``*`` says)."""
+    if panel.dataset is None:
+        stat = agg.group_cell(row, group)
+        return None if stat is None or stat.partial else stat
+    return agg.cell(row, panel.dataset.task)
+
+
+def _draw_curves(ax, agg: Aggregate, group: str, panel: _Panel, colours: Dict[System, Any]
+                 ) -> bool:
+    """Lines, bands, avg points, baselines and the chance line of one panel."""
+    probed = [s for s in agg.systems if any(isinstance(r.layer, int) for r in agg.layers_of(s))]
+    last = max((r.layer for s in probed for r in agg.layers_of(s) if isinstance(r.layer, int)),
+               default=0)
+    avg_x = last + 1.5
+    drawn, lowest = False, 0.0
     for system in agg.systems:
-        points = [(r.layer, s.mean) for r in agg.layers_of(system)
-                  if isinstance(r.layer, int) and (s := agg.group_cell(r, group)) is not None]
+        colour = colours[system]
+        points = [(r.layer, st) for r in agg.layers_of(system) if isinstance(r.layer, int)
+                  and (st := _stat(agg, r, panel, group)) is not None]
         if points:
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", markersize=3, label=system.label)
+            xs = np.array([x for x, _ in points], dtype=float)
+            ys = np.array([st.mean for _, st in points])
+            sd = np.array([st.std or 0.0 for _, st in points])
+            ax.plot(xs, ys, marker="o", markersize=3, color=colour, label=system_title(system))
+            ax.fill_between(xs, ys - sd, ys + sd, color=colour, alpha=0.2, linewidth=0)
+            lowest = min(lowest, float((ys - sd).min()))
             drawn = True
         for r in agg.layers_of(system):
-            s = agg.group_cell(r, group)
-            if r.layer is None and s is not None:
-                ax.axhline(s.mean, linestyle="--", color="grey", label=system.label)
+            st = _stat(agg, r, panel, group)
+            if st is None:
+                continue
+            if r.layer == "avg":
+                ax.errorbar([avg_x], [st.mean], yerr=[st.std or 0.0], fmt="D", markersize=4,
+                            color=colour, capsize=3)
+                lowest = min(lowest, st.mean - (st.std or 0.0))
+                drawn = True
+            elif r.layer is None:
+                ax.axhline(st.mean, linestyle=":", linewidth=1.5, color=colour,
+                           label=system.label)
+                lowest = min(lowest, st.mean)
                 drawn = True
     if not drawn:
         return False
-    ax.set_xlabel("layer")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_ylabel(f"{group} score")
-    ax.set_title(group)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    _save(fig, Canvas, path)
+    if panel.chance is not None:
+        level, what = panel.chance
+        ax.axhline(level, linestyle="--", linewidth=1, color="0.3",
+                   label="floor: majority class / 1/K / r = 0")
+        ax.annotate(f"{what} {level:.1f}", (0, level), xycoords=("axes fraction", "data"),
+                    xytext=(2, 2), textcoords="offset points", fontsize=6, color="0.3")
+    ticks = list(range(0, last + 1, max(1, (last + 1) // 12 + (1 if last > 12 else 0))))
+    has_avg = any(r.layer == "avg" for s in agg.systems for r in agg.layers_of(s))
+    ax.set_xticks(ticks + ([avg_x] if has_avg else []),
+                  labels=[str(t) for t in ticks] + (["avg"] if has_avg else []))
+    ax.set_xlim(-0.5, avg_x + 0.7 if has_avg else last + 0.5)
+    ax.set_ylim(*metric_y_range(panel.metrics, lowest))
+    ax.set_ylabel(" / ".join(metric_label(m) for m in panel.metrics), fontsize=7)
+    ax.set_xlabel("layer", fontsize=7)
+    ax.set_title(panel.title, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
     return True
+
+
+def curves_plot(agg: Aggregate, group: str) -> Any:
+    """Score vs layer for one group: its average and each of its datasets, all systems (a
+    matplotlib Figure, or None when nothing can be drawn)."""
+    Figure, _ = require_matplotlib()
+    panels = _group_panels(agg, group)
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = Figure(figsize=(3.9 * ncols, 2.9 * nrows + 0.3 + 0.2 * math.ceil(
+        len(agg.systems) / 3)))
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+               "#7f7f7f", "#bcbd22", "#17becf"]
+    colours = {s: palette[i % len(palette)] for i, s in enumerate(agg.systems)}
+    drawn = False
+    handles: Dict[str, Any] = {}
+    for k, panel in enumerate(panels):
+        ax = fig.add_subplot(nrows, ncols, k + 1)
+        if _draw_curves(ax, agg, group, panel, colours):
+            drawn = True
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(label, handle)
+        else:
+            ax.set_axis_off()
+    if not drawn:
+        return None
+    fig.suptitle(f"{group}: test score vs layer (mean over seeds, band = +- 1 sample std; "
+                 "diamond = avg of all layers)", fontsize=9)
+    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center",
+               ncol=min(3, len(handles)), fontsize=7, frameon=False)
+    legend_inches = 0.1 + 0.2 * math.ceil(len(handles) / 3)
+    fig.tight_layout(rect=(0, min(0.4, legend_inches / fig.get_figheight()), 1, 1))
+    return fig
+
+
+# --------------------------------------------------------------------------- files
+
+def render_figures(agg: Aggregate) -> List[RenderedFigure]:
+    """Every figure of a report, drawn in memory (heatmaps per system, curves per group)."""
+    _, Canvas = require_matplotlib()
+    figures: List[RenderedFigure] = []
+    for system in agg.systems:
+        title, part = system_title(system), system_file_part(system)
+        metrics = ", ".join(dict.fromkeys(d.metric for d in layer_matrix(agg, system)[0]))
+        fig = heatmap_plot(agg, system)
+        if fig is not None:
+            figures.append(RenderedFigure(
+                f"heatmap-scores_{part}.png",
+                f"{title}: mean test score over seeds of each task (rows) at each layer "
+                f"(columns), one colour scale per metric ({metrics}).", _png(fig, Canvas)))
+        fig = zscore_plot(agg, system)
+        if fig is not None:
+            figures.append(RenderedFigure(
+                f"heatmap-zscores_{part}.png",
+                f"{title}: each task's mean score standardized across layers 0..L (the avg "
+                "column on the same scale), so tasks of any metric share a colour map and the "
+                "figure shows where each peaks.", _png(fig, Canvas)))
+    for group in agg.groups:
+        fig = curves_plot(agg, group)
+        if fig is not None:
+            figures.append(RenderedFigure(
+                f"layer-curves_{re.sub(r'[^A-Za-z0-9]+', '-', group)}.png",
+                f"{group}: score vs layer per system, mean over seeds with a +- 1 sample std "
+                "band; the diamond after the last layer is the avg spec; dashed: the floor a "
+                "probe must beat (majority-class rate, 1/K, or r = 0); dotted: baselines.",
+                _png(fig, Canvas)))
+    names: Dict[str, int] = {}
+    unique = []
+    for fig in figures:  # two systems with the same label (e.g. revisions cut to 8 chars)
+        count = names[fig.name] = names.get(fig.name, 0) + 1
+        stem = fig.name[:-4]
+        unique.append(fig if count == 1 else RenderedFigure(f"{stem}-{count}.png", fig.caption,
+                                                           fig.png))
+    return unique
+
+
+def write_figures(figures: Sequence[RenderedFigure], out_dir: Path) -> List[Path]:
+    """Write rendered figures into ``out_dir`` (atomically); returns the files written."""
+    written = []
+    for fig in figures:
+        path = out_dir / fig.name
+        write_atomic(path, fig.png)
+        written.append(path)
+    log.info("wrote %d figures to %s", len(written), out_dir)
+    return written
 
 
 def write_plots(agg: Aggregate, out_dir: Path) -> List[Path]:
     """All figures of a report into ``out_dir``; returns the files written."""
-    require_matplotlib()
-    written: List[Path] = []
-    slugs: Dict[str, int] = {}
-    for system in agg.systems:
-        slug = system.slug
-        slugs[slug] = slugs.get(slug, 0) + 1
-        if slugs[slug] > 1:
-            slug = f"{slug}-{slugs[slug]}"
-        for standardize, suffix in ((False, ""), (True, "_z")):
-            path = out_dir / f"heatmap_{slug}{suffix}.png"
-            if heatmap(agg, system, path, standardize=standardize):
-                written.append(path)
-    for group in agg.groups:
-        path = out_dir / f"layers_{group.replace(' ', '-')}.png"
-        if group_lines(agg, group, path):
-            written.append(path)
-    log.info("wrote %d figures to %s", len(written), out_dir)
-    return written
+    return write_figures(render_figures(agg), out_dir)

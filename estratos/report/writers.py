@@ -24,9 +24,9 @@ MISSING = "—"
 UNDEFINED = "undef."
 LEGEND = ("Scores on the paper's scale: accuracy and F1 in %, correlations (SS) Pearson x100. "
           "Each number is the mean ± sample std over the seeds present (std omitted for one "
-          "seed); the Seeds column gives their number. Best per column in bold, runner-up "
-          "underlined; {missing} = no result; * = mean over fewer datasets than the group has "
-          "in this report.")
+          "seed, or when every seed gave the same number, e.g. STS cosine); the Seeds column "
+          "gives their number. Best per column in bold, runner-up underlined; {missing} = no "
+          "result; * = mean over fewer datasets than the group has in this report.")
 DELTA_LEGEND = ("Delta = (s - b) / |b - r| x 100 against the baseline {baseline}; r is the "
                 "metric's {rule}. {undefined} = undefined (b = r or unbounded metric).")
 
@@ -51,6 +51,8 @@ class ReportContent:
     calib: Mapping[str, Calibration] = field(default_factory=dict)
     gap: Optional[Gap] = None
     reference: Any = "auto"
+    #: figures drawn in memory with ``--plot`` (:class:`estratos.report.plots.RenderedFigure`)
+    figures: List[Any] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- cell text
@@ -61,13 +63,14 @@ def _num(x: float) -> str:
 
 
 def value_text(cell: Cell, pm: str) -> str:
-    """The number(s) of a value cell without marks: '54.1 ± 0.3', '—', 'undef.'."""
+    """The number(s) of a value cell without marks: '54.1 ± 0.3', '—', 'undef.'; a cell
+    whose seeds all gave the same number shows it alone (no '± 0.0')."""
     if cell.undefined:
         return UNDEFINED
     if cell.stat is None:
         return MISSING
     text = _num(cell.stat.mean)
-    if cell.stat.std is not None:
+    if cell.stat.std is not None and not cell.stat.constant:
         text += f"{pm}{_num(cell.stat.std)}"
     return text + ("*" if cell.partial else "")
 

@@ -61,7 +61,10 @@ class ResultRecord:
 
     Field order is the JSON order. ``layer`` is a hidden-state index, ``"avg"``, or None for
     baselines; ``score`` is :func:`primary_score` of ``test`` (None when undefined).
-    ``device`` is where the probe ran (None when not recorded).
+    ``device`` is where the probe ran (None when not recorded). ``chance`` (classification
+    tasks; None for correlations and older results): ``{"n_classes": K, "majority": %}``,
+    the label count and the majority-class rate of the evaluated examples, what a report
+    draws as the floor a probe must beat.
     """
 
     kind: str
@@ -82,6 +85,7 @@ class ResultRecord:
     dev: Optional[Mapping[str, Any]] = None
     test: Optional[Mapping[str, Any]] = None
     sizes: Optional[Mapping[str, int]] = None
+    chance: Optional[Mapping[str, Any]] = None
     epochs: Any = None
     seconds: Optional[float] = None
     model: str
@@ -158,7 +162,7 @@ class ResultRecord:
                                       and not isinstance(score, bool)):
             raise ResultsFileError(f"field 'score' must be a number or null, got {score!r}",
                              path, line)
-        for key in ("test", "dev"):
+        for key in ("test", "dev", "chance"):
             if obj.get(key) is not None and not isinstance(obj[key], dict):
                 raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
         known = {f.name for f in dataclasses.fields(cls)}
@@ -176,7 +180,7 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "model": (str,), "seed": (int,),
 }
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device")
-_OMITTED_WHEN_NONE = ("device",)
+_OMITTED_WHEN_NONE = ("device", "chance")
 
 
 def _plain(value: Any) -> Any:
