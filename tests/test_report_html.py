@@ -128,6 +128,7 @@ def _browser() -> str:
                 "to check that report.html renders")
 
 
+@pytest.mark.slow  # starts a browser
 def test_html_renders_in_a_headless_browser(fixture_dir):
     """Screenshot the page in headless chromium: the page must paint, tables and figures."""
     pytest.importorskip("matplotlib")
