@@ -69,3 +69,7 @@ class ResultsError(EstratosError):
 class ResultsFileError(InputError, ResultsError):
     """A results file (or one of its lines) that is not valid results: both an input error
     naming ``path:line`` and a results error, so either kind of handler catches it."""
+
+
+class SchedulerError(EstratosError):
+    """The cluster's scheduler (``sbatch``) refused a job script; the message is its own."""

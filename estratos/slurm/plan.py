@@ -1,0 +1,328 @@
+"""The pipeline as SLURM job scripts: encode array -> merge + verify -> probe array -> report.
+
+Why plain generated scripts: users read them, adapt them (``--dry-run``) and resubmit one
+array task by hand; the scheduler's own dependencies (``afterok``) chain the steps, so no
+process of ours waits on a login node. Every script only runs ``estratos`` commands whose
+arguments are quoted with :func:`shlex.quote`; every path is absolute, so a script works
+from any folder and on any node that sees the same file system.
+
+Per model (one cache each): ``<slug>.encode.sbatch`` (an array of ``encode_array`` tasks,
+each running ``encode --shard "$SLURM_ARRAY_TASK_ID/N"``),
+``<slug>.merge.sbatch`` (``cache merge`` of the shards, then ``cache verify``),
+``<slug>.probe.sbatch`` (an array of ``probe_array`` tasks, each probing its share of the
+grid into ``<slug>.shard-I-of-M.jsonl``); then one ``report.sbatch`` over every model's
+results. A size of 1 is a plain job writing ``<slug>.h5`` / ``<slug>.jsonl`` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from estratos.errors import OptionError
+
+#: the steps, in the order they run for each model (the report comes once, after all models)
+STEPS: Tuple[str, ...] = ("encode", "merge", "probe", "report")
+POOLINGS: Tuple[str, ...] = ("cls", "mean")
+REPORT_SCRIPT = "report.sbatch"
+SUBMIT_SCRIPT = "submit.sh"
+LOG_DIR = "logs"
+REPORT_DIR = "report"
+
+
+@dataclass(frozen=True)
+class JobScript:
+    """One sbatch script of the pipeline.
+
+    ``after``: names of the scripts that must end well (``afterok``) before this one starts;
+    ``array``: the array size (None for a plain job).
+    """
+
+    name: str
+    step: str
+    model: Optional[str]
+    text: str
+    array: Optional[int] = None
+    after: Tuple[str, ...] = ()
+
+    @property
+    def job_name(self) -> str:
+        """The ``--job-name`` written in the script (what squeue shows)."""
+        match = re.search(r"^#SBATCH --job-name=(\S+)$", self.text, re.M)
+        return match.group(1) if match else self.name
+
+
+@dataclass(frozen=True)
+class SlurmPlan:
+    """Every script of one submission, in submission order, and the folder they belong in.
+
+    Files the jobs write: ``<slug>.h5`` (the merged cache), ``<slug>.shard-I-of-N.h5``,
+    ``<slug>.jsonl`` or ``<slug>.shard-I-of-M.jsonl`` (results), ``report/``, ``logs/``.
+    """
+
+    out: Path
+    models: Dict[str, str]  # slug -> model as passed to `estratos encode --model`
+    jobs: Tuple[JobScript, ...]
+
+    def job(self, name: str) -> JobScript:
+        for job in self.jobs:
+            if job.name == name:
+                return job
+        raise KeyError(name)
+
+    def path(self, name: str) -> Path:
+        """Where the script ``name`` lives once written."""
+        return self.out / name
+
+    def submit_script(self) -> str:
+        """A bash script that submits the scripts with the same ``afterok`` chain as
+        :func:`estratos.slurm.submit`, for users who edit the scripts before submitting."""
+        lines = ["#!/bin/bash",
+                 "# Submits this folder's estratos pipeline: each script starts when those it "
+                 "waits for",
+                 "# have ended well (afterok). Prints the job ids and the command that shows "
+                 "progress.",
+                 "set -euo pipefail",
+                 "submit() { sbatch --parsable \"$@\" | cut -d';' -f1; }"]
+        var = {job.name: f"job{i + 1}" for i, job in enumerate(self.jobs)}
+        for job in self.jobs:
+            dep = ""
+            if job.after:
+                dep = " --dependency=afterok:" + ":".join(f"${var[a]}" for a in job.after)
+            lines.append(f"{var[job.name]}=$(submit{dep} {_q(self.path(job.name))})"
+                         f"  # {job.name}")
+        ids = ",".join(f"${var[job.name]}" for job in self.jobs)
+        lines += [f'echo "submitted jobs {ids}"',
+                  f'echo "progress: squeue --states=all --jobs={ids}"', ""]
+        return "\n".join(lines)
+
+
+def _q(value: os.PathLike | str) -> str:
+    return shlex.quote(os.fspath(value))
+
+
+def _directive_value(value: str) -> str:
+    """A value for an ``#SBATCH`` line: sbatch splits those lines at blanks unless the value
+    is in double quotes (and cannot hold a double quote at all)."""
+    if '"' in value or "\n" in value:
+        raise OptionError(f"--out: {value!r}: sbatch directives cannot hold a double quote "
+                          "or a line break; choose another folder")
+    return f'"{value}"' if re.search(r"\s", value) else value
+
+
+def model_slugs(models: Sequence[str]) -> Dict[str, str]:
+    """File-name stems for the models, in order: the last part of the id or folder, with
+    anything but letters, digits, ``.``, ``_`` and ``-`` replaced; repeats get ``-2``, ``-3``."""
+    slugs: Dict[str, str] = {}
+    for model in models:
+        base = re.sub(r"[^A-Za-z0-9._-]+", "-", model.rstrip("/").split("/")[-1])
+        base = base.strip(".-") or "model"
+        slug, n = base, 1
+        while slug in slugs or slug == "report":
+            n += 1
+            slug = f"{base}-{n}"
+        slugs[slug] = model
+    return slugs
+
+
+def _absolute(path: os.PathLike | str) -> Path:
+    """Absolute without resolving symlinks (a user's /scratch link stays as they wrote it)."""
+    return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+
+
+def _model_argument(model: str) -> str:
+    """A local model folder becomes absolute (jobs may start elsewhere); a hub id stays."""
+    local = Path(os.path.expanduser(model))
+    return str(_absolute(local)) if local.exists() else model
+
+
+def _data_dir_arguments(tasks: str, data_dirs: Sequence[str]) -> List[str]:
+    """``--data-dir`` values with absolute folders, after checking every task has data."""
+    from estratos.tasks import DataDirs, select_tasks
+
+    specs = select_tasks(tasks)
+    dirs = DataDirs.parse(list(data_dirs))
+    for spec in specs:
+        dirs.for_suite(spec.suite)  # raises the --data-dir error before anything is written
+    values = [] if dirs.default is None else [str(_absolute(dirs.default))]
+    values += [f"{suite}={_absolute(path)}" for suite, path in sorted(dirs.by_suite.items())]
+    return values
+
+
+def _check_options(models: Sequence[str], tasks: str, encode_array: int, probe_array: int,
+                   layers: str, seeds: str, pooling: str, classifier: str,
+                   gpus_per_task: int, cpus_per_task: Optional[int],
+                   sbatch_args: Sequence[str]) -> None:
+    from estratos.probe.features import parse_layers
+    from estratos.probe.settings import CLASSIFIERS, parse_seeds
+
+    if not models:
+        raise OptionError("MODEL: give at least one model (Hugging Face id or local folder)")
+    if not tasks or not str(tasks).strip():
+        raise OptionError("--tasks: give task ids, suites or suite:GROUP")
+    for option, value in (("--encode-array", encode_array), ("--probe-array", probe_array)):
+        if isinstance(value, bool) or int(value) < 1:
+            raise OptionError(f"{option}: the array needs at least 1 task, got {value}")
+    if int(gpus_per_task) < 0:
+        raise OptionError(f"--gpus-per-task: must be >= 0, got {gpus_per_task}")
+    if cpus_per_task is not None and int(cpus_per_task) < 1:
+        raise OptionError(f"--cpus-per-task: must be >= 1, got {cpus_per_task}")
+    parse_layers(layers, 10**6)  # syntax only: the cache does not exist yet
+    parse_seeds(seeds)
+    if pooling not in POOLINGS:
+        raise OptionError(f"--pooling: {pooling!r} is not one of {', '.join(POOLINGS)}")
+    if classifier not in CLASSIFIERS:
+        raise OptionError(f"--classifier: {classifier!r} is not one of {', '.join(CLASSIFIERS)}")
+    for arg in sbatch_args:
+        if not arg.startswith("-") or "\n" in arg or "\r" in arg:
+            raise OptionError(f"--sbatch-arg: {arg!r} is not one sbatch option "
+                              "(e.g. --account=ACCOUNT)")
+
+
+class _Shell(str):
+    """A value written as is (already quoted for bash), e.g. ``"$SLURM_ARRAY_TASK_ID/4"``."""
+
+
+def _shard_option(count: int) -> List[Tuple[str, str]]:
+    """``--shard "$SLURM_ARRAY_TASK_ID/N"``: N is written down (not read from
+    ``SLURM_ARRAY_TASK_COUNT``) so that ``sbatch --array=K`` reruns exactly shard K."""
+    return [("--shard", _Shell(f'"$SLURM_ARRAY_TASK_ID/{count}"'))] if count > 1 else []
+
+
+def _command(program: Sequence[str], words: Sequence[str],
+             options: Sequence[Tuple[str, str]], positional: str = "") -> str:
+    """``estratos <words>`` with one ``--option value`` per line, every value quoted."""
+    head = " ".join([*map(_q, program), *map(_q, words)])
+    parts = [head] + ([f"    {positional}"] if positional else [])
+    parts += [f"    {opt} {value if isinstance(value, _Shell) else _q(value)}"
+              for opt, value in options]
+    return " \\\n".join(parts)
+
+
+class _Header:
+    """The ``#SBATCH`` lines every script shares, plus the per-step resources."""
+
+    def __init__(self, out: Path, partition: Optional[str], time: Optional[str],
+                 sbatch_args: Sequence[str]) -> None:
+        self.out, self.partition, self.time = out, partition, time
+        self.sbatch_args = tuple(sbatch_args)
+
+    def render(self, job_name: str, summary: str, array: Optional[int],
+               gpus: int = 0, cpus: Optional[int] = None) -> List[str]:
+        # '%' in the folder would be read as a file-name pattern: '%%' is a literal '%'
+        log = (str(self.out / LOG_DIR).replace("%", "%%") + "/"
+               + ("%x-%A_%a.out" if array else "%x-%j.out"))
+        lines = ["#!/bin/bash"]
+        lines += textwrap.wrap(f"estratos: {summary}", 92, initial_indent="# ",
+                               subsequent_indent="# ", break_on_hyphens=False)
+        lines.append(f"#SBATCH --job-name={job_name}")
+        if array:
+            lines.append(f"#SBATCH --array=0-{array - 1}")
+        lines.append(f"#SBATCH --output={_directive_value(log)}")
+        if self.partition:
+            lines.append(f"#SBATCH --partition={self.partition}")
+        if gpus:
+            lines.append(f"#SBATCH --gres=gpu:{gpus}")
+        if cpus:
+            lines.append(f"#SBATCH --cpus-per-task={cpus}")
+        if self.time:
+            lines.append(f"#SBATCH --time={self.time}")
+        lines += [f"#SBATCH {arg}" for arg in self.sbatch_args]
+        # HDF5's file locks fail on many network file systems; estratos never shares a
+        # file between writers (each array task writes its own shard)
+        lines += ["set -euo pipefail", "export HDF5_USE_FILE_LOCKING=FALSE"]
+        return lines
+
+
+def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
+                  out: os.PathLike | str, *, encode_array: int = 1, probe_array: int = 1,
+                  layers: str = "all", seeds: str = "1111", pooling: str = "cls",
+                  classifier: str = "senteval", partition: Optional[str] = None,
+                  gpus_per_task: int = 0, cpus_per_task: Optional[int] = None,
+                  time: Optional[str] = None, sbatch_args: Sequence[str] = (),
+                  program: Sequence[str] = ("estratos",)) -> SlurmPlan:
+    """The job scripts for ``models`` on ``tasks`` (nothing is written or submitted).
+
+    ``tasks``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier`` are the forms
+    ``estratos probe`` takes. ``gpus_per_task`` and ``cpus_per_task`` go to the encode array
+    (``--gres=gpu:G``: each array task is one task); ``cpus_per_task`` also to the probe
+    array (``--jobs``). ``partition``, ``time`` and ``sbatch_args`` (extra ``#SBATCH``
+    options, e.g. ``--account=X``) go to every job. ``program``: how jobs call estratos.
+    Raises :class:`~estratos.errors.OptionError` (or the task errors of
+    :func:`estratos.tasks.select_tasks`) before anything is written.
+    """
+    models = [str(m) for m in models]
+    _check_options(models, tasks, encode_array, probe_array, layers, seeds, pooling,
+                   classifier, gpus_per_task, cpus_per_task, sbatch_args)
+    encode_array, probe_array = int(encode_array), int(probe_array)
+    data_values = _data_dir_arguments(tasks, data_dirs)
+    out = _absolute(out)
+    header = _Header(out, partition, time, sbatch_args)
+    slugs = {slug: _model_argument(model) for slug, model in model_slugs(models).items()}
+    task_options = [("--tasks", tasks)] + [("--data-dir", v) for v in data_values]
+
+    jobs: List[JobScript] = []
+    results: List[str] = []
+    for slug, model in slugs.items():
+        cache = out / f"{slug}.h5"
+        threads = [("--threads", str(cpus_per_task))] if cpus_per_task else []
+        encode = header.render(
+            f"estratos-encode-{slug}",
+            f"encode {model} into {cache.name}"
+            + (f", one shard per array task; rerun shard K alone with"
+               " `sbatch --array=K this-script`: it resumes"
+               if encode_array > 1 else "; a rerun resumes where it stopped"),
+            encode_array if encode_array > 1 else None, gpus_per_task, cpus_per_task)
+        encode.append(_command(program, ["encode"],
+                               [("--model", model)] + task_options + threads
+                               + _shard_option(encode_array) + [("--out", str(cache))]))
+        jobs.append(JobScript(f"{slug}.encode.sbatch", "encode", model,
+                              "\n".join(encode) + "\n",
+                              encode_array if encode_array > 1 else None))
+
+        merge = header.render(f"estratos-merge-{slug}",
+                              f"merge the {encode_array} shards of {cache.name} and verify it"
+                              if encode_array > 1 else f"verify {cache.name}", None)
+        if encode_array > 1:
+            shards = f"{_q(out)}/{slug}.shard-*-of-{encode_array}.h5"
+            merge += [f"# merged once: a rerun keeps {cache.name} and only verifies it",
+                      f"if [ ! -e {_q(cache)} ]; then",
+                      "  " + " ".join([*map(_q, program), "cache", "merge", _q(cache), shards]),
+                      "fi"]
+        merge.append(_command(program, ["cache", "verify", str(cache)], task_options))
+        jobs.append(JobScript(f"{slug}.merge.sbatch", "merge", model, "\n".join(merge) + "\n",
+                              None, (f"{slug}.encode.sbatch",)))
+
+        results_file = out / f"{slug}.jsonl"
+        jobs_option = [("--jobs", str(cpus_per_task))] if cpus_per_task else []
+        probe = header.render(
+            f"estratos-probe-{slug}",
+            f"probe {cache.name} into "
+            + (f"{slug}.shard-I-of-{probe_array}.jsonl, one share of the grid per array task; "
+               "rerun share K alone with `sbatch --array=K this-script`: it skips done cells"
+               if probe_array > 1 else f"{results_file.name}; a rerun skips done cells"),
+            probe_array if probe_array > 1 else None, 0, cpus_per_task)
+        probe.append(_command(program, ["probe"],
+                              [("--cache", str(cache))] + task_options
+                              + [("--layers", layers), ("--pooling", pooling),
+                                 ("--seeds", seeds), ("--classifier", classifier)]
+                              + jobs_option + _shard_option(probe_array)
+                              + [("--out", str(results_file))]))
+        jobs.append(JobScript(f"{slug}.probe.sbatch", "probe", model, "\n".join(probe) + "\n",
+                              probe_array if probe_array > 1 else None,
+                              (f"{slug}.merge.sbatch",)))
+        results.append(f"{_q(out)}/{slug}.shard-*-of-{probe_array}.jsonl" if probe_array > 1
+                       else _q(results_file))
+
+    report = header.render("estratos-report",
+                           f"one report comparing {len(slugs)} model(s) in {REPORT_DIR}/", None)
+    report.append(_command(program, ["report"], [("--out", str(out / REPORT_DIR))],
+                           positional=" ".join(results)))
+    jobs.append(JobScript(REPORT_SCRIPT, "report", None, "\n".join(report) + "\n", None,
+                          tuple(f"{slug}.probe.sbatch" for slug in slugs)))
+    return SlurmPlan(out, slugs, tuple(jobs))
