@@ -142,13 +142,15 @@ def _model_argument(model: str) -> str:
 
 
 def _data_dir_arguments(tasks: str, data_dirs: Sequence[str]) -> List[str]:
-    """``--data-dir`` values with absolute folders, after checking every task has data."""
+    """``--data-dir`` values with absolute folders, after checking that every task finds its
+    data (the login node sees the cluster's file system: a typo fails now, not in a job)."""
     from estratos.tasks import DataDirs, select_tasks
 
     specs = select_tasks(tasks)
     dirs = DataDirs.parse(list(data_dirs))
     for spec in specs:
-        dirs.for_suite(spec.suite)  # raises the --data-dir error before anything is written
+        dirs.for_suite(spec.suite)
+    dirs.check(specs)
     values = [] if dirs.default is None else [str(_absolute(dirs.default))]
     values += [f"{suite}={_absolute(path)}" for suite, path in sorted(dirs.by_suite.items())]
     return values
