@@ -2,8 +2,9 @@
 
 Each fenced block is preceded by a ``<!-- readme-test: MODE -->`` comment saying how it is
 exercised: ``help`` (each estratos command must parse: command and every option exist),
-``run`` (run for real, in order, with a tiny model and tiny data substituted), ``slurm`` and
-``merge`` (the cluster example, run for real as an 8-task array on one machine), ``python``
+``run`` (run for real, in order, with a tiny model and tiny data substituted), ``slurm``
+(the `estratos slurm` command, run with ``--dry-run``) and ``sbatch`` (the script it writes:
+checked against what it writes, then run for real as an 8-task array on one machine), ``python``
 (executed), ``demo`` (parsed here; run for real by tests/test_demo.py), ``bench`` (each
 benchmark script exists and compiles; they need the reference data and minutes to run). The two setup
 commands are checked against setup.cfg and .ci/run.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import configparser
 import glob
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from estratos.tasks.synthetic import build_synthetic_es
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
-MODES = {"help", "run", "slurm", "merge", "python", "demo", "bench", "dev"}
+MODES = {"help", "run", "slurm", "sbatch", "python", "demo", "bench", "dev"}
 QUICK_COMMAND = 'python -m pytest -q -m "not slow"'
 
 
@@ -121,7 +123,7 @@ def test_blocks_are_all_exercised():
 def test_every_shell_command_is_known_and_every_estratos_command_parses():
     allowed = (r"estratos .*", re.escape(TEST_COMMAND),
                re.escape('pip install -e ".[demo,plot]" && estratos demo --out estratos-demo'),
-               r"export [A-Z0-9_]+=\S+", r"sbatch --wait \S+\.sbatch",
+               r"export [A-Z0-9_]+=\S+", re.escape("set -euo pipefail"),
                r"python bench/\w+\.py( --[\w-]+ \S+)*", re.escape(QUICK_COMMAND))
     n = 0
     for block in BLOCKS:
@@ -190,7 +192,9 @@ def _run_commands(block: Block, subs: Dict[str, str], monkeypatch) -> List[str]:
             name, _, value = command[len("export "):].partition("=")
             monkeypatch.setenv(name, value)
             continue
-        args = substitute(estratos_args(command), subs)
+        if command.startswith("set "):
+            continue
+        args = [os.path.expandvars(a) for a in substitute(estratos_args(command), subs)]
         if args[:3] == ["tasks", "build", "synthetic-es"] and "--n-per-task" not in args:
             args += ["--n-per-task", "200"]
         outputs.append(invoke(args))
@@ -213,29 +217,39 @@ def test_run_blocks_for_real(workdir, tiny_bert_dir, monkeypatch):
 
 
 def test_cluster_example_for_real(workdir, tiny_bert_dir, monkeypatch):
-    slurm = next(b for b in BLOCKS if b.mode == "slurm")
-    merge = next(b for b in BLOCKS if b.mode == "merge")
+    command = next(b for b in BLOCKS if b.mode == "slurm")
+    example = next(b for b in BLOCKS if b.mode == "sbatch")
     build_synthetic_es(workdir / "synth", n_per_task=200, tasks=["Tense", "Depth"])
-    subs = {"--model": str(tiny_bert_dir), "--tasks": "synthetic-es:Tense,synthetic-es:Depth",
-            "--data-dir": "synthetic-es=synth", "--seeds": "1", "--jobs": "1"}
-    array = re.search(r"#SBATCH --array=(\d+)-(\d+)", slurm.text)
+    tasks = "synthetic-es:Tense,synthetic-es:Depth"
+    monkeypatch.setenv("HOME", str(workdir))  # the README's ~ is /home/me
+    # the command writes the README's example (on two small synthetic tasks here)
+    [line] = command.commands
+    invoke(substitute(estratos_args(line), {"--tasks": tasks,
+                                            "--data-dir": "synthetic-es=synth"}) + ["--dry-run"])
+    run_dir = workdir / "runs" / "es"
+    written = (run_dir / "bert-base-spanish-wwm-cased.encode.sbatch").read_text()
+    shown = example.text
+    for old, new in [("es-senteval,es-discoeval", tasks),
+                     ("/home/me/data/es", "synthetic-es=/home/me/synth"), ("/home/me", str(workdir))]:
+        assert old in shown, old
+        shown = shown.replace(old, new)
+    assert [ln.strip() for ln in written.splitlines()] == shown.splitlines()
+    # the example as an 8-task array on this machine, then the written merge script's commands
+    subs = {"--model": str(tiny_bert_dir), "--data-dir": "synthetic-es=synth", "--threads": "1"}
+    array = re.search(r"#SBATCH --array=(\d+)-(\d+)", example.text)
     first, last = int(array.group(1)), int(array.group(2))
-    # `sbatch --wait encode.sbatch` = the slurm block once per array task
-    sbatch = merge.commands[0]
-    assert sbatch.startswith("sbatch") and "Save as `encode.sbatch`" in README.read_text()
-    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", str(last - first + 1))
-    monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", str(first))
     for task_id in range(first, last + 1):
         monkeypatch.setenv("SLURM_ARRAY_TASK_ID", str(task_id))
-        _run_commands(slurm, subs, monkeypatch)
+        _run_commands(Block("bash", "sbatch", shown, example.line, example.section), subs,
+                      monkeypatch)
     monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
-    shards = sorted(workdir.glob("beto.shard-*-of-8.h5"))
-    assert len(shards) == 8
-    rest = Block(merge.lang, merge.mode, "\n".join(merge.commands[1:]) + "\n", merge.line,
-                 merge.section)
-    outputs = _run_commands(rest, subs, monkeypatch)
-    assert "merged 8 shards" in outputs[0]
-    assert (workdir / "beto.jsonl").is_file()
+    assert len(list(run_dir.glob("bert-base-spanish-wwm-cased.shard-*-of-8.h5"))) == 8
+    merge = (run_dir / "bert-base-spanish-wwm-cased.merge.sbatch").read_text()
+    commands = [c for c in Block("bash", "sbatch", merge, 0, "").commands
+                if c.startswith("estratos ")]
+    outputs = _run_commands(Block("bash", "sbatch", "\n".join(commands) + "\n", 0, ""), {},
+                            monkeypatch)
+    assert "merged 8 shards" in outputs[0] and ": OK" in outputs[1]
 
 
 def test_python_block_runs(workdir, tiny_bert_dir, capsys):

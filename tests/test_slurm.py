@@ -67,7 +67,7 @@ def test_dry_run_writes_readable_scripts_and_submit_sh(synth, tmp_path):
         assert line in encode.splitlines(), line
     merge = (out / "model-a.merge.sbatch").read_text()
     assert "--gres" not in merge and "--array" not in merge and "--account=proj" in merge
-    assert f"cache merge {out}/model-a.h5 {out}/model-a.shard-*-of-4.h5" in merge
+    assert f"cache merge {out}/model-a.h5 \\\n      {out}/model-a.shard-*-of-4.h5\n" in merge
     probe = (out / "model-b.probe.sbatch").read_text()
     for line in ["#SBATCH --array=0-2", '    --shard "$SLURM_ARRAY_TASK_ID/3" \\',
                  "    --layers 0,2,avg \\", "    --pooling mean \\", "    --seeds 1111,1 \\",
@@ -75,7 +75,8 @@ def test_dry_run_writes_readable_scripts_and_submit_sh(synth, tmp_path):
         assert line in probe.splitlines(), line
     assert "--gres" not in probe
     report = (out / "report.sbatch").read_text()
-    assert (f"{out}/model-a.shard-*-of-3.jsonl {out}/model-b.shard-*-of-3.jsonl" in report)
+    assert (f"    {out}/model-a.shard-*-of-3.jsonl \\\n    {out}/model-b.shard-*-of-3.jsonl \\\n"
+            f"    --out {out}/report\n") in report
     submit_sh = (out / "submit.sh").read_text()
     assert f"job2=$(submit --dependency=afterok:$job1 {out}/model-a.merge.sbatch)" in submit_sh
     assert f"job3=$(submit --dependency=afterok:$job2 {out}/model-a.probe.sbatch)" in submit_sh
@@ -239,3 +240,33 @@ def test_submit_needs_the_scripts_written(synth, tmp_path, monkeypatch):
     plan = plan_pipeline(["m"], TASKS, [f"synthetic-es={synth}"], tmp_path / "o")
     with pytest.raises(OptionError, match="write_scripts"):
         submit(plan)
+
+
+def docs_examples() -> dict:
+    """The fenced blocks of docs/cluster.md under ``<!-- cluster-example: NAME -->``."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cluster.md").read_text()
+    return {m.group(1): m.group(2) for m in re.finditer(
+        r"<!-- cluster-example: (\S+) -->\n```bash\n(.*?)```\n", text, re.S)}
+
+
+def test_the_docs_show_what_the_command_writes(synth, tmp_path, monkeypatch):
+    import shlex
+
+    examples = docs_examples()
+    command = shlex.split(examples.pop("command"))
+    assert command[:2] == ["estratos", "slurm"] and "--dry-run" in command
+    assert len(examples) == 5
+    monkeypatch.setenv("HOME", str(tmp_path))  # the docs' ~ is /home/me
+    tasks = "synthetic-es:Tense,synthetic-es:Depth"
+    args = command[2:]
+    args[args.index("--tasks") + 1] = tasks
+    args[args.index("--data-dir") + 1] = f"synthetic-es={synth}"
+    res = run_cli(args)
+    assert res.exit_code == 0, res.output
+    for name, shown in examples.items():
+        written = (tmp_path / "runs" / "beto" / name).read_text()
+        written = written.replace(f"--tasks {tasks}", "--tasks es-senteval,es-discoeval")
+        written = written.replace(f"--data-dir synthetic-es={synth}", "--data-dir /home/me/data/es")
+        assert written.replace(str(tmp_path), "/home/me") == shown, name

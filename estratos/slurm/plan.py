@@ -94,8 +94,7 @@ class SlurmPlan:
             dep = ""
             if job.after:
                 dep = " --dependency=afterok:" + ":".join(f"${var[a]}" for a in job.after)
-            lines.append(f"{var[job.name]}=$(submit{dep} {_q(self.path(job.name))})"
-                         f"  # {job.name}")
+            lines.append(f"{var[job.name]}=$(submit{dep} {_q(self.path(job.name))})")
         ids = ",".join(f"${var[job.name]}" for job in self.jobs)
         lines += [f'echo "submitted jobs {ids}"',
                   f'echo "progress: squeue --states=all --jobs={ids}"', ""]
@@ -197,33 +196,47 @@ def _shard_option(count: int) -> List[Tuple[str, str]]:
 
 
 def _command(program: Sequence[str], words: Sequence[str],
-             options: Sequence[Tuple[str, str]], positional: str = "") -> str:
-    """``estratos <words>`` with one ``--option value`` per line, every value quoted."""
+             options: Sequence[Tuple[str, str]], positional: Sequence[str] = ()) -> str:
+    """``estratos <words>`` with one argument (already quoted) or ``--option value`` (quoted
+    here) per line."""
     head = " ".join([*map(_q, program), *map(_q, words)])
-    parts = [head] + ([f"    {positional}"] if positional else [])
+    parts = [head] + [f"    {arg}" for arg in positional]
     parts += [f"    {opt} {value if isinstance(value, _Shell) else _q(value)}"
               for opt, value in options]
     return " \\\n".join(parts)
 
 
-class _Header:
-    """The ``#SBATCH`` lines every script shares, plus the per-step resources."""
+@dataclass(frozen=True)
+class _Pipeline:
+    """What every script of one submission shares (resources, task options, the program)."""
 
-    def __init__(self, out: Path, partition: Optional[str], time: Optional[str],
-                 sbatch_args: Sequence[str]) -> None:
-        self.out, self.partition, self.time = out, partition, time
-        self.sbatch_args = tuple(sbatch_args)
+    out: Path
+    program: Tuple[str, ...]
+    task_options: Tuple[Tuple[str, str], ...]
+    encode_array: int
+    probe_array: int
+    probe_options: Tuple[Tuple[str, str], ...]
+    partition: Optional[str]
+    time: Optional[str]
+    sbatch_args: Tuple[str, ...]
+    gpus_per_task: int
+    cpus_per_task: Optional[int]
 
-    def render(self, job_name: str, summary: str, array: Optional[int],
-               gpus: int = 0, cpus: Optional[int] = None) -> List[str]:
+    def header(self, job_name: str, comments: Sequence[str], array: int = 1, gpus: int = 0,
+               cpus: Optional[int] = None) -> List[str]:
+        """The shebang, comments, ``#SBATCH`` lines and the shell settings of a script."""
         # '%' in the folder would be read as a file-name pattern: '%%' is a literal '%'
         log = (str(self.out / LOG_DIR).replace("%", "%%") + "/"
-               + ("%x-%A_%a.out" if array else "%x-%j.out"))
+               + ("%x-%A_%a.out" if array > 1 else "%x-%j.out"))
         lines = ["#!/bin/bash"]
-        lines += textwrap.wrap(f"estratos: {summary}", 92, initial_indent="# ",
-                               subsequent_indent="# ", break_on_hyphens=False)
+        for comment in comments:
+            if comment.startswith(" "):  # a command to copy: never wrapped
+                lines.append(f"# {comment}")
+                continue
+            lines += textwrap.wrap(comment, 94, initial_indent="# ", subsequent_indent="# ",
+                                   break_on_hyphens=False, break_long_words=False)
         lines.append(f"#SBATCH --job-name={job_name}")
-        if array:
+        if array > 1:
             lines.append(f"#SBATCH --array=0-{array - 1}")
         lines.append(f"#SBATCH --output={_directive_value(log)}")
         if self.partition:
@@ -237,8 +250,87 @@ class _Header:
         lines += [f"#SBATCH {arg}" for arg in self.sbatch_args]
         # HDF5's file locks fail on many network file systems; estratos never shares a
         # file between writers (each array task writes its own shard)
-        lines += ["set -euo pipefail", "export HDF5_USE_FILE_LOCKING=FALSE"]
-        return lines
+        return lines + ["set -euo pipefail", "export HDF5_USE_FILE_LOCKING=FALSE"]
+
+    def command(self, words: Sequence[str], options: Sequence[Tuple[str, str]] = (),
+                positional: Sequence[str] = ()) -> str:
+        return _command(self.program, words, options, positional)
+
+    def results(self, slug: str) -> str:
+        """The results files of one model, as the report's (globbing) bash argument."""
+        if self.probe_array > 1:
+            return f"{_q(self.out)}/{slug}.shard-*-of-{self.probe_array}.jsonl"
+        return _q(self.out / f"{slug}.jsonl")
+
+
+def _rerun_comment(p: _Pipeline, name: str, n: int, what: str) -> List[str]:
+    if n > 1:
+        return [f"Rerun array task K alone ({what}):",
+                f"    sbatch --array=K {_q(p.out / name)}"]
+    return [f"A rerun {what}."]
+
+
+def _encode_job(p: _Pipeline, slug: str, model: str) -> JobScript:
+    cache = p.out / f"{slug}.h5"
+    n = p.encode_array
+    lines = p.header(f"estratos-encode-{slug}",
+                     [f"estratos: encode {model} into {cache.name}"
+                      + (f", shard I of {n} in array task I." if n > 1 else ".")]
+                     + _rerun_comment(p, f"{slug}.encode.sbatch", n,
+                                      "it resumes where it stopped"),
+                     n, p.gpus_per_task, p.cpus_per_task)
+    threads = [("--threads", str(p.cpus_per_task))] if p.cpus_per_task else []
+    lines.append(p.command(["encode"], [("--model", model), *p.task_options, *threads,
+                                        *_shard_option(n), ("--out", str(cache))]))
+    return JobScript(f"{slug}.encode.sbatch", "encode", model, "\n".join(lines) + "\n",
+                     n if n > 1 else None)
+
+
+def _merge_job(p: _Pipeline, slug: str, model: str) -> JobScript:
+    cache = p.out / f"{slug}.h5"
+    n = p.encode_array
+    if n > 1:
+        lines = p.header(f"estratos-merge-{slug}",
+                         [f"estratos: merge the {n} shards of {cache.name}, then verify it.",
+                          f"Merged once: a rerun keeps {cache.name} and only verifies it."])
+        shards = f"{_q(p.out)}/{slug}.shard-*-of-{n}.h5"
+        lines += [f"if [ ! -e {_q(cache)} ]; then",
+                  "  " + " ".join([*map(_q, p.program), "cache", "merge", _q(cache)])
+                  + f" \\\n      {shards}",
+                  "fi"]
+    else:
+        lines = p.header(f"estratos-merge-{slug}",
+                         [f"estratos: verify {cache.name} (one encode job: nothing to merge)."])
+    lines.append(p.command(["cache", "verify", str(cache)], p.task_options))
+    return JobScript(f"{slug}.merge.sbatch", "merge", model, "\n".join(lines) + "\n", None,
+                     (f"{slug}.encode.sbatch",))
+
+
+def _probe_job(p: _Pipeline, slug: str, model: str) -> JobScript:
+    cache, results = p.out / f"{slug}.h5", p.out / f"{slug}.jsonl"
+    n = p.probe_array
+    target = f"{slug}.shard-I-of-{n}.jsonl, share I of the grid in array task I." if n > 1 \
+        else f"{results.name}."
+    lines = p.header(f"estratos-probe-{slug}",
+                     [f"estratos: probe {cache.name} into {target}"]
+                     + _rerun_comment(p, f"{slug}.probe.sbatch", n,
+                                      "it skips the cells already done"),
+                     n, 0, p.cpus_per_task)
+    jobs = [("--jobs", str(p.cpus_per_task))] if p.cpus_per_task else []
+    lines.append(p.command(["probe"], [("--cache", str(cache)), *p.task_options,
+                                       *p.probe_options, *jobs, *_shard_option(n),
+                                       ("--out", str(results))]))
+    return JobScript(f"{slug}.probe.sbatch", "probe", model, "\n".join(lines) + "\n",
+                     n if n > 1 else None, (f"{slug}.merge.sbatch",))
+
+
+def _report_job(p: _Pipeline, slugs: Sequence[str]) -> JobScript:
+    what = f"one report comparing {len(slugs)} models" if len(slugs) > 1 else "the report"
+    lines = p.header("estratos-report", [f"estratos: {what}, in {REPORT_DIR}/."])
+    lines.append(p.command(["report"], [("--out", str(p.out / REPORT_DIR))],
+                           positional=[p.results(slug) for slug in slugs]))
+    return JobScript(REPORT_SCRIPT, "report", None, "\n".join(lines) + "\n", None,
+                     tuple(f"{slug}.probe.sbatch" for slug in slugs))
 
 
 def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
@@ -252,79 +344,28 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
 
     ``tasks``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier`` are the forms
     ``estratos probe`` takes. ``gpus_per_task`` and ``cpus_per_task`` go to the encode array
-    (``--gres=gpu:G``: each array task is one task); ``cpus_per_task`` also to the probe
-    array (``--jobs``). ``partition``, ``time`` and ``sbatch_args`` (extra ``#SBATCH``
-    options, e.g. ``--account=X``) go to every job. ``program``: how jobs call estratos.
-    Raises :class:`~estratos.errors.OptionError` (or the task errors of
+    (``--gres=gpu:G``: each array task is one task; ``encode --threads``); ``cpus_per_task``
+    also to the probe array (``probe --jobs``). ``partition``, ``time`` and ``sbatch_args``
+    (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job. ``program``: how jobs
+    call estratos. Raises :class:`~estratos.errors.OptionError` (or the task errors of
     :func:`estratos.tasks.select_tasks`) before anything is written.
     """
     models = [str(m) for m in models]
     _check_options(models, tasks, encode_array, probe_array, layers, seeds, pooling,
                    classifier, gpus_per_task, cpus_per_task, sbatch_args)
-    encode_array, probe_array = int(encode_array), int(probe_array)
-    data_values = _data_dir_arguments(tasks, data_dirs)
-    out = _absolute(out)
-    header = _Header(out, partition, time, sbatch_args)
+    task_options = [("--tasks", tasks)] + [("--data-dir", v)
+                                           for v in _data_dir_arguments(tasks, data_dirs)]
+    p = _Pipeline(out=_absolute(out), program=tuple(program), task_options=tuple(task_options),
+                  encode_array=int(encode_array), probe_array=int(probe_array),
+                  probe_options=(("--layers", layers), ("--pooling", pooling),
+                                 ("--seeds", seeds), ("--classifier", classifier)),
+                  partition=partition, time=time, sbatch_args=tuple(sbatch_args),
+                  gpus_per_task=int(gpus_per_task),
+                  cpus_per_task=int(cpus_per_task) if cpus_per_task else None)
     slugs = {slug: _model_argument(model) for slug, model in model_slugs(models).items()}
-    task_options = [("--tasks", tasks)] + [("--data-dir", v) for v in data_values]
-
     jobs: List[JobScript] = []
-    results: List[str] = []
     for slug, model in slugs.items():
-        cache = out / f"{slug}.h5"
-        threads = [("--threads", str(cpus_per_task))] if cpus_per_task else []
-        encode = header.render(
-            f"estratos-encode-{slug}",
-            f"encode {model} into {cache.name}"
-            + (f", one shard per array task; rerun shard K alone with"
-               " `sbatch --array=K this-script`: it resumes"
-               if encode_array > 1 else "; a rerun resumes where it stopped"),
-            encode_array if encode_array > 1 else None, gpus_per_task, cpus_per_task)
-        encode.append(_command(program, ["encode"],
-                               [("--model", model)] + task_options + threads
-                               + _shard_option(encode_array) + [("--out", str(cache))]))
-        jobs.append(JobScript(f"{slug}.encode.sbatch", "encode", model,
-                              "\n".join(encode) + "\n",
-                              encode_array if encode_array > 1 else None))
-
-        merge = header.render(f"estratos-merge-{slug}",
-                              f"merge the {encode_array} shards of {cache.name} and verify it"
-                              if encode_array > 1 else f"verify {cache.name}", None)
-        if encode_array > 1:
-            shards = f"{_q(out)}/{slug}.shard-*-of-{encode_array}.h5"
-            merge += [f"# merged once: a rerun keeps {cache.name} and only verifies it",
-                      f"if [ ! -e {_q(cache)} ]; then",
-                      "  " + " ".join([*map(_q, program), "cache", "merge", _q(cache), shards]),
-                      "fi"]
-        merge.append(_command(program, ["cache", "verify", str(cache)], task_options))
-        jobs.append(JobScript(f"{slug}.merge.sbatch", "merge", model, "\n".join(merge) + "\n",
-                              None, (f"{slug}.encode.sbatch",)))
-
-        results_file = out / f"{slug}.jsonl"
-        jobs_option = [("--jobs", str(cpus_per_task))] if cpus_per_task else []
-        probe = header.render(
-            f"estratos-probe-{slug}",
-            f"probe {cache.name} into "
-            + (f"{slug}.shard-I-of-{probe_array}.jsonl, one share of the grid per array task; "
-               "rerun share K alone with `sbatch --array=K this-script`: it skips done cells"
-               if probe_array > 1 else f"{results_file.name}; a rerun skips done cells"),
-            probe_array if probe_array > 1 else None, 0, cpus_per_task)
-        probe.append(_command(program, ["probe"],
-                              [("--cache", str(cache))] + task_options
-                              + [("--layers", layers), ("--pooling", pooling),
-                                 ("--seeds", seeds), ("--classifier", classifier)]
-                              + jobs_option + _shard_option(probe_array)
-                              + [("--out", str(results_file))]))
-        jobs.append(JobScript(f"{slug}.probe.sbatch", "probe", model, "\n".join(probe) + "\n",
-                              probe_array if probe_array > 1 else None,
-                              (f"{slug}.merge.sbatch",)))
-        results.append(f"{_q(out)}/{slug}.shard-*-of-{probe_array}.jsonl" if probe_array > 1
-                       else _q(results_file))
-
-    report = header.render("estratos-report",
-                           f"one report comparing {len(slugs)} model(s) in {REPORT_DIR}/", None)
-    report.append(_command(program, ["report"], [("--out", str(out / REPORT_DIR))],
-                           positional=" ".join(results)))
-    jobs.append(JobScript(REPORT_SCRIPT, "report", None, "\n".join(report) + "\n", None,
-                          tuple(f"{slug}.probe.sbatch" for slug in slugs)))
-    return SlurmPlan(out, slugs, tuple(jobs))
+        jobs += [_encode_job(p, slug, model), _merge_job(p, slug, model),
+                 _probe_job(p, slug, model)]
+    jobs.append(_report_job(p, list(slugs)))
+    return SlurmPlan(p.out, slugs, tuple(jobs))
