@@ -319,7 +319,8 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> Non
               help="Probe array tasks per model (one share of the grid each).")
 @click.option("--layers", default="all", show_default=True, help="As for probe.")
 @click.option("--seeds", default="1111", show_default=True, help="As for probe.")
-@click.option("--pooling", default="cls", show_default=True, help="cls or mean (as for probe).")
+@click.option("--pooling", type=click.Choice(["cls", "mean"]), default="cls", show_default=True,
+              help="As for probe.")
 @click.option("--classifier", type=click.Choice(["senteval", "lbfgs"]), default="senteval",
               show_default=True, help="As for probe.")
 @click.option("--partition", default=None, help="sbatch --partition for every job.")

@@ -141,7 +141,7 @@ def test_model_slugs_are_file_names_and_unique():
     (["--cpus-per-task", "0"], "--cpus-per-task: must be >= 1"),
     (["--seeds", "x"], "--seeds: 'x' is not an integer seed"),
     (["--layers", "top"], "--layers: unknown layer spec 'top'"),
-    (["--pooling", "max"], "--pooling: 'max' is not one of cls, mean"),
+    (["--pooling", "max"], "'--pooling': 'max' is not one of 'cls', 'mean'"),
     (["--sbatch-arg", "account=x"], "--sbatch-arg: 'account=x' is not one sbatch option"),
 ])
 def test_bad_options_are_option_errors(synth, tmp_path, args, message):

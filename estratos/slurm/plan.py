@@ -50,12 +50,6 @@ class JobScript:
     array: Optional[int] = None
     after: Tuple[str, ...] = ()
 
-    @property
-    def job_name(self) -> str:
-        """The ``--job-name`` written in the script (what squeue shows)."""
-        match = re.search(r"^#SBATCH --job-name=(\S+)$", self.text, re.M)
-        return match.group(1) if match else self.name
-
 
 @dataclass(frozen=True)
 class SlurmPlan:
@@ -70,6 +64,7 @@ class SlurmPlan:
     jobs: Tuple[JobScript, ...]
 
     def job(self, name: str) -> JobScript:
+        """The script called ``name`` (e.g. ``"report.sbatch"``)."""
         for job in self.jobs:
             if job.name == name:
                 return job
