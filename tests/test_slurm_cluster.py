@@ -26,7 +26,6 @@ from slurmcluster import LocalSlurm, missing_binaries
 pytestmark = pytest.mark.slurm
 
 TASKS = "synthetic-es:Tense,synthetic-es:Depth"
-PROBE_ARRAY = "1"
 ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
                "DEADLINE", "PREEMPTED"}
 
@@ -84,7 +83,7 @@ def workload(tmp_path_factory, tiny_bert_dir):
 
 def slurm_args(w, out: Path, *extra: str) -> List[str]:
     return ["slurm", str(w.model), "--tasks", TASKS, "--data-dir", w.data_dir, "--out", str(out),
-            "--encode-array", "2", "--probe-array", PROBE_ARRAY, "--seeds", "1",
+            "--encode-array", "2", "--seeds", "1",
             "--classifier", "lbfgs", "--cpus-per-task", "1", *extra]
 
 
