@@ -267,3 +267,14 @@ def test_the_docs_show_what_the_command_writes(synth, tmp_path, monkeypatch):
         written = written.replace(f"--tasks {tasks}", "--tasks es-senteval,es-discoeval")
         written = written.replace(f"--data-dir synthetic-es={synth}", "--data-dir /home/me/data/es")
         assert written.replace(str(tmp_path), "/home/me") == shown, name
+
+
+def test_scripts_are_executable_within_the_umask(synth, tmp_path):
+    old = os.umask(0o027)
+    try:
+        write_scripts(plan_pipeline(["m"], TASKS, [f"synthetic-es={synth}"], tmp_path / "o"))
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "o").iterdir()
+             if p.is_file()}
+    assert set(modes.values()) == {0o750}, modes

@@ -31,15 +31,10 @@ def write_scripts(plan: SlurmPlan) -> List[Path]:
             (SUBMIT_SCRIPT, plan.submit_script())]:
         path = plan.path(name)
         write_atomic(path, text)
-        os.chmod(path, 0o777 & ~_umask())  # executable, as far as the umask allows
+        mode = path.stat().st_mode
+        os.chmod(path, mode | (mode & 0o444) >> 2)  # executable by whoever may read it
         paths.append(path)
     return paths
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def progress_command(job_ids: Sequence[str]) -> str:
