@@ -1,0 +1,22 @@
+"""Statistics over per-example test predictions: metrics, bootstrap intervals, tests.
+
+Why a package of its own: the probe records a confidence interval when it writes a result,
+and reports and ``estratos compare`` test differences between cells, so the same numbers
+must come from one place. It depends on numpy and scipy only (a leaf: every part may import
+it, it imports no part of estratos).
+
+- :mod:`.metrics`: a cell's metric from its predictions (accuracy, F1, Pearson, Spearman,
+  on the paper's scale), also per fold / subset as the protocols combine them;
+- :mod:`.bootstrap`: percentile bootstrap intervals over test examples, paired bootstrap
+  between two cells sharing a test set;
+- :mod:`.significance`: McNemar's exact test and the Holm correction.
+"""
+
+from estratos.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED,
+                                      Difference, Interval, bootstrap_ci, paired_bootstrap)
+from estratos.stats.metrics import METRICS, Sample, metric_value
+from estratos.stats.significance import CORRECTIONS, adjust, holm, mcnemar_exact
+
+__all__ = ["DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "Difference", "Interval",
+           "bootstrap_ci", "paired_bootstrap", "METRICS", "Sample", "metric_value",
+           "CORRECTIONS", "adjust", "holm", "mcnemar_exact"]

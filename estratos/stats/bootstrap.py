@@ -1,0 +1,138 @@
+"""Percentile bootstrap over test examples: a cell's interval, and paired differences.
+
+Why over test examples: a score is measured on one finite test set; resampling its examples
+(with replacement, within each fold or subset, keeping their sizes) shows how much the score
+would move on another test set of the same size from the same source. That is test-set
+variance; seed variance (training randomness) is what the spread over seeds shows, and is
+reported apart. Several seeds of a cell are averaged inside every resample.
+
+Both functions are seeded (same inputs, same seed: same interval) and draw resamples in
+fixed-size chunks, so memory stays bounded for large test sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional
+
+import numpy as np
+
+from estratos.stats.metrics import Sample
+
+DEFAULT_RESAMPLES = 1000
+DEFAULT_LEVEL = 0.95
+DEFAULT_SEED = 0
+#: resamples drawn per chunk (results do not depend on memory: always this many)
+CHUNK = 100
+METHOD = "percentile bootstrap over test examples"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A metric with its bootstrap interval (``lo``/``hi`` None when undefined)."""
+
+    estimate: Optional[float]
+    lo: Optional[float]
+    hi: Optional[float]
+    se: Optional[float]
+    level: float
+    resamples: int
+    seed: int
+    n: int
+
+    def to_json(self, decimals: int = 2) -> Dict[str, Any]:
+        """The ``ci`` object of a results line."""
+        def r(x: Optional[float]) -> Optional[float]:
+            return None if x is None else round(x, decimals)
+        return {"lo": r(self.lo), "hi": r(self.hi), "se": r(self.se), "level": self.level,
+                "resamples": self.resamples, "seed": self.seed, "method": METHOD}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """B minus A on a shared test set: the difference, its interval and two-sided p-value."""
+
+    a: Optional[float]
+    b: Optional[float]
+    diff: Optional[float]
+    lo: Optional[float]
+    hi: Optional[float]
+    p_value: Optional[float]
+    level: float
+    resamples: int
+    seed: int
+    n: int
+
+
+def _check(resamples: int, level: float) -> None:
+    if not isinstance(resamples, int) or resamples < 1:
+        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+
+
+def _resamples(sample: Sample, resamples: int, seed: int) -> Iterator[List[np.ndarray]]:
+    """Chunks of resampled positions, one ``(b, n_k)`` array per stratum."""
+    rng = np.random.default_rng(seed)
+    groups = sample.groups()
+    done = 0
+    while done < resamples:
+        b = min(CHUNK, resamples - done)
+        yield [pos[rng.integers(0, len(pos), size=(b, len(pos)))] for pos, _ in groups]
+        done += b
+
+
+def _finite(x: float) -> Optional[float]:
+    return float(x) if np.isfinite(x) else None
+
+
+def _percentiles(values: np.ndarray, level: float):
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return None, None, None
+    alpha = (1.0 - level) / 2
+    lo, hi = np.quantile(values, [alpha, 1.0 - alpha])
+    se = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return float(lo), float(hi), se
+
+
+def bootstrap_ci(sample: Sample, *, resamples: int = DEFAULT_RESAMPLES,
+                 level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED) -> Interval:
+    """Percentile interval of ``sample``'s metric (mean over its seeds) over resampled test
+    sets; resamples where the metric is undefined (e.g. a constant side of a correlation)
+    are left out."""
+    _check(resamples, level)
+    estimate = _finite(sample.value())
+    if estimate is None:
+        return Interval(None, None, None, None, level, resamples, seed, sample.n)
+    stats = np.concatenate([sample.values(pos).mean(axis=0)
+                            for pos in _resamples(sample, resamples, seed)])
+    lo, hi, se = _percentiles(stats, level)
+    return Interval(estimate, lo, hi, se, level, resamples, seed, sample.n)
+
+
+def paired_bootstrap(a: Sample, b: Sample, *, resamples: int = DEFAULT_RESAMPLES,
+                     level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED) -> Difference:
+    """B - A on the same resampled test sets (paired), with a two-sided p-value.
+
+    The p-value is twice the smaller share of resampled differences on either side of 0
+    (add-one smoothed, so never exactly 0): identical predictions give 1, a difference
+    that every resample keeps gives about 2 / (resamples + 1).
+    """
+    _check(resamples, level)
+    if a.n != b.n or not np.array_equal(a.gold, b.gold) or a.metric != b.metric or (
+            (a.strata is None) != (b.strata is None)) or (
+            a.strata is not None and not np.array_equal(a.strata, b.strata)):
+        raise ValueError("paired bootstrap needs two cells on the same test set and metric")
+    va, vb = _finite(a.value()), _finite(b.value())
+    if va is None or vb is None:
+        return Difference(va, vb, None, None, None, None, level, resamples, seed, a.n)
+    diffs = np.concatenate([b.values(pos).mean(axis=0) - a.values(pos).mean(axis=0)
+                            for pos in _resamples(a, resamples, seed)])
+    diffs = diffs[np.isfinite(diffs)]
+    lo, hi, _ = _percentiles(diffs, level)
+    k = len(diffs)
+    below = (np.sum(diffs <= 0) + 1) / (k + 1)
+    above = (np.sum(diffs >= 0) + 1) / (k + 1)
+    p = min(1.0, 2.0 * min(below, above))
+    return Difference(va, vb, vb - va, lo, hi, float(p), level, resamples, seed, a.n)

@@ -1,0 +1,163 @@
+"""A cell's metric computed from its per-example test predictions.
+
+Why here: a confidence interval or a significance test recomputes the metric on resampled
+test sets thousands of times, so every metric is written for a batch of resamples at once
+(rows of a 2-d array). Values are on the paper's scale, like a result's ``score``: accuracy
+and F1 in percent, Pearson and Spearman x100.
+
+How the protocols combine examples is kept: ``inner-kfold`` reports the mean of the outer
+folds' accuracies (each fold a stratum, equal weights); STS reports the size-weighted mean
+of its subsets' correlations (each subset a stratum, weights by size). Several seeds of one
+cell are averaged, as reports average them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+#: how strata combine: the plain mean of their metrics, or the mean weighted by their size
+WEIGHTINGS = ("equal", "size")
+
+
+def _accuracy(pred: np.ndarray, gold: np.ndarray, positive: Optional[int]) -> np.ndarray:
+    return 100.0 * np.mean(pred == gold, axis=1)
+
+
+def _f1(pred: np.ndarray, gold: np.ndarray, positive: Optional[int]) -> np.ndarray:
+    if positive is None:
+        raise ValueError("F1 needs the positive class")
+    p, g = pred == positive, gold == positive
+    tp = np.sum(p & g, axis=1, dtype=np.float64)
+    fp = np.sum(p & ~g, axis=1, dtype=np.float64)
+    fn = np.sum(~p & g, axis=1, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1 = 100.0 * 2 * tp / (2 * tp + fp + fn)
+    return np.where(tp > 0, f1, 0.0)  # as the probe reports it: 0 when no true positive
+
+
+def _pearson(x: np.ndarray, y: np.ndarray, positive: Optional[int] = None) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    xc = x - x.mean(axis=1, keepdims=True)
+    yc = y - y.mean(axis=1, keepdims=True)
+    den = np.sqrt(np.sum(xc * xc, axis=1) * np.sum(yc * yc, axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.sum(xc * yc, axis=1) / den
+    # undefined (a constant side) is NaN, never 0; clip float noise past +-1
+    return 100.0 * np.where(den > 0, np.clip(r, -1.0, 1.0), np.nan)
+
+
+def dense_codes(values: np.ndarray) -> np.ndarray:
+    """Each value's index among the sorted distinct values (a tie-keeping monotone map:
+    ranks of the codes are the ranks of the values)."""
+    return np.unique(np.asarray(values), return_inverse=True)[1].reshape(np.shape(values))
+
+
+def average_ranks(codes: np.ndarray) -> np.ndarray:
+    """Ranks (1-based, ties get their mean rank) within each row of ``codes`` ``(b, m)``
+    (non-negative ints from :func:`dense_codes`): scipy's ``rankdata(axis=1)`` by counting
+    instead of sorting every row, which is what makes a Spearman bootstrap cheap."""
+    k = np.asarray(codes, dtype=np.int64)
+    b = k.shape[0]
+    n_unique = int(k.max()) + 1 if k.size else 0
+    counts = np.bincount((k + np.arange(b)[:, None] * n_unique).ravel(),
+                         minlength=b * n_unique).reshape(b, n_unique)
+    below = np.cumsum(counts, axis=1) - counts
+    ranks = below + (counts + 1) / 2.0
+    return np.take_along_axis(ranks, k, axis=1)
+
+
+def _spearman(x: np.ndarray, y: np.ndarray, positive: Optional[int] = None) -> np.ndarray:
+    """Spearman of rows; ``x`` and ``y`` must be :func:`dense_codes` (see :class:`Sample`)."""
+    return _pearson(average_ranks(x), average_ranks(y))
+
+
+#: metric name -> function(predicted (b, m), gold (b, m), positive) -> values (b,)
+METRICS: Dict[str, Callable[[np.ndarray, np.ndarray, Optional[int]], np.ndarray]] = {
+    "accuracy": _accuracy, "f1": _f1, "pearson": _pearson, "spearman": _spearman}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One cell's test predictions, as a metric needs them.
+
+    ``predicted`` is ``(S, n)``: one row per seed of the cell (labels, or scores for STS and
+    SICK-R), in the test split's order; ``gold`` is ``(n,)``. ``strata`` (``(n,)`` ints)
+    marks the outer fold (``inner-kfold``) or subset (STS) of each example, combined with
+    ``weighting``; ``positive`` is F1's positive class.
+    """
+
+    metric: str
+    predicted: np.ndarray
+    gold: np.ndarray
+    strata: Optional[np.ndarray] = None
+    weighting: str = "equal"
+    positive: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"unknown metric {self.metric!r} (known: {', '.join(METRICS)})")
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"unknown weighting {self.weighting!r}")
+        pred = np.atleast_2d(np.asarray(self.predicted))
+        object.__setattr__(self, "predicted", pred)
+        object.__setattr__(self, "gold", np.asarray(self.gold))
+        if pred.shape[1] != self.gold.shape[0]:
+            raise ValueError(f"{pred.shape[1]} predictions for {self.gold.shape[0]} test "
+                             "examples")
+        if self.strata is not None and np.asarray(self.strata).shape != self.gold.shape:
+            raise ValueError("strata must give one stratum per test example")
+        # Spearman ranks integer codes of the values (same ranks, counted fast)
+        codes = self.metric == "spearman"
+        object.__setattr__(self, "_pred", np.stack([dense_codes(p) for p in pred])
+                           if codes else pred)
+        object.__setattr__(self, "_gold", dense_codes(self.gold) if codes else self.gold)
+
+    @property
+    def n(self) -> int:
+        return int(self.gold.shape[0])
+
+    @property
+    def n_seeds(self) -> int:
+        return int(self.predicted.shape[0])
+
+    def groups(self) -> List[Tuple[np.ndarray, float]]:
+        """(positions, weight) of each stratum (one stratum: every example, weight 1)."""
+        if self.strata is None:
+            return [(np.arange(self.n), 1.0)]
+        strata = np.asarray(self.strata)
+        out = [np.flatnonzero(strata == s) for s in np.unique(strata)]
+        sizes = np.array([len(p) for p in out], dtype=np.float64)
+        weights = sizes / sizes.sum() if self.weighting == "size" else \
+            np.full(len(out), 1.0 / len(out))
+        return list(zip(out, weights.tolist()))
+
+    def values(self, positions: Sequence[np.ndarray]) -> np.ndarray:
+        """The metric of every seed on resampled test sets: ``positions[k]`` ``(b, n_k)``
+        are the examples drawn from stratum ``k``. Returns ``(S, b)``."""
+        fn = METRICS[self.metric]
+        groups = self.groups()
+        out = np.zeros((self.n_seeds, positions[0].shape[0]))
+        for (_, weight), pos in zip(groups, positions):
+            gold = self._gold[pos]
+            for s in range(self.n_seeds):
+                out[s] += weight * fn(self._pred[s][pos], gold, self.positive)
+        return out
+
+    def per_seed(self) -> np.ndarray:
+        """The metric of each seed on the test set itself: ``(S,)``."""
+        return self.values([p[None, :] for p, _ in self.groups()])[:, 0]
+
+    def value(self) -> float:
+        """The metric on the test set, averaged over seeds (NaN when undefined)."""
+        return float(np.mean(self.per_seed()))
+
+
+def metric_value(metric: str, predicted: np.ndarray, gold: np.ndarray, *,
+                 strata: Optional[np.ndarray] = None, weighting: str = "equal",
+                 positive: Optional[int] = None) -> float:
+    """The metric of predictions on the paper's scale (see :class:`Sample`)."""
+    return Sample(metric, predicted, gold, strata, weighting, positive).value()
