@@ -64,7 +64,9 @@ class ResultRecord:
     ``device`` is where the probe ran (None when not recorded). ``chance`` (classification
     tasks; None for correlations and older results): ``{"n_classes": K, "majority": %}``,
     the label count and the majority-class rate of the evaluated examples, what a report
-    draws as the floor a probe must beat.
+    draws as the floor a probe must beat. ``ci`` is the bootstrap interval of ``score`` over
+    test examples (:mod:`estratos.results.predictions`; None when the cell has no stored
+    predictions).
     """
 
     kind: str
@@ -84,6 +86,7 @@ class ResultRecord:
     l2: Any = None
     dev: Optional[Mapping[str, Any]] = None
     test: Optional[Mapping[str, Any]] = None
+    ci: Optional[Mapping[str, Any]] = None
     sizes: Optional[Mapping[str, int]] = None
     chance: Optional[Mapping[str, Any]] = None
     epochs: Any = None
@@ -162,7 +165,7 @@ class ResultRecord:
                                       and not isinstance(score, bool)):
             raise ResultsFileError(f"field 'score' must be a number or null, got {score!r}",
                              path, line)
-        for key in ("test", "dev", "chance"):
+        for key in ("test", "dev", "chance", "ci"):
             if obj.get(key) is not None and not isinstance(obj[key], dict):
                 raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
         known = {f.name for f in dataclasses.fields(cls)}
@@ -180,7 +183,7 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "model": (str,), "seed": (int,),
 }
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device")
-_OMITTED_WHEN_NONE = ("device", "chance")
+_OMITTED_WHEN_NONE = ("device", "chance", "ci")
 
 
 def _plain(value: Any) -> Any:

@@ -1,0 +1,148 @@
+"""The predictions store beside a results file: layout, read back == results line, CIs,
+sharded names, concurrent writers, a mismatch is reported."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from estratos.errors import ResultsError
+from estratos.results import read_results
+from estratos.results.predictions import (CellPredictions, PredictionsReader, check_metric,
+                                          predictions_path, write_predictions)
+
+from stats_toys import classification_cell, sts_cell, toy_run, write_cells
+
+
+def test_file_name_derives_from_the_results_file(tmp_path):
+    assert predictions_path(tmp_path / "run.jsonl") == tmp_path / "run.predictions.h5"
+    assert predictions_path(tmp_path / "run.shard-1-of-4.jsonl").name == \
+        "run.shard-1-of-4.predictions.h5"
+    assert predictions_path("res").name == "res.predictions.h5"
+
+
+def test_read_back_reproduces_every_results_line(tmp_path):
+    results = tmp_path / "run.jsonl"
+    cells = [classification_cell(layer, seed) for layer in (0, 1) for seed in (1, 2)]
+    cells += [classification_cell(1, 1, task="toy:MC", protocol="inner-kfold", folds=5)]
+    cells += [sts_cell(layer, 1) for layer in (0, "avg")]
+    write_cells(results, cells)
+    reader = PredictionsReader()
+    records = read_results(results)
+    assert len(records) == 7
+    for record in records:
+        found = reader.find(record, results)
+        assert found.problem is None
+        assert round(check_metric(record, found.preds), 2) == record.score
+    sts = [r for r in records if r.task == "toy:STS"][0]
+    assert reader.find(sts, results).preds.strata_names == ("sub0", "sub1")
+
+
+def test_results_lines_carry_a_bootstrap_interval(tmp_path):
+    records = toy_run(tmp_path / "run.jsonl", layers=(0,), seeds=(1,), sts=True)
+    for r in records:
+        assert r.ci["lo"] < r.score < r.ci["hi"]
+        assert r.ci["resamples"] == 1000 and r.ci["level"] == 0.95
+        assert r.ci["method"] == "percentile bootstrap over test examples"
+    # the JSON keeps it; a line without predictions has no "ci" key
+    line = (tmp_path / "run.jsonl").read_text().splitlines()[0]
+    assert '"ci": {"lo":' in line
+    write_cells(tmp_path / "plain.jsonl", [classification_cell(0, 1)], predictions=False)
+    assert '"ci"' not in (tmp_path / "plain.jsonl").read_text()
+
+
+def test_test_sets_are_stored_once(tmp_path):
+    import h5py
+
+    toy_run(tmp_path / "run.jsonl", layers=(0, 1, 2), seeds=(1, 2), sts=True)
+    with h5py.File(predictions_path(tmp_path / "run.jsonl"), "r") as h5:
+        assert len(h5["cells"]) == 12
+        assert len(h5["tests"]) == 2  # the classification and the STS test sets
+        assert h5.attrs["format"] == "estratos-predictions"
+
+
+def test_overwrite_replaces_a_cell(tmp_path):
+    results = tmp_path / "run.jsonl"
+    write_cells(results, [classification_cell(0, 1)])
+    record, preds = classification_cell(0, 1, accuracy={0: 90.0})
+    record = record.replace(created="2026-11-23T10:00:00Z")
+    [written] = write_predictions(results, [record], [preds])
+    from estratos.results import ResultsStore
+    ResultsStore(results).append([written], skip_done=False)
+    [latest] = read_results(results)
+    found = PredictionsReader().find(latest, results)
+    assert found.problem is None and round(check_metric(latest, found.preds), 2) == latest.score
+
+
+def test_predictions_of_another_run_are_reported_not_used(tmp_path):
+    results = tmp_path / "run.jsonl"
+    write_cells(results, [classification_cell(0, 1)])
+    record, preds = classification_cell(0, 1, accuracy={0: 90.0})
+    write_predictions(results, [record.replace(created="2026-11-23T11:00:00Z")], [preds])
+    [line] = read_results(results)  # still the first run's line
+    found = PredictionsReader().find(line, results)
+    assert found.preds is None and "another run of this cell" in found.problem
+
+
+def test_missing_predictions_are_a_problem_not_an_error(tmp_path):
+    results = tmp_path / "run.jsonl"
+    write_cells(results, [classification_cell(0, 1)], predictions=False)
+    [line] = read_results(results)
+    found = PredictionsReader().find(line, results)
+    assert found.preds is None and "no predictions file" in found.problem
+
+
+def test_a_damaged_predictions_file_names_itself(tmp_path):
+    results = tmp_path / "run.jsonl"
+    write_cells(results, [classification_cell(0, 1)], predictions=False)
+    predictions_path(results).write_bytes(b"not hdf5 at all")
+    [line] = read_results(results)
+    with pytest.raises(ResultsError, match="run.predictions.h5: not a readable"):
+        PredictionsReader().find(line, results)
+    record, preds = classification_cell(1, 1)
+    with pytest.raises(ResultsError, match="move it away"):
+        write_predictions(results, [record], [preds])
+    assert predictions_path(results).read_bytes() == b"not hdf5 at all"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_file_mode_respects_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        toy_run(tmp_path / "run.jsonl", layers=(0,), seeds=(1,), sts=False)
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE(predictions_path(tmp_path / "run.jsonl").stat().st_mode)
+    assert mode == 0o640
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError, match="same length"):
+        CellPredictions(np.zeros(3), np.zeros(4))
+    with pytest.raises(ValueError, match="one stratum per test example"):
+        CellPredictions(np.zeros(3), np.zeros(3), strata=np.zeros(2))
+
+
+def _writer(args):
+    path, layer = args
+    write_cells(path, [classification_cell(layer, seed) for seed in (1, 2)])
+    return layer
+
+
+def test_concurrent_writers_keep_every_cell(tmp_path):
+    results = tmp_path / "run.jsonl"
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(4) as pool:
+        assert sorted(pool.map(_writer, [(results, layer) for layer in range(8)])) == \
+            list(range(8))
+    records = read_results(results)
+    assert len(records) == 16
+    reader = PredictionsReader()
+    for record in records:
+        found = reader.find(record, results)
+        assert found.problem is None
+        assert round(check_metric(record, found.preds), 2) == record.score
