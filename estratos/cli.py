@@ -273,14 +273,58 @@ def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, see
               help="EN-ES dataset pairs for --gap [default: the shipped pairs file].")
 @click.option("--reference", default="auto", show_default=True,
               help="Delta's reference point: auto, upper, lower or a number.")
-def report_command(results, out, formats, plot, baselines, gap, pairs, reference) -> None:
+@click.option("--ci", is_flag=True,
+              help="Show each dataset cell as score [lo, hi]: a bootstrap interval over test "
+                   "examples, from the predictions stored beside the results.")
+@click.option("--significance", is_flag=True,
+              help="Mark (†) the layers not significantly worse than each system's best "
+                   "layer per dataset (paired bootstrap).")
+@click.option("--correction", type=click.Choice(["holm", "bonferroni", "none"]),
+              default="holm", show_default=True,
+              help="Multiple-comparison correction of --significance.")
+@click.option("--alpha", type=float, default=0.05, show_default=True,
+              help="Significance level of --significance.")
+@click.option("--level", type=float, default=0.95, show_default=True,
+              help="Confidence level of --ci.")
+@click.option("--resamples", type=int, default=1000, show_default=True,
+              help="Bootstrap resamples of --ci and --significance.")
+def report_command(results, out, formats, plot, baselines, gap, pairs, reference, ci,
+                   significance, correction, alpha, level, resamples) -> None:
     """Paper-style tables (and figures) from RESULTS files alone
     (estratos.report.write_report); RESULTS may be glob patterns (e.g. shard files)."""
     from estratos.report import write_report
+    from estratos.report.intervals import StatsOptions
 
+    stats = StatsOptions(ci=ci, significance=correction if significance else None,
+                         alpha=alpha, level=level, resamples=resamples)
     summary = write_report(results, out, formats=formats, plot=plot, baseline=baselines,
-                           gap=tuple(gap) if gap else None, pairs=pairs, reference=reference)
+                           gap=tuple(gap) if gap else None, pairs=pairs, reference=reference,
+                           stats=stats)
     click.echo(summary.describe())
+
+
+@cli.command("compare")
+@click.argument("results", nargs=-1, required=True)
+@click.option("--task", required=True, metavar="TASK", help="Task id (or its unique name).")
+@click.option("--a", "sel_a", required=True, metavar="KEY=VALUE[,...]",
+              help='Cells A, e.g. "layer=8" or "model=org/name,layer=avg" (keys: model, '
+                   "layer, pooling, seed, classifier, revision, kind).")
+@click.option("--b", "sel_b", required=True, metavar="KEY=VALUE[,...]",
+              help="Cells B, compared with A (the difference is B - A).")
+@click.option("--metric", default=None, help="accuracy, f1, pearson or spearman "
+              "[default: the task's metric].")
+@click.option("--resamples", type=int, default=1000, show_default=True,
+              help="Bootstrap resamples of the test set.")
+@click.option("--level", type=float, default=0.95, show_default=True,
+              help="Confidence level of the intervals.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+def compare_command(results, task, sel_a, sel_b, metric, resamples, level, seed) -> None:
+    """B - A on one task with its bootstrap interval and p-value, from the predictions
+    stored beside RESULTS (estratos.report.compare.compare_cells)."""
+    from estratos.report.compare import compare_cells
+
+    click.echo(compare_cells(results, task, sel_a, sel_b, metric=metric, resamples=resamples,
+                             level=level, seed=seed).describe())
 
 
 @cli.command("baseline")

@@ -140,3 +140,14 @@ def test_holm_and_other_corrections():
     assert holm([0.02, 0.9]).tolist() == [0.04, 0.9]
     with pytest.raises(ValueError, match="unknown correction"):
         adjust(p, "sidak")
+
+
+def test_compare_to_many_equals_one_by_one():
+    from estratos.stats import compare_to
+
+    rng = np.random.default_rng(4)
+    gold = rng.integers(0, 2, size=300)
+    samples = [Sample("accuracy", np.where(rng.random(300) < q, gold, 1 - gold), gold)
+               for q in (0.6, 0.7, 0.8)]
+    many = compare_to(samples[0], samples[1:], seed=5)
+    assert many == [paired_bootstrap(samples[0], s, seed=5) for s in samples[1:]]

@@ -235,6 +235,12 @@ class Aggregate:
         return [r for r in self.rows if r.system == system]
 
 
+def row_of(record: Any) -> Row:
+    """The report row of a result record (its system at its layer spec)."""
+    return Row(System(record.kind, record.model, record.revision, record.pooling,
+                      record.classifier_name), record.layer)
+
+
 def aggregate(records: Iterable[Located]) -> Aggregate:
     """Group records into rows x datasets with their per-seed scores (and extra metrics).
     Seeds whose score is undefined (null) are left out of the mean; a cell with no defined
@@ -247,8 +253,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     fallbacks: Dict[str, Dict[str, None]] = {}
     for loc in records:
         d = loc.record
-        system = System(d.kind, d.model, d.revision, d.pooling, d.classifier_name)
-        row = Row(system, d.layer)
+        row = row_of(d)
         task = d.task
         seen = facts.setdefault(task, {"name": d.name, "group": d.group,
                                        "metric": d.metric, "language": d.language,

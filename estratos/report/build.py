@@ -14,6 +14,7 @@ file is written atomically, so a failing report leaves no half-written output.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
 from estratos.report import odesia
+from estratos.report.intervals import StatsOptions, apply as apply_stats, correction_text
 from estratos.results import LoadedResults, Notice, expand_paths, load_results
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.tables import (
@@ -149,12 +151,15 @@ def _gap_table(gap: odesia.Gap, notes: Footnotes) -> Table:
 def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLike] = (),
                  gap: Optional[Tuple[PathLike, PathLike]] = None,
                  pairs: Optional[PathLike] = None,
-                 reference: odesia.Reference = "auto") -> ReportContent:
+                 reference: odesia.Reference = "auto",
+                 stats: Optional[StatsOptions] = None) -> ReportContent:
     """Load results and compute every table of a report (nothing is written).
 
     ``baseline`` files (of ``estratos baseline``) add Delta tables; ``gap=(EN, ES)`` adds
     Ind(EN, ES) over the dataset ``pairs`` (default: the shipped pairs file). All files,
-    including the baseline and gap ones, also appear in the score tables.
+    including the baseline and gap ones, also appear in the score tables. ``stats`` adds
+    bootstrap intervals and/or significance marks from the stored predictions
+    (:mod:`estratos.report.intervals`).
     """
     reference = odesia.parse_reference(reference)
     paths = _unique_paths(expand_paths(list(results)) + list(baseline) + list(gap or ()))
@@ -171,13 +176,29 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
         raise ResultsError(f"no results to report in {', '.join(paths)}")
     agg = aggregate(loaded.records)
     notes = Footnotes()
+    intervals, marks, stat_notices = ({}, {}, []) if stats is None or not stats.active \
+        else apply_stats(agg, loaded.records, stats)
+
+    def decorate(row, task, cell):
+        ci = intervals.get((row, task))
+        mark = marks.get((row, task))
+        return dataclasses.replace(
+            cell, ci=None if ci is None or ci.lo is None else (ci.lo, ci.hi),
+            not_worse=bool(mark and mark.not_worse and not mark.best))
+
+    ci_caption = (f"[lo, hi] = {100 * stats.level:g}% percentile bootstrap interval over test "
+                  f"examples ({stats.resamples} resamples)") if stats and stats.ci else ""
+    mark_caption = correction_text(stats.significance, stats.alpha, stats.resamples) \
+        if stats and stats.significance else ""
+    stats_caption = ". ".join(c for c in (ci_caption, mark_caption) if c)
     sections = [Section("Group averages", [group_table(agg, notes)]),
-                Section("Per dataset", dataset_tables(agg, notes, title="Datasets"))]
-    layers = layer_tables(agg, notes)
+                Section("Per dataset", dataset_tables(agg, notes, title="Datasets",
+                                                      decorate=decorate, caption=stats_caption))]
+    layers = layer_tables(agg, notes, decorate=decorate, caption=stats_caption)
     if layers:
         sections.append(Section("Per layer", layers))
-    content = ReportContent(loaded.sources, loaded.notices, agg, sections, notes,
-                            reference=reference)
+    content = ReportContent(loaded.sources, loaded.notices + stat_notices, agg, sections,
+                            notes, reference=reference, intervals=intervals, marks=marks)
     base_scores = odesia.baseline_scores(agg) if (baseline or gap) else {}
     if baseline:
         if not base_scores:
@@ -208,7 +229,8 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
                  baseline: Sequence[PathLike] = (),
                  gap: Optional[Tuple[PathLike, PathLike]] = None,
                  pairs: Optional[PathLike] = None,
-                 reference: odesia.Reference = "auto") -> ReportSummary:
+                 reference: odesia.Reference = "auto",
+                 stats: Optional[StatsOptions] = None) -> ReportSummary:
     """Build a report and write it to the folder ``out`` (see :func:`build_report`).
 
     Files: report.md, report.tex, groups.csv + datasets.csv (+ gap.csv), report.json,
@@ -224,7 +246,7 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
 
         require_matplotlib()
     content = build_report(results, baseline=baseline, gap=gap, pairs=pairs,
-                           reference=reference)
+                           reference=reference, stats=stats)
     if plot:
         from estratos.report.plots import render_figures
 

@@ -30,6 +30,8 @@ class Cell:
     partial: bool = False            # a group mean over fewer datasets than the group has
     undefined: bool = False          # the value cannot exist (e.g. Delta with b = r)
     notes: Tuple[int, ...] = ()      # footnote numbers attached to this cell
+    ci: Optional[Tuple[float, float]] = None  # bootstrap interval over test examples
+    not_worse: bool = False          # not significantly worse than the best layer (†)
 
     @property
     def is_value(self) -> bool:
@@ -142,12 +144,22 @@ def group_table(agg: Aggregate, notes: Footnotes, *,
     return Table(key, title, header, header_notes, rows)
 
 
+#: adds test-set statistics to a dataset cell: decorate(row, task, cell) -> cell
+Decorate = Callable[[Row, str, Cell], Cell]
+
+
+def _plain(row: Row, task: str, cell: Cell) -> Cell:
+    return cell
+
+
 def dataset_tables(agg: Aggregate, notes: Footnotes, *,
                    cell_fn: Optional[Callable[[Row, Dataset], Cell]] = None,
-                   key: str = "datasets", title: str = "Datasets") -> List[Table]:
+                   key: str = "datasets", title: str = "Datasets",
+                   decorate: Decorate = _plain, caption: str = "") -> List[Table]:
     """Tables 3-5 of the paper: one table per group, a column per dataset of the group.
 
-    Rows without any value in a group are left out of that group's table.
+    Rows without any value in a group are left out of that group's table. ``decorate``
+    adds intervals / marks to value cells; ``caption`` is appended to each caption.
     """
     tables = []
     for group in agg.groups:
@@ -165,17 +177,19 @@ def dataset_tables(agg: Aggregate, notes: Footnotes, *,
             cells = _row_label_cells(agg, row, show_clf)
             for ds in members:
                 cells.append(cell_fn(row, ds) if cell_fn is not None
-                             else value_cell(agg, row, ds.task))
+                             else decorate(row, ds.task, value_cell(agg, row, ds.task)))
             rows.append(cells)
         mark_cells(rows, range(n_labels, len(header)))
         metrics = ", ".join(f"{d.label} {d.metric}" for d in members)
         tables.append(Table(f"{key}-{group}", f"{title}: {group}", header, header_notes, rows,
-                            caption=f"Metrics: {metrics}"))
+                            caption=f"Metrics: {metrics}" + (f". {caption}" if caption else "")))
     return tables
 
 
-def layer_tables(agg: Aggregate, notes: Footnotes) -> List[Table]:
-    """Per-layer view: for each probed system, datasets x layer specs (best layer in bold)."""
+def layer_tables(agg: Aggregate, notes: Footnotes, *, decorate: Decorate = _plain,
+                 caption: str = "") -> List[Table]:
+    """Per-layer view: for each probed system, datasets x layer specs (best layer in bold).
+    ``decorate`` and ``caption`` as for :func:`dataset_tables`."""
     tables = []
     for system in agg.systems:
         rows = [r for r in agg.layers_of(system) if r.layer is not None]
@@ -188,11 +202,13 @@ def layer_tables(agg: Aggregate, notes: Footnotes) -> List[Table]:
             if not any(agg.has_cell(r, ds.task) for r in rows):
                 continue
             cells = [Cell(ds.group), Cell(ds.label)]
-            body.append(cells + [value_cell(agg, r, ds.task) for r in rows])
+            body.append(cells + [decorate(r, ds.task, value_cell(agg, r, ds.task))
+                                 for r in rows])
         mark_cells(body, range(2, len(header)), by="row")
         pooling = f", {system.pooling} pooling" if system.pooling else ""
         tables.append(Table(f"layers-{system.slug}", f"Per layer: {system.label}{pooling}",
                             header, header_notes, body,
                             caption="Rows: datasets; columns: layer spec (0 = embedding output, "
-                                    "avg = mean of all hidden states)"))
+                                    "avg = mean of all hidden states)"
+                                    + (f". {caption}" if caption else "")))
     return tables

@@ -53,6 +53,9 @@ class ReportContent:
     reference: Any = "auto"
     #: figures drawn in memory with ``--plot`` (:class:`estratos.report.plots.RenderedFigure`)
     figures: List[Any] = field(default_factory=list)
+    #: (row, task) -> bootstrap interval / mark vs the best layer (report --ci, --significance)
+    intervals: Mapping[Any, Any] = field(default_factory=dict)
+    marks: Mapping[Any, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- cell text
@@ -72,6 +75,8 @@ def value_text(cell: Cell, pm: str) -> str:
     text = _num(cell.stat.mean)
     if cell.stat.std is not None and not cell.stat.constant:
         text += f"{pm}{_num(cell.stat.std)}"
+    if cell.ci is not None:
+        text += f" [{_num(cell.ci[0])}, {_num(cell.ci[1])}]"
     return text + ("*" if cell.partial else "")
 
 
@@ -95,6 +100,8 @@ def _md_cell(cell: Cell) -> str:
         text = f"**{text}**"
     elif cell.mark == "second":
         text = f"<u>{text}</u>"
+    if cell.not_worse:
+        text += " †"
     return text + "".join(f" [{n}]" for n in cell.notes)
 
 
@@ -144,7 +151,7 @@ def to_markdown(content: ReportContent) -> str:
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-                  "^": r"\textasciicircum{}", "—": "---", "±": r"$\pm$"}
+                  "^": r"\textasciicircum{}", "—": "---", "±": r"$\pm$", "†": r"$^\dagger$"}
 
 
 def latex_escape(text: str) -> str:
@@ -163,6 +170,8 @@ def _tex_cell(cell: Cell) -> str:
         text = rf"\textbf{{{text}}}"
     elif cell.mark == "second":
         text = rf"\underline{{{text}}}"
+    if cell.not_worse:
+        text += r"$^\dagger$"
     return text + _tex_notes(cell.notes)
 
 
@@ -247,6 +256,16 @@ def dataset_records(content: ReportContent) -> List[Dict[str, Any]]:
                                       "metric": ds.metric} | _stat_fields("", stat)
             for metric in EXTRA_METRICS:
                 rec |= _stat_fields(f"{metric}_", agg.extra(row, ds.task, metric))
+            if content.intervals:
+                ci = content.intervals.get((row, ds.task))
+                rec |= {"ci_lo": _r(ci.lo) if ci else None, "ci_hi": _r(ci.hi) if ci else None,
+                        "ci_se": _r(ci.se) if ci else None}
+            if content.marks:
+                mark = content.marks.get((row, ds.task))
+                rec |= {"best_layer": mark.best if mark else None,
+                        "p_vs_best": _r(mark.p_value) if mark else None,
+                        "p_vs_best_adjusted": _r(mark.p_adjusted) if mark else None,
+                        "not_worse_than_best": mark.not_worse if mark else None}
             rec["fallback"] = "; ".join(ds.fallbacks) or None
             if content.delta is not None:
                 cal = content.calib.get(ds.task)

@@ -119,20 +119,46 @@ def paired_bootstrap(a: Sample, b: Sample, *, resamples: int = DEFAULT_RESAMPLES
     (add-one smoothed, so never exactly 0): identical predictions give 1, a difference
     that every resample keeps gives about 2 / (resamples + 1).
     """
+    return compare_to(a, [b], resamples=resamples, level=level, seed=seed)[0]
+
+
+def same_test_set(a: Sample, b: Sample) -> bool:
+    """Whether two samples hold the same test examples (gold, strata) and metric."""
+    if a.n != b.n or a.metric != b.metric or not np.array_equal(a.gold, b.gold):
+        return False
+    if (a.strata is None) != (b.strata is None):
+        return False
+    return a.strata is None or np.array_equal(a.strata, b.strata)
+
+
+def compare_to(a: Sample, others: List[Sample], *, resamples: int = DEFAULT_RESAMPLES,
+               level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED) -> List[Difference]:
+    """:func:`paired_bootstrap` of ``a`` against each of ``others`` on one shared series of
+    resamples (``a``'s metric is computed once per resample)."""
     _check(resamples, level)
-    if a.n != b.n or not np.array_equal(a.gold, b.gold) or a.metric != b.metric or (
-            (a.strata is None) != (b.strata is None)) or (
-            a.strata is not None and not np.array_equal(a.strata, b.strata)):
-        raise ValueError("paired bootstrap needs two cells on the same test set and metric")
-    va, vb = _finite(a.value()), _finite(b.value())
-    if va is None or vb is None:
-        return Difference(va, vb, None, None, None, None, level, resamples, seed, a.n)
-    diffs = np.concatenate([b.values(pos).mean(axis=0) - a.values(pos).mean(axis=0)
-                            for pos in _resamples(a, resamples, seed)])
-    diffs = diffs[np.isfinite(diffs)]
-    lo, hi, _ = _percentiles(diffs, level)
-    k = len(diffs)
-    below = (np.sum(diffs <= 0) + 1) / (k + 1)
-    above = (np.sum(diffs >= 0) + 1) / (k + 1)
-    p = min(1.0, 2.0 * min(below, above))
-    return Difference(va, vb, vb - va, lo, hi, float(p), level, resamples, seed, a.n)
+    for b in others:
+        if not same_test_set(a, b):
+            raise ValueError("paired bootstrap needs two cells on the same test set and metric")
+    va = _finite(a.value())
+    vbs = [_finite(b.value()) for b in others]
+    live = [i for i, vb in enumerate(vbs) if va is not None and vb is not None]
+    diffs: List[List[np.ndarray]] = [[] for _ in others]
+    if live:
+        for pos in _resamples(a, resamples, seed):
+            base = a.values(pos).mean(axis=0)
+            for i in live:
+                diffs[i].append(others[i].values(pos).mean(axis=0) - base)
+    out = []
+    for i, vb in enumerate(vbs):
+        if i not in live:
+            out.append(Difference(va, vb, None, None, None, None, level, resamples, seed, a.n))
+            continue
+        d = np.concatenate(diffs[i])
+        d = d[np.isfinite(d)]
+        lo, hi, _ = _percentiles(d, level)
+        k = len(d)
+        below = (np.sum(d <= 0) + 1) / (k + 1)
+        above = (np.sum(d >= 0) + 1) / (k + 1)
+        p = min(1.0, 2.0 * min(below, above))
+        out.append(Difference(va, vb, vb - va, lo, hi, float(p), level, resamples, seed, a.n))
+    return out

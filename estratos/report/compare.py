@@ -1,0 +1,230 @@
+"""``estratos compare``: is one cell really better than another on the same test set?
+
+Two selections of result cells (e.g. ``layer=8`` and ``layer=9`` of one model, or
+``model=X,layer=avg`` and ``model=Y,layer=avg``) on one task are compared on their stored
+per-example predictions: the difference B - A of their metric (each averaged over its
+seeds), its paired bootstrap interval and p-value over test examples, and for accuracy
+McNemar's exact test per seed both sides share. Selections must name exactly one row
+(system and layer); the two must share a test set.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from estratos.errors import OptionError, ResultsError
+from estratos.report.aggregate import Row, layer_label, row_of
+from estratos.report.intervals import RowSample, Samples
+from estratos.results import Located, load_results
+from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, METRICS,
+                            Difference, Interval, Sample, bootstrap_ci, mcnemar_exact,
+                            paired_bootstrap, same_test_set)
+
+PathLike = Union[str, os.PathLike]
+#: selector keys and how each reads a record
+SELECTOR_KEYS = ("model", "layer", "pooling", "seed", "classifier", "revision", "kind")
+
+
+def parse_selector(text: str, option: str) -> Dict[str, str]:
+    """``"model=X,layer=8"`` -> ``{"model": "X", "layer": "8"}``; bad forms name ``option``."""
+    out: Dict[str, str] = {}
+    for part in (p.strip() for p in (text or "").split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise OptionError(f"{option}: {part!r} is not KEY=VALUE (e.g. {option} "
+                              "\"layer=8\" or \"model=org/name,layer=avg\")")
+        if key not in SELECTOR_KEYS:
+            raise OptionError(f"{option}: unknown key {key!r}; use {', '.join(SELECTOR_KEYS)}")
+        if key in out:
+            raise OptionError(f"{option}: {key!r} given twice")
+        out[key] = value
+    if not out:
+        raise OptionError(f"{option}: give a selection such as \"layer=8\"")
+    return out
+
+
+def _matches(loc: Located, selector: Dict[str, str]) -> bool:
+    r = loc.record
+    for key, value in selector.items():
+        if key == "model":
+            if not (r.model == value or r.model.endswith("/" + value.lstrip("/"))
+                    or row_of(r).system.label == value):
+                return False
+        elif key == "classifier":
+            if r.classifier_name != value:
+                return False
+        else:
+            have = getattr(r, key)
+            if ("null" if have is None else str(have)) != value:
+                return False
+    return True
+
+
+def _describe_row(row: Row) -> str:
+    s = row.system
+    parts = [f"model={s.model}"]
+    if s.pooling:
+        parts.append(f"pooling={s.pooling}")
+    if s.classifier:
+        parts.append(f"classifier={s.classifier}")
+    if s.kind != "probe":
+        parts.append(f"kind={s.kind}")
+    parts.append(f"layer={layer_label(row.layer)}")
+    return ",".join(parts)
+
+
+def _select(records: Sequence[Located], task: str, selector: Dict[str, str], option: str,
+            text: str) -> Tuple[Row, List[Located]]:
+    hits = [loc for loc in records if _matches(loc, selector)]
+    if not hits:
+        present = sorted({_describe_row(row_of(l.record)) for l in records})
+        shown = "; ".join(present[:8]) + (" ..." if len(present) > 8 else "")
+        raise OptionError(f"{option}: {text!r} matches no cell of {task} (its cells: {shown})")
+    rows: Dict[Row, List[Located]] = {}
+    for loc in hits:
+        rows.setdefault(row_of(loc.record), []).append(loc)
+    if len(rows) > 1:
+        listed = "; ".join(_describe_row(r) for r in rows)
+        raise OptionError(f"{option}: {text!r} matches {len(rows)} rows of {task} ({listed}); "
+                          "add keys to pick one")
+    [(row, locs)] = rows.items()
+    return row, locs
+
+
+def _resolve_task(records: Sequence[Located], task: str) -> str:
+    ids = sorted({l.record.task for l in records})
+    if task in ids:
+        return task
+    by_name = sorted({l.record.task for l in records if l.record.name == task})
+    if len(by_name) == 1:
+        return by_name[0]
+    if len(by_name) > 1:
+        raise OptionError(f"--task: {task!r} is the name of several tasks here "
+                          f"({', '.join(by_name)}); give the full id")
+    raise OptionError(f"--task: no results for task {task!r} (tasks present: "
+                      f"{', '.join(ids) or 'none'})")
+
+
+@dataclass
+class Side:
+    """One side of a comparison: its row, seeds, score and interval."""
+
+    row: Row
+    seeds: Tuple[int, ...]
+    interval: Interval
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare_cells` found (``describe()`` is what the CLI prints)."""
+
+    task: str
+    metric: str
+    n: int
+    a: Side
+    b: Side
+    difference: Difference
+    mcnemar: List[Tuple[int, int, int, float]] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        def f(x: Optional[float], sign: bool = False) -> str:
+            return "undefined" if x is None else (f"{x:+.2f}" if sign else f"{x:.2f}")
+
+        d = self.difference
+        level = f"{100 * d.level:g}%"
+        lines = [f"task {self.task}: {self.metric} on {self.n} test examples "
+                 "(paper's scale; each side averaged over its seeds)"]
+        for name, side in (("A", self.a), ("B", self.b)):
+            iv = side.interval
+            seeds = ",".join(str(s) for s in side.seeds)
+            lines.append(f"{name}: {_describe_row(side.row)} (seeds {seeds}): "
+                         f"{f(iv.estimate)} [{f(iv.lo)}, {f(iv.hi)}]")
+        lines.append(f"B - A: {f(d.diff, True)}  {level} CI [{f(d.lo, True)}, "
+                     f"{f(d.hi, True)}]  paired bootstrap p = "
+                     f"{'undefined' if d.p_value is None else f'{d.p_value:.4f}'}  "
+                     f"({d.resamples} resamples of the test set, seed {d.seed})")
+        for seed, only_a, only_b, p in self.mcnemar:
+            lines.append(f"McNemar exact, seed {seed}: only A right {only_a}, only B right "
+                         f"{only_b}, p = {p:.4f}")
+        lines += self.notes
+        return "\n".join(lines)
+
+
+def _require(samples: Samples, row: Row, task: str, metric: Optional[str],
+             option: str) -> RowSample:
+    got = samples.get(row, task, metric)
+    if got is None:
+        problem = samples.problems.get((row, task), "every score is undefined")
+        raise ResultsError(f"{option}: cannot compare {task} {_describe_row(row)}: {problem}")
+    return got
+
+
+def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
+                  metric: Optional[str] = None, resamples: int = DEFAULT_RESAMPLES,
+                  level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED) -> Comparison:
+    """Compare selection ``b`` against ``a`` (e.g. ``"layer=8"``, ``"layer=9"``) on ``task``
+    in ``results`` (paths or globs); ``metric`` defaults to the task's primary metric."""
+    sel_a, sel_b = parse_selector(a, "--a"), parse_selector(b, "--b")
+    if metric is not None and metric not in METRICS:
+        raise OptionError(f"--metric: unknown metric {metric!r}; choose from "
+                          f"{', '.join(METRICS)}")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise OptionError(f"--resamples: must be a positive integer, got {resamples!r}")
+    if not 0.0 < level < 1.0:
+        raise OptionError(f"--level: must be between 0 and 1, got {level!r}")
+    if not results:
+        raise OptionError("give at least one RESULTS file")
+    loaded = load_results(list(results))
+    task_id = _resolve_task(loaded.records, task)
+    records = [l for l in loaded.records if l.record.task == task_id]
+    row_a, locs_a = _select(records, task_id, sel_a, "--a", a)
+    row_b, locs_b = _select(records, task_id, sel_b, "--b", b)
+    if row_a == row_b and {l.record.seed for l in locs_a} == {l.record.seed for l in locs_b}:
+        raise OptionError(f"--a {a!r} and --b {b!r} select the same cells")
+    samples = Samples(locs_a + locs_b)
+    got_a = _require(samples, row_a, task_id, metric, "--a")
+    got_b = _require(samples, row_b, task_id, metric, "--b")
+    if row_a == row_b:  # same row, other seeds: restrict each side to its selected seeds
+        got_a = _only_seeds(got_a, locs_a)
+        got_b = _only_seeds(got_b, locs_b)
+    if not same_test_set(got_a.sample, got_b.sample):
+        raise ResultsError(
+            f"the test sets differ: A has {got_a.sample.n} test examples "
+            f"({got_a.preds.test_digest()[:12]}), B has {got_b.sample.n} "
+            f"({got_b.preds.test_digest()[:12]}); a paired comparison needs the same "
+            "test examples (same task data, same fallback)")
+    diff = paired_bootstrap(got_a.sample, got_b.sample, resamples=resamples, level=level,
+                            seed=seed)
+    side_a = Side(row_a, got_a.seeds, bootstrap_ci(got_a.sample, resamples=resamples,
+                                                     level=level, seed=seed))
+    side_b = Side(row_b, got_b.seeds, bootstrap_ci(got_b.sample, resamples=resamples,
+                                                     level=level, seed=seed))
+    out = Comparison(task_id, got_a.sample.metric, got_a.sample.n, side_a, side_b, diff)
+    if got_a.sample.metric == "accuracy":
+        common = sorted(set(got_a.seeds) & set(got_b.seeds))
+        gold = got_a.sample.gold
+        for s in common:
+            pa = got_a.sample.predicted[got_a.seeds.index(s)]
+            pb = got_b.sample.predicted[got_b.seeds.index(s)]
+            only_a, only_b, p = mcnemar_exact(pa == gold, pb == gold)
+            out.mcnemar.append((s, only_a, only_b, p))
+        if not common:
+            out.notes.append("McNemar: skipped (no seed on both sides to pair predictions)")
+    return out
+
+
+def _only_seeds(got: RowSample, locs: Sequence[Located]) -> RowSample:
+    keep = [i for i, s in enumerate(got.seeds) if s in {l.record.seed for l in locs}]
+    sample = got.sample
+    narrowed = Sample(sample.metric, sample.predicted[keep], sample.gold, sample.strata,
+                      sample.weighting, sample.positive)
+    return RowSample(narrowed, tuple(got.seeds[i] for i in keep), got.preds)
+
+
+__all__ = ["Comparison", "SELECTOR_KEYS", "compare_cells", "parse_selector"]

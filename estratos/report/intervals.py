@@ -1,0 +1,220 @@
+"""Test-set statistics of report rows: bootstrap intervals and "not worse than the best".
+
+Why here: a report row averages a cell's seeds, so its interval and its tests must resample
+the test examples of every seed at once (:mod:`estratos.stats`); the predictions come from
+the files beside each results file (:mod:`estratos.results.predictions`). Two questions get
+two numbers: the spread over seeds (± std, training randomness) and the interval over test
+examples ([lo, hi], how much the score would move on another test set of the same size).
+
+A cell without usable predictions gets no interval (a notice says which and why), except a
+one-seed cell whose results line recorded one with the same settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from estratos.report.aggregate import Aggregate, Row, row_of
+from estratos.results import Located, Notice
+from estratos.results.predictions import CellPredictions, PredictionsReader, sample_of
+from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, Sample,
+                            adjust, bootstrap_ci, compare_to, same_test_set)
+
+CellId = Tuple[Row, str]
+
+
+@dataclass(frozen=True)
+class RowSample:
+    """The predictions of one (row, task) over its seeds, as one sample."""
+
+    sample: Sample
+    seeds: Tuple[int, ...]
+    preds: CellPredictions
+
+
+class Samples:
+    """Looks up each (row, task)'s predictions (every seed), remembering why one is missing."""
+
+    def __init__(self, records: Sequence[Located]) -> None:
+        self.cells: Dict[CellId, List[Located]] = {}
+        for loc in records:
+            self.cells.setdefault((row_of(loc.record), loc.record.task), []).append(loc)
+        self.reader = PredictionsReader()
+        self.problems: Dict[CellId, str] = {}
+
+    def get(self, row: Row, task: str, metric: Optional[str] = None) -> Optional[RowSample]:
+        """The row's sample for ``task`` (seeds with an undefined score left out), or None
+        with the reason in :attr:`problems`."""
+        locs = [loc for loc in self.cells.get((row, task), []) if loc.record.score is not None]
+        if not locs:
+            return None
+        found = []
+        for loc in sorted(locs, key=lambda l: l.record.seed):
+            hit = self.reader.find(loc.record, loc.path)
+            if hit.preds is None:
+                self.problems[(row, task)] = f"{loc.path}:{loc.line}: {hit.problem}"
+                return None
+            found.append((loc.record, hit.preds))
+        record, first = found[0]
+        samples = [sample_of(r, p, metric) for r, p in found]
+        if not all(same_test_set(samples[0], s) for s in samples[1:]):
+            self.problems[(row, task)] = (f"{task}: the seeds of {row.system.label} layer "
+                                          f"{row.layer} were tested on different test sets")
+            return None
+        sample = sample_of(record, first, metric, seeds=[p for _, p in found])
+        return RowSample(sample, tuple(r.seed for r, _ in found), first)
+
+    def recorded_interval(self, row: Row, task: str, resamples: int, level: float,
+                          seed: int) -> Optional[Interval]:
+        """The ``ci`` a one-seed cell's results line recorded, if made with these settings."""
+        locs = [loc for loc in self.cells.get((row, task), []) if loc.record.score is not None]
+        if len(locs) != 1 or not locs[0].record.ci:
+            return None
+        ci = locs[0].record.ci
+        if (ci.get("resamples"), ci.get("level"), ci.get("seed")) != (resamples, level, seed) \
+                or ci.get("lo") is None:
+            return None
+        return Interval(locs[0].record.score, ci["lo"], ci["hi"], ci.get("se"), level,
+                        resamples, seed, 0)
+
+
+def _problem_notice(problems: Dict[CellId, str], what: str) -> List[Notice]:
+    if not problems:
+        return []
+    example = next(iter(problems.values()))
+    return [Notice("report", None, f"{len(problems)} cell(s) have no usable predictions, so "
+                   f"no {what} (e.g. {example})")]
+
+
+def cell_intervals(agg: Aggregate, samples: Samples, *, resamples: int = DEFAULT_RESAMPLES,
+                   level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED
+                   ) -> Tuple[Dict[CellId, Interval], List[Notice]]:
+    """The bootstrap interval of every (row, task) mean over its seeds."""
+    out: Dict[CellId, Interval] = {}
+    missing: Dict[CellId, str] = {}
+    for (row, task) in agg.seeds:
+        got = samples.get(row, task)
+        if got is not None:
+            out[(row, task)] = bootstrap_ci(got.sample, resamples=resamples, level=level,
+                                            seed=seed)
+            continue
+        recorded = samples.recorded_interval(row, task, resamples, level, seed)
+        if recorded is not None:
+            out[(row, task)] = recorded
+        else:
+            missing[(row, task)] = samples.problems.get((row, task), "no predictions")
+    return out, _problem_notice(missing, "interval")
+
+
+@dataclass(frozen=True)
+class BestMark:
+    """How a layer compares with the best layer of its system on one task."""
+
+    best: bool
+    p_value: Optional[float]
+    p_adjusted: Optional[float]
+    not_worse: bool
+
+
+def best_layer_marks(agg: Aggregate, samples: Samples, *, correction: str = "holm",
+                     alpha: float = 0.05, resamples: int = DEFAULT_RESAMPLES,
+                     seed: int = DEFAULT_SEED) -> Tuple[Dict[CellId, BestMark], List[Notice]]:
+    """Per system and task: the best layer (highest mean) and, by paired bootstrap against
+    it with ``correction`` over the system's other layers, those not significantly worse
+    (adjusted p >= ``alpha``)."""
+    marks: Dict[CellId, BestMark] = {}
+    missing: Dict[CellId, str] = {}
+    for system in agg.systems:
+        rows = [r for r in agg.layers_of(system) if r.layer is not None]
+        for ds in agg.datasets:
+            present = [r for r in rows if agg.cell(r, ds.task) is not None]
+            if len(present) < 2:
+                continue
+            best = max(present, key=lambda r: agg.cell(r, ds.task).mean)
+            best_sample = samples.get(best, ds.task)
+            if best_sample is None:
+                missing[(best, ds.task)] = samples.problems.get((best, ds.task), "")
+                continue
+            others, other_rows = [], []
+            for r in present:
+                if r == best:
+                    continue
+                got = samples.get(r, ds.task)
+                if got is None or not same_test_set(best_sample.sample, got.sample):
+                    missing[(r, ds.task)] = samples.problems.get(
+                        (r, ds.task), f"{ds.task}: layer {r.layer} has another test set "
+                                      f"than layer {best.layer}")
+                    continue
+                others.append(got.sample)
+                other_rows.append(r)
+            marks[(best, ds.task)] = BestMark(True, None, None, True)
+            if not others:
+                continue
+            diffs = compare_to(best_sample.sample, others, resamples=resamples, seed=seed)
+            raw = [1.0 if d.p_value is None else d.p_value for d in diffs]
+            adjusted = adjust(raw, correction)
+            for r, p, q in zip(other_rows, raw, adjusted):
+                marks[(r, ds.task)] = BestMark(False, p, float(q), bool(q >= alpha))
+    return marks, _problem_notice(missing, "significance mark")
+
+
+def correction_text(correction: str, alpha: float, resamples: int) -> str:
+    """The caption sentence that states how the marks were decided."""
+    how = {"holm": "Holm-corrected", "bonferroni": "Bonferroni-corrected",
+           "none": "uncorrected"}[correction]
+    return (f"† = not significantly worse than the system's best layer on this dataset "
+            f"(paired bootstrap over test examples, {resamples} resamples, {how} over the "
+            f"other layers, alpha = {alpha:g})")
+
+
+@dataclass(frozen=True)
+class StatsOptions:
+    """What a report adds from the predictions: intervals (``ci``) and/or the marks of layers
+    not significantly worse than the best (``significance``: a correction name, or None)."""
+
+    ci: bool = False
+    significance: Optional[str] = None
+    alpha: float = 0.05
+    level: float = DEFAULT_LEVEL
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+
+    def __post_init__(self) -> None:
+        from estratos.errors import OptionError
+        from estratos.stats import CORRECTIONS
+
+        if self.significance is not None and self.significance not in CORRECTIONS:
+            raise OptionError(f"--significance: unknown correction {self.significance!r}; "
+                              f"choose from {', '.join(CORRECTIONS)}")
+        if not 0.0 < self.alpha < 1.0:
+            raise OptionError(f"--alpha: must be between 0 and 1, got {self.alpha!r}")
+        if not 0.0 < self.level < 1.0:
+            raise OptionError(f"--level: must be between 0 and 1, got {self.level!r}")
+        if isinstance(self.resamples, bool) or not isinstance(self.resamples, int) \
+                or self.resamples < 1:
+            raise OptionError(f"--resamples: must be a positive integer, got "
+                              f"{self.resamples!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.ci or self.significance is not None
+
+
+def apply(agg: Aggregate, records: Sequence[Located], options: StatsOptions
+          ) -> Tuple[Dict[CellId, Interval], Dict[CellId, BestMark], List[Notice]]:
+    """Intervals and marks the options ask for, with the notices they raise."""
+    samples = Samples(records)
+    intervals: Dict[CellId, Interval] = {}
+    marks: Dict[CellId, BestMark] = {}
+    notices: List[Notice] = []
+    if options.ci:
+        intervals, more = cell_intervals(agg, samples, resamples=options.resamples,
+                                         level=options.level, seed=options.seed)
+        notices += more
+    if options.significance is not None:
+        marks, more = best_layer_marks(agg, samples, correction=options.significance,
+                                       alpha=options.alpha, resamples=options.resamples,
+                                       seed=options.seed)
+        notices += more
+    return intervals, marks, notices
