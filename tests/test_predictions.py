@@ -146,3 +146,14 @@ def test_concurrent_writers_keep_every_cell(tmp_path):
         found = reader.find(record, results)
         assert found.problem is None
         assert round(check_metric(record, found.preds), 2) == record.score
+
+
+def test_from_splits_makes_strata_of_subsets_or_folds():
+    sts = CellPredictions.from_splits(np.arange(5.0), [("news", np.ones(3)), ("wiki", np.ones(2))])
+    assert sts.strata.tolist() == [0, 0, 0, 1, 1] and sts.strata_names == ("news", "wiki")
+    folds = CellPredictions.from_splits(np.zeros(4, int), [("all", np.zeros(4, int))],
+                                        folds=np.array([1, 0, 1, 0]), positive=1)
+    assert folds.strata.tolist() == [1, 0, 1, 0] and folds.strata_names == ("0", "1")
+    assert folds.positive == 1
+    plain = CellPredictions.from_splits(np.zeros(3, int), [("test", np.zeros(3, int))])
+    assert plain.strata is None and plain.strata_names == ()

@@ -87,6 +87,24 @@ class CellPredictions:
         object.__setattr__(self, "predicted", pred)
         object.__setattr__(self, "gold", gold)
 
+    @classmethod
+    def from_splits(cls, predicted: np.ndarray, golds: Sequence[Tuple[str, np.ndarray]],
+                    folds: Optional[np.ndarray] = None, positive: Optional[int] = None
+                    ) -> "CellPredictions":
+        """Predictions over the named splits ``golds`` (name, gold labels), concatenated in
+        that order: several splits (STS subsets) become strata named after them; ``folds``
+        (``inner-kfold``: the outer fold of each example) become strata otherwise."""
+        names = tuple(name for name, _ in golds)
+        gold = np.concatenate([np.asarray(g) for _, g in golds])
+        if folds is not None:
+            strata = np.asarray(folds)
+            names = tuple(str(f) for f in np.unique(strata))
+        elif len(golds) > 1:
+            strata = np.repeat(np.arange(len(golds)), [len(g) for _, g in golds])
+        else:
+            strata, names = None, ()
+        return cls(np.asarray(predicted), gold, strata, names, positive)
+
     @property
     def n(self) -> int:
         return int(self.gold.shape[0])

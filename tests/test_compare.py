@@ -1,0 +1,148 @@
+"""estratos compare and report --ci / --significance on hand-made results with predictions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from estratos.cli import cli
+from estratos.report import build_report
+from estratos.report.intervals import StatsOptions
+from estratos.results.predictions import predictions_path
+
+from stats_toys import classification_cell, toy_run, write_cells
+
+
+@pytest.fixture()
+def run(tmp_path):
+    path = tmp_path / "run.jsonl"
+    toy_run(path, layers=(0, 1, 2, "avg"), seeds=(1111, 2))
+    return path
+
+
+def _invoke(*args):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+def test_compare_two_layers(run):
+    code, out = _invoke("compare", run, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("task toy:A: accuracy on 400 test examples")
+    assert "layer=0 (seeds 2,1111)" in lines[1] and "layer=1 (seeds 2,1111)" in lines[2]
+    assert lines[3].startswith("B - A: +") and "paired bootstrap p = 0.0020" in lines[3]
+    assert "95% CI [+" in lines[3]
+    assert [l.split(",")[0] for l in lines[4:]] == ["McNemar exact", "McNemar exact"]
+
+
+def test_compare_close_layers_is_not_significant(run):
+    code, out = _invoke("compare", run, "--task", "A", "--a", "layer=1", "--b", "layer=2")
+    assert code == 0, out
+    p = float(out.split("paired bootstrap p = ")[1].split()[0])
+    assert p > 0.05
+
+
+def test_compare_one_seed_each_and_a_correlation(run):
+    code, out = _invoke("compare", run, "--task", "toy:STS", "--a", "layer=0,seed=2",
+                        "--b", "layer=avg,seed=2", "--metric", "spearman")
+    assert code == 0, out
+    assert "spearman on 200 test examples" in out and "(seeds 2)" in out
+    assert "McNemar" not in out  # accuracy only
+
+
+def test_compare_two_models_on_the_same_task(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    toy_run(a, layers=("avg",), seeds=(1,), model="org/one", sts=False)
+    toy_run(b, layers=("avg",), seeds=(1,), model="org/two", sts=False)
+    code, out = _invoke("compare", a, b, "--task", "toy:A", "--a", "model=org/one,layer=avg",
+                        "--b", "model=two,layer=avg")
+    assert code == 0, out
+    assert "model=org/one" in out and "model=org/two" in out
+
+
+@pytest.mark.parametrize("args, message, exit_code", [
+    (("--a", "layer=7", "--b", "layer=1"), "--a: 'layer=7' matches no cell of toy:A", 2),
+    (("--a", "layer=0", "--b", "pooling=mean"), "--b: 'pooling=mean' matches 4 rows", 2),
+    (("--a", "layer=0", "--b", "layer=0"), "select the same cells", 2),
+    (("--a", "depth=3", "--b", "layer=0"), "--a: unknown key 'depth'", 2),
+    (("--a", "layer", "--b", "layer=0"), "--a: 'layer' is not KEY=VALUE", 2),
+    (("--a", "layer=0", "--b", "layer=1", "--metric", "bleu"), "--metric: unknown metric", 2),
+    (("--a", "layer=0", "--b", "layer=1", "--resamples", "0"), "--resamples: must be", 2),
+])
+def test_compare_errors(run, args, message, exit_code):
+    code, out = _invoke("compare", run, "--task", "toy:A", *args)
+    assert code == exit_code and message in out, out
+
+
+def test_compare_unknown_task_lists_the_tasks(run):
+    code, out = _invoke("compare", run, "--task", "toy:B", "--a", "layer=0", "--b", "layer=1")
+    assert code == 2 and "no results for task 'toy:B' (tasks present: toy:A, toy:STS)" in out
+
+
+def test_compare_refuses_different_test_sets(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_cells(a, [classification_cell(0, 1, model="org/one")])
+    write_cells(b, [classification_cell(0, 1, model="org/two", gold_seed=8)])
+    code, out = _invoke("compare", a, b, "--task", "toy:A", "--a", "model=org/one",
+                        "--b", "model=org/two")
+    assert code == 1 and "the test sets differ: A has 400 test examples" in out, out
+
+
+def test_compare_without_predictions_says_so(tmp_path):
+    path = tmp_path / "run.jsonl"
+    toy_run(path, layers=(0, 1), seeds=(1,), sts=False)
+    predictions_path(path).unlink()
+    code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1")
+    assert code == 1 and "no predictions file" in out and "run.predictions.h5" in out
+
+
+def test_report_ci_and_significance(run, tmp_path):
+    code, out = _invoke("report", run, "--out", tmp_path / "rep", "--ci", "--significance",
+                        "--format", "md,json")
+    assert code == 0, out
+    md = (tmp_path / "rep" / "report.md").read_text()
+    layer_row = [l for l in md.splitlines() if l.startswith("| SC | A |")][0]
+    cells = [c.strip() for c in layer_row.strip("|").split("|")][2:]
+    # layer 0 is far below the best (2); layer 1 is not significantly worse
+    assert cells[0].startswith("55.") and "[" in cells[0] and "†" not in cells[0]
+    assert cells[1].endswith("†") and cells[2].startswith("**")
+    assert "Holm-corrected over the other layers, alpha = 0.05" in md
+    assert "95% percentile bootstrap interval over test examples (1000 resamples)" in md
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    row = [r for r in doc["dataset_scores"] if r["task"] == "toy:A" and r["layer"] == 0][0]
+    assert row["ci_lo"] < row["mean"] < row["ci_hi"] and row["ci_se"] > 0
+    assert row["std"] > 0  # seed variance, reported apart from the test-set interval
+    assert row["not_worse_than_best"] is False and row["p_vs_best_adjusted"] < 0.05
+
+
+def test_report_ci_of_one_seed_equals_the_recorded_interval(tmp_path):
+    path = tmp_path / "run.jsonl"
+    [record] = write_cells(path, [classification_cell(1, 1)])
+    content = build_report([path], stats=StatsOptions(ci=True))
+    [interval] = content.intervals.values()
+    assert (round(interval.lo, 2), round(interval.hi, 2)) == (record.ci["lo"], record.ci["hi"])
+    predictions_path(path).unlink()  # the recorded interval still serves
+    content = build_report([path], stats=StatsOptions(ci=True))
+    [interval] = content.intervals.values()
+    assert (interval.lo, interval.hi) == (record.ci["lo"], record.ci["hi"])
+
+
+def test_report_ci_without_predictions_gives_a_notice(tmp_path):
+    path = tmp_path / "run.jsonl"
+    toy_run(path, layers=(0, 1), seeds=(1, 2), sts=False)
+    predictions_path(path).unlink()
+    content = build_report([path], stats=StatsOptions(ci=True, significance="holm"))
+    assert not content.intervals
+    texts = [str(n) for n in content.notices]
+    assert any("have no usable predictions, so no interval" in t for t in texts)
+    assert any("no significance mark" in t for t in texts)
+
+
+def test_report_options_are_checked(run, tmp_path):
+    code, out = _invoke("report", run, "--out", tmp_path / "r", "--ci", "--alpha", "2")
+    assert code == 2 and "--alpha: must be between 0 and 1" in out
+    code, out = _invoke("report", run, "--out", tmp_path / "r", "--ci", "--resamples", "0")
+    assert code == 2 and "--resamples: must be a positive integer" in out
