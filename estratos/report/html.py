@@ -71,7 +71,8 @@ def _cell(cell: Cell) -> str:
         classes.append("missing")
     if cell.mark:
         classes.append(cell.mark)
-    return f'<td class="{" ".join(classes)}">{html.escape(text)}{_sup(cell.notes)}</td>'
+    dagger = " †" if cell.not_worse else ""  # not significantly worse than the best layer
+    return f'<td class="{" ".join(classes)}">{html.escape(text)}{dagger}{_sup(cell.notes)}</td>'
 
 
 def _anchor(key: str) -> str:
