@@ -29,7 +29,7 @@ from estratos.errors import OptionError
 log = logging.getLogger(__name__)
 
 DEMO_SUITE = "synthetic-es"
-#: examples per task: sized so the demo ends within 5 minutes on 2 CPU cores
+#: examples per task: the demo then needs about 2.7 CPU-minutes (timings in docs/demo.md)
 DEMO_N_PER_TASK = 1000
 DEMO_DATA_SEED = 1111
 DEMO_POOLING = "mean"  # MiniLM was trained as a mean-pooled sentence encoder

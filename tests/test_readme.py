@@ -30,6 +30,8 @@ from estratos.tasks.synthetic import build_synthetic_es
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
+#: the Quick start's CPU-only variant: PyTorch's CPU build first, then the same install
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 MODES = {"help", "run", "slurm", "sbatch", "python", "demo", "bench", "dev"}
 QUICK_COMMAND = 'python -m pytest -q -m "not slow"'
 
@@ -123,6 +125,8 @@ def test_blocks_are_all_exercised():
 def test_every_shell_command_is_known_and_every_estratos_command_parses():
     allowed = (r"estratos .*", re.escape(TEST_COMMAND),
                re.escape('pip install -e ".[demo,plot]" && estratos demo --out estratos-demo'),
+               re.escape(f'{CPU_TORCH} && pip install -e ".[demo,plot]" && '
+                         'estratos demo --out estratos-demo'),
                r"export [A-Z0-9_]+=\S+", re.escape("set -euo pipefail"),
                r"python bench/\w+\.py( --[\w-]+ \S+)*", re.escape(QUICK_COMMAND))
     n = 0
@@ -161,8 +165,9 @@ def test_bench_blocks_name_real_scripts():
 
 def test_setup_commands():
     quick = [b for b in BLOCKS if b.section == "Quick start"]
-    assert [len(b.commands) for b in quick] == [1, 1]
-    install, tests = quick[0].commands[0], quick[1].commands[0]
+    assert [len(b.commands) for b in quick] == [1, 1, 1]
+    install, cpu_only, tests = (b.commands[0] for b in quick)
+    assert cpu_only == f"{CPU_TORCH} && {install}"
     assert tests == TEST_COMMAND
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"^python -m pytest -q$", ci, re.M)
