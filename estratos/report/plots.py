@@ -181,7 +181,7 @@ def heatmap_plot(agg: Aggregate, system: System) -> Any:
     metrics = list(dict.fromkeys(d.metric for d in datasets))
     panels = [[i for i, d in enumerate(datasets) if d.metric == m] for m in metrics]
     fig = Figure(figsize=_heat_size(len(layers), len(datasets), len(panels)))
-    grid = fig.add_gridspec(len(panels), 1, height_ratios=[len(p) + 0.6 for p in panels])
+    grid = fig.add_gridspec(len(panels), 1, height_ratios=[max(len(p), 2) + 0.6 for p in panels])
     for k, (metric, idx) in enumerate(zip(metrics, panels)):
         ax = fig.add_subplot(grid[k, 0])
         values = matrix[idx]
@@ -323,7 +323,8 @@ def curves_plot(agg: Aggregate, group: str) -> Any:
     panels = _group_panels(agg, group)
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig = Figure(figsize=(3.9 * ncols, 2.9 * nrows + 0.3 + 0.2 * math.ceil(
+    # wide enough for the title and the legend even with a single panel
+    fig = Figure(figsize=(max(7.5, 3.9 * ncols), 2.9 * nrows + 0.3 + 0.2 * math.ceil(
         len(agg.systems) / 3)))
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22", "#17becf"]
@@ -340,8 +341,8 @@ def curves_plot(agg: Aggregate, group: str) -> Any:
             ax.set_axis_off()
     if not drawn:
         return None
-    fig.suptitle(f"{group}: test score vs layer (mean over seeds, band = +- 1 sample std; "
-                 "diamond = avg of all layers)", fontsize=9)
+    fig.suptitle(f"{group}: test score vs layer\nmean over seeds, band = +- 1 sample std; "
+                 "diamond = the avg spec (mean of all hidden states)", fontsize=9)
     fig.legend(list(handles.values()), list(handles.keys()), loc="lower center",
                ncol=min(3, len(handles)), fontsize=7, frameon=False)
     legend_inches = 0.1 + 0.2 * math.ceil(len(handles) / 3)
