@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import random
 import socket
 import threading
@@ -138,7 +139,7 @@ def test_download_installs_the_layout(server, tmp_path):
     assert any(url.endswith(ARCHIVE_PATH) for url in report.fetched)
     assert any("missing: senteval/MC/muchocine.pos" in line for line in report.lines())
     # no temporary files anywhere
-    assert not [p for p in out.rglob("*") if ".tmp-" in p.name or p.name.endswith(".part")]
+    assert not [p for p in out.rglob("*") if p.name.endswith((".tmp", ".part"))]
 
 
 def test_rerun_skips_complete_files(server, tmp_path):
@@ -289,3 +290,24 @@ def test_registry_and_download_agree_on_the_files(tmp_path):
     # and every published file is read by some task
     expected = registry_files(tmp_path)
     assert expected == set(REFERENCE_SHA256) | set(NOT_PUBLISHED)
+
+
+@pytest.mark.parametrize("mask", [0o002, 0o077])
+def test_cli_download_files_respect_the_umask(server, tmp_path, monkeypatch, mask):
+    import stat
+
+    import estratos.tasks.download as dl
+
+    monkeypatch.setattr(dl, "REFERENCE_SHA256", serve_all(server))
+    out = tmp_path / "es"
+    old = os.umask(mask)
+    try:
+        res = CliRunner().invoke(cli, ["tasks", "download", "es", "--data-dir", str(out),
+                                       "--base-url", base(server), "--timeout", "5",
+                                       "--no-progress"])
+    finally:
+        os.umask(old)
+    assert res.exit_code == 1, res.output  # muchocine.pos is never served
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) == len(DATA) + len(XPROBE)
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {oct(0o666 & ~mask)}

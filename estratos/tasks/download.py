@@ -32,6 +32,7 @@ from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 from estratos import __version__
+from estratos.atomic import create_beside
 from estratos.errors import EstratosError, InputError, OptionError
 
 log = logging.getLogger(__name__)
@@ -311,11 +312,12 @@ def archive_members(archive: Path) -> Dict[str, zipfile.ZipInfo]:
 
 
 def _install_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> None:
-    """Copy one member to ``target`` through a temporary file and an atomic rename."""
+    """Copy one member to ``target`` through a temporary file and an atomic rename (the
+    umask's mode for a new file, the old file's mode for a replaced one)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    fd, tmp = create_beside(target)
     try:
-        with zf.open(info) as src, open(tmp, "wb") as dst:
+        with os.fdopen(fd, "wb") as dst, zf.open(info) as src:
             for chunk in iter(lambda: src.read(1 << 20), b""):
                 dst.write(chunk)
             dst.flush()
