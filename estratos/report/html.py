@@ -79,8 +79,9 @@ def _anchor(key: str) -> str:
     return "t-" + re.sub(r"[^A-Za-z0-9_-]+", "-", key)
 
 
-def html_table(table: Table, footnotes: Footnotes) -> str:
-    """One display table with its caption and footnotes."""
+def html_table(table: Table, footnotes: Footnotes, *, caption: bool = True) -> str:
+    """One display table with its footnotes (and its title as caption, unless a heading
+    above already says it)."""
     head = "".join(f"<th>{html.escape(h)}{_sup(n)}</th>"
                    for h, n in zip(table.header, table.header_notes))
     body = ["<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in table.rows]
@@ -95,11 +96,11 @@ def html_table(table: Table, footnotes: Footnotes) -> str:
     if any(c.partial for row in table.rows for c in row):
         notes.append("* mean over the datasets this row has (fewer than the group has here).")
     out = [f'<div class="scroll" id="{_anchor(table.key)}"><table>',
-           f"<caption>{html.escape(table.title)}</caption>",
+           f"<caption>{html.escape(table.title)}</caption>" if caption else "",
            f"<thead><tr>{head}</tr></thead>", "<tbody>", *body, "</tbody></table></div>"]
     if notes:
         out.append('<p class="notes">' + "<br>".join(notes) + "</p>")
-    return "\n".join(out)
+    return "\n".join(line for line in out if line)
 
 
 def _section(section: Section, footnotes: Footnotes, index: int) -> List[str]:
@@ -107,9 +108,10 @@ def _section(section: Section, footnotes: Footnotes, index: int) -> List[str]:
     if section.intro:
         out.append(f'<p class="legend">{_text(section.intro)}</p>')
     for table in section.tables:
-        if len(section.tables) > 1:
+        headed = len(section.tables) > 1
+        if headed:
             out.append(f"<h3>{html.escape(table.title)}</h3>")
-        out.append(html_table(table, footnotes))
+        out.append(html_table(table, footnotes, caption=not headed))
     out.append("</section>")
     return out
 
