@@ -212,3 +212,14 @@ def test_standardize_rows_is_a_z_score_per_task_and_keeps_missing():
     # reference columns: the last column placed on the first two's scale
     z = standardize_rows(np.array([[1.0, 3.0, 5.0]]), np.array([True, True, False]))
     assert z[0] == pytest.approx([-1.0, 1.0, 3.0])
+
+
+def test_a_chance_field_that_is_not_an_object_is_named_with_its_line(tmp_path):
+    bad = record("es-senteval:TASS1", "SC", 0, 1, 50.0)
+    bad["chance"] = 33.3
+    path = write_lines(tmp_path / "r.jsonl", [record("es-senteval:TASS1", "SC", 1, 1, 51.0),
+                                               bad])
+    result = CliRunner().invoke(cli, ["report", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code != 0
+    assert f"{path}:2" in result.output and "'chance' must be an object" in result.output
+    assert not (tmp_path / "out").exists()
