@@ -4,6 +4,7 @@ that are not blank, and a clear message when matplotlib is missing."""
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -223,3 +224,18 @@ def test_a_chance_field_that_is_not_an_object_is_named_with_its_line(tmp_path):
     assert result.exit_code != 0
     assert f"{path}:2" in result.output and "'chance' must be an object" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_task_undefined_at_every_layer_still_draws(tmp_path):
+    pytest.importorskip("matplotlib")
+    from estratos.report.plots import render_figures
+
+    lines = [record("es-senteval:STS17", "SS", layer, 1, None, metric="pearson",
+                    test={"pearson": None}) for layer in (0, 1, "avg")]
+    lines += [record("es-senteval:TASS1", "SC", layer, 1, 50.0 + i)
+              for i, layer in enumerate((0, 1, "avg"))]
+    agg = _agg(write_lines(tmp_path / "r.jsonl", lines))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no all-NaN warnings leak out
+        names = [f.name for f in render_figures(agg)]
+    assert "layer-curves_SC.png" in names and any(n.startswith("heatmap-zscores") for n in names)

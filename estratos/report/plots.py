@@ -22,6 +22,7 @@ import io
 import logging
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -110,7 +111,8 @@ def standardize_rows(matrix: np.ndarray, reference: Optional[np.ndarray] = None)
     """Each task (row) as z-scores; mean and std come from the ``reference`` columns (default
     all), so the ``avg`` column is placed on its layers' scale; constant rows become 0."""
     ref = matrix if reference is None else matrix[:, reference]
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():  # a task with no score at any layer stays all-NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(ref, axis=1, keepdims=True) if ref.size else np.zeros((len(matrix), 1))
         std = np.nanstd(ref, axis=1, keepdims=True) if ref.size else np.ones((len(matrix), 1))
     std[~(std > 0)] = 1.0
