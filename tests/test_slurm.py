@@ -44,7 +44,7 @@ def test_dry_run_writes_readable_scripts_and_submit_sh(synth, tmp_path):
     res = run_cli(base_args(synth, out, "org/model-a", "other/model-b") + [
         "--encode-array", "4", "--gpus-per-task", "1",
         "--cpus-per-task", "8", "--time", "02:00:00", "--partition", "gpu",
-        "--sbatch-arg=--account=proj", "--seeds", "1111,1", "--layers", "0,2,avg",
+        "--sbatch-arg=--account=proj", "--sbatch-arg=--comment=my run", "--seeds", "1111,1", "--layers", "0,2,avg",
         "--pooling", "mean", "--classifier", "lbfgs", "--dry-run"])
     assert res.exit_code == 0, res.output
     assert f"bash {out / 'submit.sh'}" in res.output
@@ -59,7 +59,8 @@ def test_dry_run_writes_readable_scripts_and_submit_sh(synth, tmp_path):
     encode = (out / "model-a.encode.sbatch").read_text()
     for line in ["#SBATCH --array=0-3", "#SBATCH --gres=gpu:1", "#SBATCH --cpus-per-task=8",
                  "#SBATCH --time=02:00:00", "#SBATCH --partition=gpu",
-                 "#SBATCH --account=proj", "#SBATCH --job-name=estratos-encode-model-a",
+                 "#SBATCH --account=proj", '#SBATCH --comment="my run"',
+                 "#SBATCH --job-name=estratos-encode-model-a",
                  f"#SBATCH --output={out}/logs/%x-%A_%a.out",
                  "export HDF5_USE_FILE_LOCKING=FALSE", "    --model org/model-a \\",
                  '    --shard "$SLURM_ARRAY_TASK_ID/4" \\', "    --threads 8 \\",
@@ -140,6 +141,7 @@ def test_model_slugs_are_file_names_and_unique():
     (["--layers", "top"], "--layers: unknown layer spec 'top'"),
     (["--pooling", "max"], "'--pooling': 'max' is not one of 'cls', 'mean'"),
     (["--sbatch-arg", "account=x"], "--sbatch-arg: 'account=x' is not one sbatch option"),
+    (["--sbatch-arg", '--comment=a "b"'], "--sbatch-arg: 'a \"b\"': an sbatch directive cannot"),
 ])
 def test_bad_options_are_option_errors(synth, tmp_path, args, message):
     models = [] if not args else ["org/m"]

@@ -129,7 +129,7 @@ def test_the_cluster_runs_an_array(slurm_cluster, tmp_path):
 
 def test_pipeline_report_equals_the_run_without_slurm(slurm_env, workload, tmp_path):
     out = tmp_path / "run dir"  # a blank in the path: every script must quote it
-    printed = invoke(slurm_args(workload, out))
+    printed = invoke(slurm_args(workload, out, "--sbatch-arg=--comment=estratos test"))
     progress = re.search(r"^progress: (squeue .*)$", printed, re.M).group(1)
     ids = re.search(r"--jobs=([\d,]+)", progress).group(1).split(",")
     assert len(ids) == 4, printed  # encode array, merge, probe array, report

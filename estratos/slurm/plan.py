@@ -99,13 +99,21 @@ def _q(value: os.PathLike | str) -> str:
     return shlex.quote(os.fspath(value))
 
 
-def _directive_value(value: str) -> str:
+def _directive_value(value: str, option: str = "--out") -> str:
     """A value for an ``#SBATCH`` line: sbatch splits those lines at blanks unless the value
     is in double quotes (and cannot hold a double quote at all)."""
-    if '"' in value or "\n" in value:
-        raise OptionError(f"--out: {value!r}: sbatch directives cannot hold a double quote "
-                          "or a line break; choose another folder")
+    if '"' in value or "\n" in value or "\r" in value:
+        raise OptionError(f"{option}: {value!r}: an sbatch directive cannot hold a double "
+                          "quote or a line break")
     return f'"{value}"' if re.search(r"\s", value) else value
+
+
+def _directive(arg: str) -> str:
+    """``--sbatch-arg`` as an ``#SBATCH`` line: ``--comment=my run`` -> ``--comment="my run"``."""
+    name, eq, value = arg.partition("=")
+    if eq:
+        return f"{name}={_directive_value(value, '--sbatch-arg')}"
+    return _directive_value(arg, "--sbatch-arg")
 
 
 def model_slugs(models: Sequence[str]) -> Dict[str, str]:
@@ -173,9 +181,10 @@ def _check_options(models: Sequence[str], tasks: str, encode_array: int,
     if classifier not in CLASSIFIERS:
         raise OptionError(f"--classifier: {classifier!r} is not one of {', '.join(CLASSIFIERS)}")
     for arg in sbatch_args:
-        if not arg.startswith("-") or "\n" in arg or "\r" in arg:
+        if not arg.startswith("-"):
             raise OptionError(f"--sbatch-arg: {arg!r} is not one sbatch option "
                               "(e.g. --account=ACCOUNT)")
+        _directive(arg)
 
 
 class _Shell(str):
@@ -239,7 +248,7 @@ class _Pipeline:
             lines.append(f"#SBATCH --cpus-per-task={cpus}")
         if self.time:
             lines.append(f"#SBATCH --time={self.time}")
-        lines += [f"#SBATCH {arg}" for arg in self.sbatch_args]
+        lines += [f"#SBATCH {_directive(arg)}" for arg in self.sbatch_args]
         # HDF5's file locks fail on many network file systems; estratos never shares a
         # file between writers (each array task writes its own shard)
         return lines + ["set -euo pipefail", "export HDF5_USE_FILE_LOCKING=FALSE"]
