@@ -154,9 +154,9 @@ def main(argv=None) -> int:
 
 
 def _l2_grid(spec):
-    from estratos.probe.settings import resolve_settings
+    from estratos.probe.settings import resolve_classifier
 
-    return resolve_settings(spec.classifier, classifier="senteval", task=spec.id).l2_grid
+    return resolve_classifier(spec.classifier, classifier="senteval", task=spec.id).l2_grid
 
 
 def time_reference(cache_path: Path, spec, dirs, layers: str, seed: int, threads):
@@ -166,13 +166,13 @@ def time_reference(cache_path: Path, spec, dirs, layers: str, seed: int, threads
     from estratos.probe.classifiers import torch_runtime
     from estratos.probe.features import build_features, parse_layers
     from estratos.probe.reference import reference_senteval_fit
-    from estratos.probe.settings import resolve_settings
+    from estratos.probe.settings import resolve_classifier
     from estratos.tasks import load_task
 
     task = load_task(spec, dirs)
     if task.protocol != "split":
         raise SystemExit(f"--reference times split tasks only; {spec.id} is {task.protocol}")
-    settings = resolve_settings(spec.classifier, classifier="senteval", task=spec.id)
+    settings = resolve_classifier(spec.classifier, classifier="senteval", task=spec.id)
     with open_cache(cache_path) as cache:
         vectors = cache.read(cache.rows_for(task.sentences), "cls")
     specs = parse_layers(layers, vectors.shape[1])

@@ -17,6 +17,7 @@ from estratos.probe import baseline
 from estratos.probe.baseline import (
     BASELINE_MODEL, baseline_tasks, evaluate_task, parse_seeds, run_baseline, split_matrix,
     tfidf_matrix)
+from estratos.protocols import row_cosine
 from estratos.report import build_report
 from estratos.results import load_results
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
@@ -112,7 +113,7 @@ def test_relatedness_uses_cosine_and_a_train_line_for_mse():
     sents = STS_SENTENCES
     T = tfidf_matrix(sents, np.arange(4))
     pairs = [(0, 1), (0, 2), (0, 3), (1, 2), (2, 3)]
-    sims = baseline.row_cosine(T[[a for a, _ in pairs]], T[[b for _, b in pairs]])
+    sims = row_cosine(T[[a for a, _ in pairs]], T[[b for _, b in pairs]])
     gold = list(1.0 + 4.0 * sims)  # exactly linear in the cosine
     cols = [[a for a, _ in pairs], [b for _, b in pairs]]
     data = _task(spec, sents, {"train": (cols, gold), "dev": (cols, gold),

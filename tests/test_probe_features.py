@@ -8,8 +8,8 @@ import pytest
 from estratos.errors import OptionError, TaskError
 from estratos.probe.features import (AVG, build_features, combine, layer_matrix, parse_layers,
                                      slot_vectors)
-from estratos.probe.settings import (DEFAULT_L2_GRID, NOREG_GRID, ClassifierSettings,
-                                     resolve_settings)
+from estratos.probe.classifiers import LBFGSClassifier, RelatednessRegressor, SentEvalClassifier
+from estratos.probe.settings import DEFAULT_L2_GRID, NOREG_GRID, resolve_classifier
 from estratos.tasks.types import SlotRefs, Split
 
 from probe_toys import spec
@@ -21,27 +21,48 @@ def test_dc_override_does_not_leak_into_the_next_task():
     dc = spec("DC", combiner="dc", group="DC",
               classifier={"nhid": 2000, "tenacity": 8, "epoch_size": 15, "l2_grid": "noreg"})
     sc = spec("TASS1")
-    first = resolve_settings(dc.classifier, task=dc.id)
-    second = resolve_settings(sc.classifier, task=sc.id)
+    first = resolve_classifier(dc.classifier, task=dc.id)
+    second = resolve_classifier(sc.classifier, task=sc.id)
     assert (first.nhid, first.tenacity, first.epoch_size, first.l2_grid) == (2000, 8, 15,
                                                                             NOREG_GRID)
-    assert second == ClassifierSettings()
+    assert second.get_params() == SentEvalClassifier().get_params()
     assert (second.nhid, second.tenacity, second.epoch_size, second.max_epoch) == (0, 5, 4, 200)
     assert second.l2_grid == DEFAULT_L2_GRID
-    # and the defaults themselves are untouched
-    assert ClassifierSettings().nhid == 0
+    # a fresh estimator per call: changing one changes neither the next nor the defaults
+    first.set_params(nhid=7)
+    assert resolve_classifier(dc.classifier, task=dc.id).nhid == 2000
+    assert SentEvalClassifier().nhid == 0
+    with pytest.raises(TypeError):
+        dc.classifier["nhid"] = 1  # the spec's overrides are read-only
 
 
-def test_nli_like_override_and_record():
-    s = resolve_settings({"max_epoch": 15, "epoch_size": 1, "l2_grid": "noreg"},
-                         classifier="lbfgs")
-    assert (s.max_epoch, s.epoch_size, s.l2_grid) == (15, 1, (1e-9,))
+def test_record_is_built_from_get_params():
+    s = resolve_classifier({"max_epoch": 15, "epoch_size": 1, "l2_grid": "noreg"},
+                           classifier="lbfgs")
+    # a linear full-batch model: network and schedule overrides do not apply to it
+    assert s.get_params()["l2_grid"] == (1e-9,) and "max_epoch" not in s.get_params()
     assert s.record() == {"name": "lbfgs", "nhid": 0, "optim": "lbfgs", "max_iter": 1000,
                           "tol": 1e-4, "l2_grid": [1e-9]}
-    assert resolve_settings({"max_epoch": 15}).record() == {
+    clf = resolve_classifier({"max_epoch": 15})
+    assert clf.record() == {
         "name": "senteval", "nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5,
         "epoch_size": 4, "max_epoch": 15, "dropout": 0.0,
         "l2_grid": [1e-5, 1e-4, 1e-3, 1e-2]}
+    clf.set_params(tenacity=9, nhid=50)
+    assert clf.record()["tenacity"] == 9 and clf.record()["nhid"] == 50
+    assert RelatednessRegressor().record(name="lbfgs") == {
+        "name": "lbfgs", "nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 3,
+        "epoch_size": 50, "max_epoch": 1000, "dropout": 0.0, "l2_grid": [0.0]}
+
+
+def test_every_hyper_parameter_is_a_constructor_parameter():
+    params = SentEvalClassifier().get_params()
+    for key in ("nhid", "dropout", "optim", "batch_size", "tenacity", "epoch_size",
+                "max_epoch", "l2_grid", "kfold", "validation_split", "lr", "seed"):
+        assert key in params
+    assert {"batch_size", "tenacity", "epoch_size", "max_epoch", "lr"} <= set(
+        RelatednessRegressor().get_params())
+    assert {"max_iter", "tol", "l2_grid", "kfold"} <= set(LBFGSClassifier().get_params())
 
 
 @pytest.mark.parametrize("overrides,needle", [
@@ -55,13 +76,13 @@ def test_nli_like_override_and_record():
 ])
 def test_bad_overrides_name_the_task_and_key(overrides, needle):
     with pytest.raises(TaskError, match=needle) as info:
-        resolve_settings(overrides, task="toy:Bad")
+        resolve_classifier(overrides, task="toy:Bad")
     assert "toy:Bad" in str(info.value)
 
 
 def test_unknown_classifier_names_the_option():
     with pytest.raises(OptionError, match="--classifier"):
-        resolve_settings({}, classifier="svm")
+        resolve_classifier({}, classifier="svm")
 
 
 # ---- layer specs ---------------------------------------------------------------------------

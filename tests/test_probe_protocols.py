@@ -1,4 +1,5 @@
-"""Protocols on small fixtures: split, kfold, inner-kfold, cosine, relatedness, one-at-a-time."""
+"""Protocols on small fixtures: split, kfold, inner-kfold, cosine, relatedness, one-at-a-time,
+and the registry (split handling, what tasks may ask without naming a protocol)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from estratos.probe import protocols as P
+import estratos.protocols as P
 from estratos.probe.classifiers import (LBFGSClassifier, RelatednessRegressor,
                                         SentEvalClassifier, torch_runtime)
 
@@ -126,7 +127,7 @@ def test_cosine_protocol_matches_a_hand_computation():
         u = rng.normal(size=(1, n, 5))
         v = u + rng.normal(size=(1, n, 5))
         gold = rng.uniform(0, 5, size=n)
-        subsets[name] = (u, v, gold)
+        subsets[name] = (P.row_cosine(u[0], v[0])[None], gold)
         cos = np.array([a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
                         for a, b in zip(u[0], v[0])])
         hand[name] = (pearsonr(cos, gold)[0], spearmanr(cos, gold)[0])
@@ -148,17 +149,18 @@ def test_cosine_protocol_reports_an_undefined_correlation_as_none():
     same = np.ones((1, 12, 4))
     gold = rng.uniform(0, 5, size=12)
     u = rng.normal(size=(1, 12, 4))
-    out = P.cosine_protocol({"a": (same, same, gold), "b": (u, u + 0.1, gold)})[0].test
+    sims = {"a": P.row_cosine(same[0], same[0])[None], "b": P.row_cosine(u[0], u[0] + 0.1)[None]}
+    out = P.cosine_protocol({k: (v, gold) for k, v in sims.items()})[0].test
     assert out["subsets"]["a"]["pearson"] is None and out["subsets"]["a"]["spearman"] is None
     assert out["subsets"]["b"]["pearson"] is not None
     assert out["pearson"] is None and out["pearson_mean"] is None
-    from estratos.probe.runner import _score
-    assert _score("pearson", out) is None
-    assert _score("pearson", {"pearson": 0.5}) == 50.0
+    from estratos.results import primary_score
+    assert primary_score("pearson", out) is None
+    assert primary_score("pearson", {"pearson": 0.5}) == 50.0
 
 
 def test_cosine_similarity_of_a_zero_vector_is_zero():
-    sims = P.cosine_similarity(np.array([[0.0, 0.0], [1.0, 0.0]]),
+    sims = P.row_cosine(np.array([[0.0, 0.0], [1.0, 0.0]]),
                                np.array([[1.0, 1.0], [2.0, 0.0]]))
     np.testing.assert_allclose(sims, [0.0, 1.0])
 
@@ -199,3 +201,115 @@ def test_lbfgs_through_kfold():
 def test_f1_of_the_positive_class():
     assert P.f1_positive(np.array([1, 1, 0, 0]), np.array([1, 0, 1, 0]), 1) == pytest.approx(50)
     assert P.f1_positive(np.array([0, 0]), np.array([0, 0]), 1) == 0.0
+
+
+# ---- per-example predictions ---------------------------------------------------------------
+
+def test_split_and_kfold_predict_every_test_example_in_order():
+    Recorder.calls = []
+    x, y = data(60)
+    out = P.split_protocol(Recorder, (x, y), (x, y), (x[:, :25], y[:25]), [1e-5, 1e-2])
+    assert out[0].predicted == ("test",) and out[0].predictions.shape == (25,)
+    out = P.kfold_protocol(Recorder, (x, y), (x[:, :20], y[:20]), [1e-5], k=3)
+    assert out[1].predicted == ("test",) and out[1].predictions.shape == (20,)
+
+
+def test_inner_kfold_predicts_every_example_once_by_its_outer_fold():
+    x, y = data(90)
+    out = P.inner_kfold_protocol(lambda: LBFGSClassifier(), (x, y), [1e-3], k=3)
+    o = out[0]
+    assert o.predicted == ("all",) and o.predictions.shape == (90,)
+    assert sorted(np.bincount(o.folds).tolist()) == [30, 30, 30]
+    # the recorded accuracy is the mean of the per-fold accuracies of these predictions
+    per_fold = [100 * np.mean(o.predictions[o.folds == f] == y[o.folds == f]) for f in range(3)]
+    assert o.test["accuracy"] == pytest.approx(np.mean(np.round(per_fold, 2)), abs=0.01)
+
+
+def test_cosine_predictions_are_the_cosines_concatenated_in_subset_order():
+    rng = np.random.default_rng(2)
+    sims = {"b": rng.uniform(size=(2, 5)), "a": rng.uniform(size=(2, 3))}
+    out = P.cosine_protocol({k: (v, rng.uniform(size=v.shape[1])) for k, v in sims.items()})
+    assert out[1].predicted == ("a", "b")
+    np.testing.assert_array_equal(out[1].predictions, np.concatenate([sims["a"][1],
+                                                                      sims["b"][1]]))
+
+
+def test_relatedness_predictions_are_on_the_task_scale():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1, 120, 4)).astype(np.float32)
+    score = rng.uniform(0, 4, size=120)  # a 0..4 task shifted onto 1..5 for the regressor
+    out = P.relatedness_protocol(lambda: RelatednessRegressor(seed=1, epoch_size=2,
+                                                              max_epoch=4),
+                                 (x[:, :80], score[:80]), (x[:, 80:100], score[80:100]),
+                                 (x[:, 100:], score[100:]), offset=1.0)[0]
+    assert out.predicted == ("test",) and out.predictions.shape == (20,)
+    assert out.test["mse"] == pytest.approx(np.mean((out.predictions - score[100:]) ** 2))
+
+
+# ---- the registry ------------------------------------------------------------------------
+
+def test_registry_names_and_what_tasks_may_ask():
+    assert P.protocol_names() == ("split", "kfold", "inner-kfold", "cosine", "relatedness")
+    assert [p for p in P.protocol_names() if P.get_protocol(p).scores] == ["cosine",
+                                                                           "relatedness"]
+    assert P.get_protocol("relatedness").trains == "regressor"
+    assert P.get_protocol("cosine").trains is None
+    assert P.get_protocol("inner-kfold").train_split == "all"
+    assert P.get_protocol("split").seeds_share_data and not P.get_protocol("kfold").seeds_share_data
+    with pytest.raises(KeyError, match="unknown protocol 'loo'.*split"):
+        P.get_protocol("loo")
+
+
+def _names(source):
+    return {"train": "tr.txt", "dev": "va.txt", "test": "te.txt"}.get(source, "none given")
+
+
+@pytest.mark.parametrize("protocol", ["split", "relatedness"])
+def test_train_dev_test_plans_and_fallbacks(protocol):
+    p = P.get_protocol(protocol)
+    pub = ("train", "dev", "test")
+    full = p.plan(pub, set(pub), _names, 0.1)
+    assert full.reads == (("train", "train"), ("dev", "dev"), ("test", "test"))
+    assert full.fallback is None and not full.missing
+    no_train = p.plan(pub, {"dev", "test"}, _names, 0.1)
+    assert no_train.reads == (("dev", P.POOL), ("test", "test"))
+    assert no_train.holdout_from == P.POOL and no_train.splits == pub
+    assert no_train.fallback == ("no train file (tr.txt): train on va.txt minus a held-out "
+                                 "10% (fixed seed) that is the dev split; test on te.txt")
+    no_dev = p.plan(pub, {"train", "test"}, _names, 0.1)
+    assert no_dev.reads[0] == ("train", P.POOL) and "no dev file (va.txt)" in no_dev.fallback
+    assert p.plan(pub, {"train", "dev"}, _names, 0.1).missing == ("test", "train", "dev")
+
+
+def test_kfold_without_train_falls_back_to_nested_kfold_on_test():
+    plan = P.get_protocol("kfold").plan(("train", "test"), {"test"}, _names, 0.1)
+    assert plan.protocol == "inner-kfold" and plan.reads == (("test", "all"),)
+    assert plan.splits == ("all",) and plan.fallback.startswith("no train file (tr.txt)")
+
+
+def test_cosine_and_inner_kfold_need_every_published_source():
+    cos = P.get_protocol("cosine")
+    assert cos.plan(("news", "wiki"), {"news", "wiki"}, _names, 0.1).splits == ("news", "wiki")
+    assert cos.plan(("news", "wiki"), {"news"}, _names, 0.1).missing == ("news", "wiki")
+    ik = P.get_protocol("inner-kfold").plan(("pos", "neg"), {"pos", "neg"}, _names, 0.1)
+    assert ik.reads == (("pos", "all"), ("neg", "all")) and ik.splits == ("all",)
+
+
+def test_no_protocol_name_is_switched_on_outside_the_registry():
+    """Protocol names may be named (task specs name one) but never compared."""
+    import re
+    from pathlib import Path
+
+    import estratos
+
+    root = Path(estratos.__file__).parent
+    names = "|".join(re.escape(n) for n in P.protocol_names())
+    compare = re.compile(rf"(==|!=|\bin\b)\s*\(?[^\n#]*[\"']({names})[\"']")
+    offenders = []
+    for path in root.rglob("*.py"):
+        if "protocols" in path.relative_to(root).parts[:1]:
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "protocol" in line and compare.search(line):
+                offenders.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
+    assert not offenders, offenders

@@ -1,9 +1,11 @@
 """Stage two: probes for every task x layer x seed from the cache alone.
 
 Public API: :func:`run_probe` (the grid runner), :func:`probe_tasks` (the same from
-command-line forms), :func:`resolve_settings` / :class:`ClassifierSettings`, the classifiers
-(:class:`SentEvalClassifier`, :class:`LBFGSClassifier`, :class:`RelatednessRegressor`) and
-the protocols (:mod:`estratos.probe.protocols`). Results are written and read through
+command-line forms), :func:`evaluate_cells` / :func:`classifier_record` (one task's cells
+through its protocol, :mod:`estratos.protocols`), :func:`resolve_probe_device`,
+:func:`resolve_classifier` (a task's estimator) and the classifiers
+(:class:`SentEvalClassifier`, :class:`LBFGSClassifier`, :class:`RelatednessRegressor`,
+scikit-learn style). Results are written and read through
 :mod:`estratos.results`. See docs/probe.md.
 
 Names are imported on first use, so importing a light submodule does not load torch.
@@ -14,7 +16,8 @@ from typing import Any
 
 _EXPORTS = {
     "run_probe": "runner", "probe_tasks": "runner", "summarize": "runner",
-    "resolve_settings": "settings", "ClassifierSettings": "settings",
+    "resolve_classifier": "settings", "evaluate_cells": "cells", "classifier_record": "cells",
+    "resolve_probe_device": "cells",
     "SentEvalClassifier": "classifiers", "LBFGSClassifier": "classifiers",
     "RelatednessRegressor": "classifiers",
 }

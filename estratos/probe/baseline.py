@@ -6,26 +6,27 @@ lower-casing, no punctuation splitting, no accents stripped), weighted by TF-IDF
 known about the language, which is the point: ODESIA's Delta
 (:mod:`estratos.report.odesia`) measures how far a system goes beyond this.
 
-Per protocol:
+Per protocol (:mod:`estratos.protocols`; the baseline asks the protocol, never its name):
 
-- classification (``split``, ``kfold``, ``inner-kfold``): example features are built from the
+- classification protocols (``split``, ``kfold``, ``inner-kfold``): example features are built from the
   sparse sentence vectors with the task's own combiner (:data:`estratos.probe.features.
   COMBINERS`, e.g. ``[|u-v|, u*v]`` for pairs; an RST subtree is the mean of its EDU
   vectors), and a logistic regression (scikit-learn, saga) is trained through the SAME
-  protocol functions as the probes (:mod:`estratos.probe.protocols`: same splits, same folds,
+  protocol objects as the probes (same splits, same folds,
   same seeds, L2 chosen on dev accuracy). The L2 grid is SentEval's ``1e-5 .. 1e-2``; as
   scikit-learn sums the loss over examples while SentEval's weight decay applies to the mean
   loss, ``C = 1 / (L2 * n_train)`` makes the two penalties equal. Tasks that turn
   regularization off for the neural probes (``noreg``) still use the grid: an unregularized
   linear model on sparse TF-IDF only memorizes.
-- ``cosine`` (STS): Pearson/Spearman of the TF-IDF cosine of the two sentences vs gold, per
-  subset, then their size-weighted mean (as the probes report). With no training data, the
-  vectorizer is fitted on all the task's sentences.
-- ``relatedness`` (SICK-R): Pearson/Spearman of the cosine vs gold on test; ``mse`` uses a
-  least-squares line from cosine to gold fitted on train (correlations do not depend on it).
+- score protocols: the protocol is evaluated with nothing trained, on the TF-IDF cosine of
+  the two sentences. ``cosine`` (STS): Pearson/Spearman vs gold per subset, then their
+  size-weighted mean (as the probes report). ``relatedness`` (SICK-R): Pearson/Spearman of
+  the cosine vs gold on test; ``mse`` uses a least-squares line from cosine to gold fitted on
+  train (correlations do not depend on it). An undefined correlation is null.
 
-The vectorizer is fitted on the training sentences (``inner-kfold``: the whole pool, whose
-IDF then also sees the held-out folds' words; IDF uses no labels). Results use the probe
+The vectorizer is fitted on the protocol's training split (``inner-kfold``: the whole pool,
+whose IDF then also sees the held-out folds' words; IDF uses no labels; ``cosine``, which
+trains nothing: every sentence of the task). Results use the probe
 schema with ``kind: "baseline"``, model ``baseline:tfidf`` and ``layer``/``pooling`` null.
 """
 
@@ -40,7 +41,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.stats import pearsonr, spearmanr
 # imported at module level on purpose: the BLAS/OpenMP libraries must be loaded before
 # threadpool_limits is entered, or the limit does not reach them
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -49,9 +49,11 @@ from threadpoolctl import threadpool_limits
 
 from estratos import __version__
 from estratos.errors import OptionError
-from estratos.probe import protocols
 from estratos.probe.features import COMBINERS
-from estratos.probe.settings import DEFAULT_L2_GRID, parse_seeds, resolve_settings
+from estratos.probe.settings import (DEFAULT_L2_GRID, RecordedEstimator, parse_seeds,
+                                     task_overrides)
+from estratos.protocols import (DEFAULT_KFOLD, VALIDATION_SPLIT, CellOutcome, Inputs,
+                                get_protocol, positive_class)
 from estratos.results import ResultRecord, ResultsStore, primary_score
 from estratos.results.record import utc_now
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
@@ -116,19 +118,9 @@ def split_matrix(T: sp.csr_array, split: Split, combiner: str) -> sp.csr_array:
     return X
 
 
-def row_cosine(U: sp.csr_array, V: sp.csr_array) -> np.ndarray:
-    """Row-wise cosine of two sparse matrices (0 where a row is empty)."""
-    num = np.asarray(U.multiply(V).sum(axis=1)).ravel()
-    nu = np.sqrt(np.asarray(U.multiply(U).sum(axis=1)).ravel())
-    nv = np.sqrt(np.asarray(V.multiply(V).sum(axis=1)).ravel())
-    den = nu * nv
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
-
-
 # ----------------------------------------------------------------------------- estimator
 
-class TfidfLogReg:
+class TfidfLogReg(RecordedEstimator):
     """Logistic regressions over an L2 grid, with the interface the protocols expect.
 
     ``fit(X, y, X_dev, y_dev, l2)``: ``X`` a list of G sparse feature groups, ``l2`` a grid
@@ -141,17 +133,28 @@ class TfidfLogReg:
     measured.
     """
 
-    def __init__(self, classes: Sequence[int], seed: int = 1111, max_iter: int = MAX_ITER,
-                 tol: float = TOL) -> None:
-        self.classes = np.asarray(classes)
+    name = CLASSIFIER_NAME
+    _recorded = ("method", "solver", "tol", "tokenizer", "lowercase", "max_iter", "l2_grid",
+                 "C")
+    _facts = {"method": "logistic-regression", "solver": "saga", "tokenizer": "whitespace",
+              "lowercase": False, "C": "1 / (l2 * n_train)"}
+
+    def __init__(self, classes: Sequence[int] = (), seed: int = 1111,
+                 max_iter: int = MAX_ITER, tol: float = TOL,
+                 l2_grid: Sequence[float] = DEFAULT_L2_GRID, kfold: int = DEFAULT_KFOLD,
+                 validation_split: float = VALIDATION_SPLIT) -> None:
+        self.classes = classes
         self.seed = seed
         self.max_iter = max_iter
         self.tol = tol
+        self.l2_grid = l2_grid
+        self.kfold = kfold
+        self.validation_split = validation_split
 
     def _one(self, X, y, l2: float):
         present = np.unique(y)
         if len(present) < 2:  # a fold with one class: predict it (LogisticRegression refuses)
-            return _Constant(present[0] if len(present) else self.classes[0]), 0
+            return _Constant(present[0] if len(present) else np.asarray(self.classes)[0]), 0
         C = 1.0 / (max(float(l2), 1e-12) * max(len(y), 1))
         model = LogisticRegression(C=C, max_iter=self.max_iter, tol=self.tol, solver="saga",
                                    random_state=self.seed)
@@ -201,112 +204,68 @@ class _Constant:
 
 # ----------------------------------------------------------------------------- protocols
 
-def _pearson_spearman(pred: np.ndarray, gold: np.ndarray) -> Tuple[float, float]:
-    if len(gold) < 2 or np.ptp(pred) == 0 or np.ptp(gold) == 0:
-        return 0.0, 0.0  # undefined correlation: reported as 0, as the probes do
-    p = float(pearsonr(pred, gold)[0])
-    s = float(spearmanr(pred, gold).correlation)
-    return (p if np.isfinite(p) else 0.0), (s if np.isfinite(s) else 0.0)
+#: what a baseline record says when nothing is trained (score protocols)
+COSINE_RECORD = {"name": CLASSIFIER_NAME, "method": "cosine", "tokenizer": "whitespace",
+                 "lowercase": False}
 
 
-def _cosine_task(data: TaskData) -> protocols.CellOutcome:
-    """STS: per-subset correlations of the TF-IDF cosine, then plain and weighted means."""
-    splits = [data.splits[name] for name in sorted(data.splits)]
-    T = tfidf_matrix(data.sentences, sentence_ids(*splits))
-    per: Dict[str, Dict[str, Any]] = {}
-    for name, split in zip(sorted(data.splits), splits):
-        sims = row_cosine(slot_matrix(T, split.slots[0]), slot_matrix(T, split.slots[1]))
-        p, s = _pearson_spearman(sims, np.asarray(split.labels, dtype=np.float64))
-        per[name] = {"pearson": p, "spearman": s, "n": len(split)}
-    sizes = np.array([v["n"] for v in per.values()], dtype=np.float64)
-    test: Dict[str, Any] = {}
-    for metric in ("pearson", "spearman"):
-        vals = np.array([v[metric] for v in per.values()])
-        test[f"{metric}_mean"] = float(vals.mean())
-        test[f"{metric}_wmean"] = float((vals * sizes).sum() / sizes.sum())
-        test[metric] = test[f"{metric}_wmean"]
-    test["subsets"] = per
-    return protocols.CellOutcome(l2=None, dev=None, test=test)
+def _estimator(data: TaskData, seed: int, l2_grid: Sequence[float]) -> TfidfLogReg:
+    """The task's logistic regression: SentEval's L2 grid (``noreg`` does not apply, see
+    the module docstring), the task's ``kfold`` override."""
+    overrides = task_overrides(data.spec.classifier, task=data.spec.id)
+    est = TfidfLogReg(list(range(len(data.labels))), seed=seed, l2_grid=tuple(l2_grid))
+    return est.set_params(**{k: v for k, v in overrides.items() if k == "kfold"})
 
 
-def _relatedness_task(data: TaskData) -> protocols.CellOutcome:
-    """SICK-R: cosine vs gold; mse through a line fitted on train."""
-    T = tfidf_matrix(data.sentences, sentence_ids(data.splits["train"]))
-
-    def cos(split: Split) -> np.ndarray:
-        return row_cosine(slot_matrix(T, split.slots[0]), slot_matrix(T, split.slots[1]))
-
-    train, dev, test = (data.splits[k] for k in ("train", "dev", "test"))
-    gold_tr = np.asarray(train.labels, dtype=np.float64)
-    c_tr = cos(train)
-    slope, intercept = (np.polyfit(c_tr, gold_tr, 1) if np.ptp(c_tr) > 0
-                        else (0.0, float(gold_tr.mean())))
-    c_te, gold_te = cos(test), np.asarray(test.labels, dtype=np.float64)
-    p, s = _pearson_spearman(c_te, gold_te)
-    mse = float(np.mean((slope * c_te + intercept - gold_te) ** 2))
-    dev_p, _ = _pearson_spearman(cos(dev), np.asarray(dev.labels, dtype=np.float64))
-    return protocols.CellOutcome(l2=None, dev={"pearson": dev_p},
-                                 test={"pearson": p, "spearman": s, "mse": mse})
-
-
-def _classification_task(data: TaskData, seed: int, l2_grid: Sequence[float], k: int,
-                         validation_split: float) -> protocols.CellOutcome:
-    """Logistic regression through the probes' protocol functions."""
+def evaluate_outcome(data: TaskData, seed: int = 1111, *,
+                     l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> CellOutcome:
+    """The baseline's outcome on one loaded task through its protocol object."""
     spec = data.spec
-    fit_split = "all" if data.protocol == "inner-kfold" else "train"
-    T = tfidf_matrix(data.sentences, sentence_ids(data.splits[fit_split]))
+    protocol = get_protocol(data.protocol)
+    fit = [data.splits[protocol.train_split]] if protocol.train_split else [
+        data.splits[name] for name in sorted(data.splits)]
+    T = tfidf_matrix(data.sentences, sentence_ids(*fit))
 
-    def xy(name: str):
-        split = data.splits[name]
-        return [split_matrix(T, split, spec.combiner)], np.asarray(split.labels)
+    def labels(name: str) -> np.ndarray:
+        return np.asarray(data.splits[name].labels,
+                          dtype=np.float64 if protocol.scores else None)
 
-    classes = list(range(len(data.labels)))
-    wants_f1 = spec.metric == "f1" or "f1" in spec.extra_metrics
-    positive = 1 if wants_f1 and len(data.labels) == 2 else None  # F1 of the second label
+    def features(name: str):
+        return [split_matrix(T, data.splits[name], spec.combiner)]
 
-    def make() -> TfidfLogReg:
-        return TfidfLogReg(classes, seed=seed)
+    def pairs(name: str):
+        slots = data.splits[name].slots
+        return [slot_matrix(T, slots[0])], [slot_matrix(T, slots[1])]
 
-    if data.protocol == "split":
-        outcomes = protocols.split_protocol(make, xy("train"), xy("dev"), xy("test"),
-                                            l2_grid, positive=positive)
-    elif data.protocol == "kfold":
-        outcomes = protocols.kfold_protocol(make, xy("train"), xy("test"), l2_grid, k=k,
-                                            seed=seed, validation_split=validation_split,
-                                            positive=positive)
-    else:
-        outcomes = protocols.inner_kfold_protocol(make, xy("all"), l2_grid, k=k, seed=seed,
-                                                  validation_split=validation_split,
-                                                  positive=positive)
-    return outcomes[0]
+    est = _estimator(data, seed, l2_grid)
+    params = est.get_params()
+    trained = not protocol.scores
+    inputs = Inputs(labels=labels, splits=tuple(data.splits), features=features, pairs=pairs,
+                    classifier=(lambda: TfidfLogReg(**params)) if trained else None,
+                    seed=int(seed), l2_grid=tuple(params["l2_grid"]), kfold=params["kfold"],
+                    validation_split=params["validation_split"],
+                    positive=positive_class(spec.id, spec.metric, spec.extra_metrics,
+                                            data.labels),
+                    score_range=spec.score_range)
+    return protocol.evaluate(inputs)[0]
 
 
 def classifier_record(data: TaskData, l2_grid: Sequence[float]) -> Dict[str, Any]:
     """The ``classifier`` object of a baseline record (what was done, for the reader)."""
-    if data.protocol in ("cosine", "relatedness"):
-        return {"name": CLASSIFIER_NAME, "method": "cosine", "tokenizer": "whitespace",
-                "lowercase": False}
-    return {"name": CLASSIFIER_NAME, "method": "logistic-regression", "solver": "saga",
-            "tol": TOL, "tokenizer": "whitespace", "lowercase": False, "max_iter": MAX_ITER,
-            "l2_grid": list(l2_grid), "C": "1 / (l2 * n_train)"}
+    if get_protocol(data.protocol).scores:
+        return dict(COSINE_RECORD)
+    return _estimator(data, 1111, l2_grid).record()
 
 
 def evaluate_task(data: TaskData, seed: int = 1111, *,
                   l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> ResultRecord:
     """Run the baseline on one loaded task; returns the result record (not written)."""
     spec = data.spec
-    settings = resolve_settings(spec.classifier, task=spec.id)
     start = time.perf_counter()
     # one thread: these sparse problems are small, and OpenMP/BLAS threads on a busy machine
     # spin more than they compute (an lbfgs fit was measured 40x slower with them)
     with threadpool_limits(limits=1):
-        if data.protocol == "cosine":
-            outcome = _cosine_task(data)
-        elif data.protocol == "relatedness":
-            outcome = _relatedness_task(data)
-        else:
-            outcome = _classification_task(data, seed, l2_grid, settings.kfold,
-                                           settings.validation_split)
+        outcome = evaluate_outcome(data, seed, l2_grid=l2_grid)
     seconds = time.perf_counter() - start
     score = primary_score(spec.metric, outcome.test)
     log.info("baseline %s seed %d: %s %s (%.1fs)", spec.id, seed, spec.metric,

@@ -39,6 +39,9 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from estratos.probe.settings import DEFAULT_L2_GRID, RecordedEstimator
+from estratos.protocols import DEFAULT_KFOLD, VALIDATION_SPLIT
+
 log = logging.getLogger(__name__)
 
 _EVAL_CHUNK = 2048
@@ -389,36 +392,43 @@ def _train(net: _Net, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tenso
     return _FitState(net, best, best_score, epochs)
 
 
-class SentEvalClassifier:
+class SentEvalClassifier(RecordedEstimator):
     """SentEval's PyTorch MLP/logistic probe, batched over G feature groups x R L2 values.
 
     ``fit(X, y, X_dev, y_dev, l2)`` with ``X (G, n, F)`` (or ``(n, F)``), int labels and
     ``l2`` a grid ``(R,)`` shared by all groups or a table ``(G, R)``; then ``predict(X)`` ->
     ``(G, R, n)`` labels from each model's best (dev-selected) weights. ``dev_score_`` holds
     the best dev accuracy (fraction) and ``epochs_`` the epochs run, both ``(G, R)``.
+
+    Every hyper-parameter is a constructor parameter (SentEval's defaults): the network
+    (``nhid``, ``dropout``), the optimiser and schedule (``optim``, ``lr``, ``batch_size``,
+    ``tenacity``, ``epoch_size``, ``max_epoch``) and what the protocols read from it
+    (``l2_grid``, ``kfold``, ``validation_split``). ``n_classes`` None: from the labels.
     """
 
     name = "senteval"
+    _recorded = ("nhid", "optim", "batch_size", "tenacity", "epoch_size", "max_epoch",
+                 "dropout", "l2_grid")
 
     def __init__(self, n_classes: Optional[int] = None, nhid: int = 0, dropout: float = 0.0,
-                 batch_size: int = 64, tenacity: int = 5, epoch_size: int = 4,
-                 max_epoch: int = 200, seed: int = 1111, lr: float = 1e-3) -> None:
+                 optim: str = "adam", batch_size: int = 64, tenacity: int = 5,
+                 epoch_size: int = 4, max_epoch: int = 200,
+                 l2_grid: Sequence[float] = DEFAULT_L2_GRID, kfold: int = DEFAULT_KFOLD,
+                 validation_split: float = VALIDATION_SPLIT, seed: int = 1111,
+                 lr: float = 1e-3) -> None:
         self.n_classes = n_classes
         self.nhid = nhid
         self.dropout = dropout
+        self.optim = optim
         self.batch_size = batch_size
         self.tenacity = tenacity
         self.epoch_size = epoch_size
         self.max_epoch = max_epoch
+        self.l2_grid = l2_grid
+        self.kfold = kfold
+        self.validation_split = validation_split
         self.seed = seed
         self.lr = lr
-
-    @classmethod
-    def from_settings(cls, settings, seed: int, n_classes: int) -> "SentEvalClassifier":
-        """Build from a :class:`~estratos.probe.settings.ClassifierSettings`."""
-        return cls(n_classes=n_classes, nhid=settings.nhid, dropout=settings.dropout,
-                   batch_size=settings.batch_size, tenacity=settings.tenacity,
-                   epoch_size=settings.epoch_size, max_epoch=settings.max_epoch, seed=seed)
 
     def fit(self, X, y, X_dev, y_dev, l2) -> "SentEvalClassifier":
         x, x_dev = _as_groups(X), _as_groups(X_dev)
@@ -456,7 +466,7 @@ class SentEvalClassifier:
         return (self.predict(X) == np.asarray(y)[None, None, :]).mean(axis=-1)
 
 
-class RelatednessRegressor:
+class RelatednessRegressor(RecordedEstimator):
     """Tai et al.'s SICK-R probe (as in SentEval), batched over G feature groups.
 
     A score ``y`` in [1, K] becomes a distribution over K classes (:func:`score_distribution`);
@@ -464,9 +474,14 @@ class RelatednessRegressor:
     ``epoch_size`` (50) passes the dev Pearson of the expected score picks the best model;
     stop after ``tenacity`` (3) non-improving rounds (cumulative count, checked as in the
     classifier) or ``max_epoch`` (1000) passes. ``predict(X)`` -> expected scores ``(G, n)``.
+    Results record it under the ``--classifier`` name asked for (the run's cells belong to
+    that classifier), with its fixed facts: linear, Adam, no dropout, no L2.
     """
 
     name = "senteval-relatedness"
+    _recorded = ("nhid", "optim", "batch_size", "tenacity", "epoch_size", "max_epoch",
+                 "dropout", "l2_grid")
+    _facts = {"nhid": 0, "optim": "adam", "dropout": 0.0, "l2_grid": (0.0,)}
 
     def __init__(self, n_classes: int = 5, batch_size: int = 64, tenacity: int = 3,
                  epoch_size: int = 50, max_epoch: int = 1000, seed: int = 1111,
@@ -532,21 +547,29 @@ def pearson_rows(pred: np.ndarray, gold: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(r), r, 0.0)
 
 
-class LBFGSClassifier:
+class LBFGSClassifier(RecordedEstimator):
     """Full-batch multinomial logistic regression (L-BFGS), same interface as SentEval's.
 
     For fast exploration, not for comparison with published numbers. The objective is mean
     cross-entropy + ``l2/2 * ||W||^2`` (scikit-learn with ``C = 1 / (l2 * n)``); dev data is
     only used to choose L2 afterwards (no early stopping). ``epochs_`` = L-BFGS iterations.
+    A task's network and schedule overrides (``nhid``, ``tenacity``...) do not apply.
     """
 
     name = "lbfgs"
+    _recorded = ("nhid", "optim", "max_iter", "tol", "l2_grid")
+    _facts = {"nhid": 0, "optim": "lbfgs"}
 
     def __init__(self, n_classes: Optional[int] = None, max_iter: int = 1000,
-                 tol: float = 1e-4, seed: int = 1111) -> None:  # see settings.LBFGS_*
+                 tol: float = 1e-4, l2_grid: Sequence[float] = DEFAULT_L2_GRID,
+                 kfold: int = DEFAULT_KFOLD, validation_split: float = VALIDATION_SPLIT,
+                 seed: int = 1111) -> None:
         self.n_classes = n_classes
         self.max_iter = max_iter
         self.tol = tol
+        self.l2_grid = l2_grid
+        self.kfold = kfold
+        self.validation_split = validation_split
         self.seed = seed
 
     def fit(self, X, y, X_dev, y_dev, l2) -> "LBFGSClassifier":
@@ -592,3 +615,7 @@ class LBFGSClassifier:
 
     def score(self, X, y) -> np.ndarray:
         return (self.predict(X) == np.asarray(y)[None, None, :]).mean(axis=-1)
+
+
+#: ``--classifier`` name -> estimator class
+CLASSIFIER_CLASSES = {"senteval": SentEvalClassifier, "lbfgs": LBFGSClassifier}

@@ -23,12 +23,11 @@ import numpy as np
 from estratos import __version__
 from estratos import errors as _errors
 from estratos.errors import CacheError, EstratosError, MissingSentences, OptionError
-from estratos.probe import protocols as P
-from estratos.probe.classifiers import (LBFGSClassifier, RelatednessRegressor,
-                                        SentEvalClassifier, torch_runtime)
-from estratos.probe.features import (AVG, COMBINER_WIDTH, LayerSpec, build_features,
-                                     layer_matrix, parse_layers, slot_vectors)
-from estratos.probe.settings import ClassifierSettings, parse_seeds, resolve_settings
+from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
+from estratos.probe.classifiers import torch_runtime
+from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec, parse_layers
+from estratos.probe.settings import check_classifier, parse_seeds, task_overrides
+from estratos.protocols import CellOutcome
 from estratos.results import ResultRecord, ResultsStore, primary_score
 from estratos.results.record import utc_now
 
@@ -38,12 +37,9 @@ log = logging.getLogger(__name__)
 #: layer specs into groups trained one after the other (results do not depend on it); the
 #: trainer holds one more (example-major) copy of the training features
 FEATURE_BUDGET_BYTES = 1_000_000_000
-#: SentEval's relatedness regressor settings (recorded in results)
 _CHECK_ROWS = 8192
 #: task vectors read by the pre-training check and kept for training (in-process runs)
 VECTOR_BUDGET_BYTES = 1_500_000_000
-RELATEDNESS_SETTINGS = {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 3,
-                        "epoch_size": 50, "max_epoch": 1000, "dropout": 0.0, "l2_grid": [0.0]}
 
 
 def available_cores() -> int:
@@ -93,27 +89,6 @@ def _check_vectors(cache_path: Path, spec_id: str, vectors: np.ndarray,
                          "them)")
 
 
-def _positive_label(task: Any) -> Optional[int]:
-    """Index of the positive class when the task reports F1 (binary tasks only)."""
-    spec = task.spec
-    wants_f1 = spec.metric == "f1" or "f1" in tuple(getattr(spec, "extra_metrics", ()) or ())
-    if not wants_f1:
-        return None
-    labels = list(task.labels)
-    if len(labels) != 2:
-        log.warning("%s: F1 asked for a task with %d classes; only binary F1 is reported",
-                    spec.id, len(labels))
-        return None
-    for name in ("1", "true", "True", "yes", "paraphrase", "entailment"):
-        if name in labels:
-            return labels.index(name)
-    return 1  # the second label in sorted order
-
-
-def _settings_for(spec: Any, classifier: str) -> ClassifierSettings:
-    return resolve_settings(spec.classifier, classifier=classifier, task=spec.id)
-
-
 def _layer_chunks(layers: Sequence[LayerSpec], n_examples: int, n_features: int
                   ) -> List[List[LayerSpec]]:
     per_layer = max(1, n_examples * n_features * 4)
@@ -121,98 +96,9 @@ def _layer_chunks(layers: Sequence[LayerSpec], n_examples: int, n_features: int
     return [list(layers[i:i + size]) for i in range(0, len(layers), size)]
 
 
-def _relatedness_levels(task: Any) -> Tuple[float, int]:
-    """(offset, K): scores are shifted by ``offset`` onto 1..K for Tai et al.'s target."""
-    rng = getattr(task.spec, "score_range", None)
-    low, high = (1.0, 5.0) if rng is None else (float(rng[0]), float(rng[1]))
-    k = int(round(high - low)) + 1
-    return 1.0 - low, k
-
-
-def _run_cells(task: Any, vectors: np.ndarray, layers: List[LayerSpec], seed: int,
-               settings: ClassifierSettings, sequential: bool) -> List[P.CellOutcome]:
-    """Train and evaluate one (task, seed) group of layer specs."""
+def _record(task: Any, layer: LayerSpec, pooling: str, seed: int, classifier: Dict[str, Any],
+            outcome: CellOutcome, seconds: float, identity: Mapping[str, Any]) -> ResultRecord:
     spec = task.spec
-    splits = task.splits
-    protocol = task.protocol
-    n_classes = max(1, len(task.labels))
-
-    def feats(name: str) -> np.ndarray:
-        return build_features(vectors, layers, splits[name], spec.combiner)
-
-    def wrap(make):
-        return (lambda: P.OneAtATime(make)) if sequential else make
-
-    if protocol == "cosine":
-        subsets = {}
-        for name, split in splits.items():
-            u = np.stack([slot_vectors(layer_matrix(vectors, s), split.slots[0]) for s in layers])
-            v = np.stack([slot_vectors(layer_matrix(vectors, s), split.slots[1]) for s in layers])
-            subsets[name] = (u, v, split.labels)
-        return P.cosine_protocol(subsets)
-    if protocol == "relatedness":
-        offset, k = _relatedness_levels(task)
-        make = wrap(lambda: RelatednessRegressor(n_classes=k, seed=seed))
-
-        def shift(name: str) -> np.ndarray:
-            return np.asarray(splits[name].labels, dtype=np.float64) + offset
-
-        # MSE is on the task's own scale: the shift cancels in (prediction - gold)
-        return P.relatedness_protocol(make, (feats("train"), shift("train")),
-                                      (feats("dev"), shift("dev")),
-                                      (feats("test"), shift("test")))
-
-    def base() -> Any:
-        if settings.name == "lbfgs":
-            return LBFGSClassifier(n_classes=n_classes, seed=seed)
-        return SentEvalClassifier.from_settings(settings, seed, n_classes)
-
-    make = wrap(base)
-    positive = _positive_label(task)
-
-    def labels(name: str) -> np.ndarray:
-        return np.asarray(splits[name].labels, dtype=np.int64)
-
-    if protocol == "split":
-        return P.split_protocol(make, (feats("train"), labels("train")),
-                                (feats("dev"), labels("dev")), (feats("test"), labels("test")),
-                                settings.l2_grid, positive=positive)
-    if protocol == "kfold":
-        return P.kfold_protocol(make, (feats("train"), labels("train")),
-                                (feats("test"), labels("test")), settings.l2_grid,
-                                k=settings.kfold, seed=seed,
-                                validation_split=settings.validation_split, positive=positive)
-    if protocol == "inner-kfold":
-        return P.inner_kfold_protocol(make, (feats("all"), labels("all")), settings.l2_grid,
-                                      k=settings.kfold, seed=seed,
-                                      validation_split=settings.validation_split,
-                                      positive=positive)
-    raise ValueError(f"{spec.id}: unknown protocol {protocol!r}")
-
-
-#: the split whose examples each classification protocol scores
-_SCORED_SPLIT = {"split": "test", "kfold": "test", "inner-kfold": "all"}
-
-
-def chance_levels(task: Any) -> Optional[Dict[str, Any]]:
-    """``{"n_classes", "majority"}`` of the examples a classification protocol scores (the
-    majority-class rate in %, what always answering the commonest label gets); None for
-    correlation protocols. Reports draw it as the floor a probe must beat."""
-    split = task.splits.get(_SCORED_SPLIT.get(task.protocol, ""))
-    if split is None or len(split) == 0:
-        return None
-    counts = np.bincount(np.asarray(split.labels, dtype=np.int64), minlength=len(task.labels))
-    return {"n_classes": len(task.labels),
-            "majority": round(100.0 * float(counts.max()) / len(split), 2)}
-
-
-def _record(task: Any, layer: LayerSpec, pooling: str, seed: int, settings: ClassifierSettings,
-            outcome: P.CellOutcome, seconds: float, identity: Mapping[str, Any]) -> ResultRecord:
-    spec = task.spec
-    if task.protocol == "relatedness":
-        classifier = {"name": settings.name, **RELATEDNESS_SETTINGS}
-    else:
-        classifier = settings.record()
     return ResultRecord(
         kind="probe", task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
         language=spec.language, layer=layer if layer == AVG else int(layer), pooling=pooling,
@@ -257,7 +143,7 @@ def _read_vectors(cache: Any, spec: Any, task: Any, opts: _RunOptions,
 def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions, done: set,
                 preread: Optional[Tuple[np.ndarray, List[int]]] = None) -> List[ResultRecord]:
     """All cells of one task: its rows read once, then one batched program per seed."""
-    settings = _settings_for(spec, opts.classifier)
+    classifier = classifier_record(task, opts.classifier)
     identity = cache.identity()
     todo = _todo(spec, opts, identity, done)
     if not any(todo.values()):
@@ -274,10 +160,11 @@ def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions, done: set,
     for seed in opts.seeds:
         for chunk in _layer_chunks(todo[seed], n_examples, n_features):
             t0 = time.perf_counter()
-            outcomes = _run_cells(task, vectors, [position[layer] for layer in chunk], seed,
-                                  settings, opts.sequential)
+            outcomes = evaluate_cells(task, vectors, [position[layer] for layer in chunk],
+                                      [seed], opts.classifier, sequential=opts.sequential)[0]
             seconds = (time.perf_counter() - t0) / len(chunk)
-            records = [_record(task, layer, opts.pooling, seed, settings, o, seconds, identity)
+            records = [_record(task, layer, opts.pooling, seed, classifier, o, seconds,
+                               identity)
                        for layer, o in zip(chunk, outcomes)]
             written += store.append(records, skip_done=not opts.overwrite)
             log.info("%s seed %d: %d cell(s) in %.1fs", spec.id, seed, len(chunk),
@@ -360,8 +247,9 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     specs = list(specs)
     if not specs:
         raise OptionError("--tasks: no task selected")
-    for spec in specs:  # bad overrides or --classifier fail before any reading
-        _settings_for(spec, classifier)
+    check_classifier(classifier)
+    for spec in specs:  # bad overrides fail before any reading
+        task_overrides(spec.classifier, task=spec.id)
     cache_path = Path(cache_path)
     expect = {"model": expect_model} if expect_model else None
     out_path = Path(out)

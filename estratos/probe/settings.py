@@ -1,15 +1,18 @@
-"""Classifier settings: SentEval's defaults + one task's overrides -> a new frozen object.
+"""A task's classifier: validated per-task overrides on a fresh estimator per task.
 
-Why a frozen dataclass built by :func:`resolve_settings`: per-task overrides (DC's 2000 hidden
-units, NLI's short schedule...) must never leak into the next task. Nothing here is mutable
-or module-global except the read-only defaults, and every task gets a fresh object.
+Why: per-task overrides (DC's 2000 hidden units, NLI's short schedule...) must never leak into
+the next task. The defaults live in one place, the estimators' constructors
+(:mod:`estratos.probe.classifiers`, scikit-learn style); a task's ``spec.classifier`` mapping
+(read-only) is validated here and applied to a NEW estimator (:func:`resolve_classifier`), so
+nothing is shared or mutated between tasks. What results record is that estimator's
+``record()``, built from ``get_params()``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+from sklearn.base import BaseEstimator
 
 from estratos.errors import OptionError, TaskError
 
@@ -17,44 +20,31 @@ from estratos.errors import OptionError, TaskError
 DEFAULT_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)
 #: what SentEval uses when a task sets ``noreg`` (NLI, DC, SSP, RST)
 NOREG_GRID: Tuple[float, ...] = (1e-9,)
+#: ``--classifier`` choices (estratos.probe.classifiers.CLASSIFIERS maps them to classes)
 CLASSIFIERS: Tuple[str, ...] = ("senteval", "lbfgs")
-#: the L-BFGS probe's solver settings (estratos.probe.classifiers.LBFGSClassifier defaults)
-LBFGS_MAX_ITER = 1000
-LBFGS_TOL = 1e-4
 #: the override keys a task spec (``spec.classifier``) may set
 OVERRIDE_KEYS: Tuple[str, ...] = ("nhid", "dropout", "optim", "batch_size", "tenacity",
                                   "epoch_size", "max_epoch", "l2_grid", "kfold")
 
 
-@dataclass(frozen=True)
-class ClassifierSettings:
-    """Everything that defines how one task's probes are trained (see docs/probe.md)."""
+class RecordedEstimator(BaseEstimator):
+    """scikit-learn parameters (``get_params``/``set_params``/``clone``) plus :meth:`record`,
+    the ``classifier`` object of a result record, built from ``get_params()``."""
 
-    name: str = "senteval"
-    nhid: int = 0
-    dropout: float = 0.0
-    optim: str = "adam"
-    batch_size: int = 64
-    tenacity: int = 5
-    epoch_size: int = 4
-    max_epoch: int = 200
-    l2_grid: Tuple[float, ...] = DEFAULT_L2_GRID
-    kfold: int = 10
-    #: fraction of the training part held out for early stopping when there is no dev set
-    validation_split: float = 0.05
+    name = ""
+    #: parameters recorded in results, in this order
+    _recorded: Tuple[str, ...] = ()
+    #: what the method fixes (not parameters) but results record, e.g. ``optim: "lbfgs"``
+    _facts: Dict[str, Any] = {}
 
-    def record(self) -> Dict[str, Any]:
-        """The ``classifier`` object of a result record (docs/contracts.md).
-
-        ``lbfgs`` records what it actually runs (no Adam, batches or early stopping).
-        """
-        if self.name == "lbfgs":
-            return {"name": "lbfgs", "nhid": 0, "optim": "lbfgs", "max_iter": LBFGS_MAX_ITER,
-                    "tol": LBFGS_TOL, "l2_grid": list(self.l2_grid)}
-        return {"name": self.name, "nhid": self.nhid, "optim": self.optim,
-                "batch_size": self.batch_size, "tenacity": self.tenacity,
-                "epoch_size": self.epoch_size, "max_epoch": self.max_epoch,
-                "dropout": self.dropout, "l2_grid": list(self.l2_grid)}
+    def record(self, name: Optional[str] = None) -> Dict[str, Any]:
+        """``{"name": name or self.name, <recorded parameters>}`` (docs/contracts.md)."""
+        params = self.get_params()
+        out: Dict[str, Any] = {"name": name or self.name}
+        for key in self._recorded:
+            value = self._facts[key] if key in self._facts else params[key]
+            out[key] = [float(v) for v in value] if key == "l2_grid" else value
+        return out
 
 
 def _as_int(task: str, key: str, value: Any, minimum: int) -> int:
@@ -81,22 +71,24 @@ def _l2_grid(task: str, value: Any) -> Tuple[float, ...]:
     return grid
 
 
-def resolve_settings(overrides: Optional[Mapping[str, Any]] = None, *,
-                     classifier: str = "senteval", task: str = "task") -> ClassifierSettings:
-    """Defaults + ``overrides`` (a task's ``spec.classifier``) + run options -> new settings.
-
-    ``classifier`` is the ``--classifier`` option. Unknown override keys or bad values raise
-    :class:`TaskError` naming the task; an unknown classifier raises :class:`OptionError`.
-    """
+def check_classifier(classifier: str) -> str:
+    """``--classifier`` must name a known classifier (:class:`OptionError` otherwise)."""
     if classifier not in CLASSIFIERS:
         raise OptionError(f"--classifier: unknown classifier {classifier!r} "
                           f"(choose from {', '.join(CLASSIFIERS)})")
+    return classifier
+
+
+def task_overrides(overrides: Optional[Mapping[str, Any]] = None, *,
+                   task: str = "task") -> Dict[str, Any]:
+    """A task's ``spec.classifier`` validated and converted to constructor parameters (a new
+    dict). Unknown keys or bad values raise :class:`TaskError` naming the task."""
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(OVERRIDE_KEYS))
     if unknown:
         raise TaskError(f"{task}: unknown classifier override(s) {', '.join(unknown)} "
                         f"(known: {', '.join(OVERRIDE_KEYS)})")
-    values: Dict[str, Any] = {"name": classifier}
+    values: Dict[str, Any] = {}
     for key in ("batch_size", "tenacity", "epoch_size", "max_epoch"):
         if key in overrides:
             values[key] = _as_int(task, key, overrides[key], 1 if key != "tenacity" else 0)
@@ -117,7 +109,27 @@ def resolve_settings(overrides: Optional[Mapping[str, Any]] = None, *,
         values["optim"] = "adam"
     if "l2_grid" in overrides:
         values["l2_grid"] = _l2_grid(task, overrides["l2_grid"])
-    return dataclasses.replace(ClassifierSettings(), **values)
+    return values
+
+
+def resolve_classifier(overrides: Optional[Mapping[str, Any]] = None, *,
+                       classifier: str = "senteval", task: str = "task",
+                       **params: Any) -> Any:
+    """A NEW estimator ``classifier`` (``--classifier``) with a task's overrides applied.
+
+    Overrides that the chosen estimator has no parameter for (e.g. ``nhid`` for ``lbfgs``,
+    a linear model) are validated and then do not apply. ``params`` (``n_classes``, ``seed``,
+    ``device``...) are set last. Raises :class:`OptionError` (unknown classifier) or
+    :class:`TaskError` (bad override).
+    """
+    from estratos.probe.classifiers import CLASSIFIER_CLASSES
+
+    cls = CLASSIFIER_CLASSES[check_classifier(classifier)]
+    values = task_overrides(overrides, task=task)
+    est = cls()
+    known = est.get_params()
+    est.set_params(**{k: v for k, v in values.items() if k in known}, **params)
+    return est
 
 
 def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:

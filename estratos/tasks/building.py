@@ -15,6 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from estratos.errors import InputError
+from estratos.protocols import get_protocol
 from estratos.tasks.types import COMBINER_SLOTS, SlotRefs, Split, TaskData, TaskSpec
 from estratos.text import normalize_sentence
 
@@ -32,16 +33,13 @@ SHUFFLE_SEED = 1111
 
 Slot = Union[str, Sequence[str]]
 
-#: protocols whose labels are float scores rather than classes
-SCORE_PROTOCOLS = ("cosine", "relatedness")
-
 
 class TaskBuilder:
     """Collects examples split by split, then builds the :class:`TaskData`."""
 
     def __init__(self, spec: TaskSpec, scores: Optional[bool] = None) -> None:
         self.spec = spec
-        self.scores = spec.protocol in SCORE_PROTOCOLS if scores is None else scores
+        self.scores = get_protocol(spec.protocol).scores if scores is None else scores
         self.n_slots = COMBINER_SLOTS[spec.combiner]
         self._index: Dict[str, int] = {}
         self._labels_allowed = None if spec.labels is None else frozenset(spec.labels)

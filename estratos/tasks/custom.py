@@ -36,10 +36,10 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from estratos.errors import InputError
-from estratos.tasks.building import SCORE_PROTOCOLS
+from estratos.protocols import get_protocol, protocol_names
 from estratos.tasks.formats import format_names
 from estratos.tasks.suites.common import CLASSIFIER_KEYS
-from estratos.tasks.types import COMBINER_SLOTS, METRICS, PROTOCOLS, TaskSpec
+from estratos.tasks.types import COMBINER_SLOTS, METRICS, TaskSpec
 
 REQUIRED = ("name", "group", "format", "combiner", "protocol", "files")
 OPTIONAL = ("suite", "language", "metric", "labels", "extra_metrics", "score_range",
@@ -126,9 +126,10 @@ def load_task_file(path: os.PathLike | str) -> TaskSpec:
     if combiner not in COMBINER_SLOTS:
         raise _fail(f"unknown combiner {combiner!r} (combiners: "
                     f"{', '.join(COMBINER_SLOTS)})", path)
-    if protocol not in PROTOCOLS:
-        raise _fail(f"unknown protocol {protocol!r} (protocols: {', '.join(PROTOCOLS)})", path)
-    scores = protocol in SCORE_PROTOCOLS
+    if protocol not in protocol_names():
+        raise _fail(f"unknown protocol {protocol!r} (protocols: "
+                    f"{', '.join(protocol_names())})", path)
+    scores = get_protocol(protocol).scores
     metric = doc.get("metric", "pearson" if scores else "accuracy")
     if metric not in METRICS:
         raise _fail(f"unknown metric {metric!r} (metrics: {', '.join(METRICS)})", path)

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence
 
 from estratos.errors import EstratosError, InputError, OptionError
+from estratos.protocols import get_protocol
 from estratos.tasks.building import holdout_sizes
 from estratos.tasks.datadirs import DataDirs
 from estratos.tasks.formats import get_format
@@ -37,7 +38,7 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
         "present": False, "fallback": None, "missing": [],
         "sizes": {key: None for key in SPLIT_KEYS},
     }
-    if spec.protocol in ("cosine", "relatedness"):
+    if get_protocol(spec.protocol).scores:
         info["n_classes"] = None
     try:
         plan = plan_task(spec, data_dirs)
@@ -60,7 +61,7 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
                     sizes[source.split] + (n or 0))
     except (OSError, EstratosError) as exc:
         info["missing"].append(str(exc))
-    if plan.protocol == "cosine":
+    if get_protocol(plan.protocol).subset_splits:
         sizes["test"] = sum(v for k, v in sizes.items() if k not in SPLIT_KEYS and v)
     info["sizes"] = sizes
     return info

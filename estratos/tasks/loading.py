@@ -1,8 +1,9 @@
 """Loading a task: which splits to read, the fallbacks for missing ones, and the TaskData.
 
 The published protocol of a spec assumes every split's files exist. When some are missing
-(the Spanish benchmark lacks several train files), :func:`plan_task` picks the documented
-fallback, the same for every format:
+(the Spanish benchmark lacks several train files), the protocol
+(:meth:`estratos.protocols.Protocol.plan`) picks the documented fallback, the same for every
+format:
 
 * ``split`` / ``relatedness`` without train: train on the dev (``valid``/``va``) file minus a
   held-out part (10%, fixed seed, stratified by class) that becomes the dev split; test on
@@ -21,9 +22,10 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from estratos.errors import InputError
+from estratos.protocols import POOL, get_protocol
 from estratos.tasks.building import (HOLDOUT_FRACTION, MAX_POOL_TEST_OVERLAP, TEST_FRACTION,
                                      TaskBuilder, holdout, overlap_share, three_way)
 from estratos.tasks.datadirs import DataDirs
@@ -33,8 +35,6 @@ from estratos.tasks.types import TaskData, TaskSpec
 
 log = logging.getLogger(__name__)
 
-#: name of the split that a held-out part is cut from, while loading
-POOL = "pool"
 
 
 @dataclass(frozen=True)
@@ -78,65 +78,30 @@ def _names(source: Source, root: Path) -> str:
 
 
 def plan_task(spec: TaskSpec, data_dirs: DataDirs) -> Plan:
-    """Decide the effective protocol, the files to read and the fallback (stats files only)."""
+    """Decide the effective protocol, the files to read and the fallback (stats files only).
+
+    The decision is the protocol's (:meth:`estratos.protocols.Protocol.plan`); this turns its
+    source names into the format's files.
+    """
     root = task_root(spec, data_dirs)
     fmt = get_format(spec.loader)
     published = fmt.sources(spec, root)
-    have = {name: src for name, src in published.items() if src.exists}
+    present = {name for name, src in published.items() if src.exists}
     notes = [n for n in [fmt.note(spec, root)] if n]
 
-    def missing_of(*names: str) -> Tuple[Tuple[str, Path], ...]:
-        return tuple((name, p) for name in names if name in published
-                     for p in published[name].missing)
+    def names(source: str) -> str:
+        return _names(published[source], root) if source in published else "none given"
 
-    def plan(protocol: str, reads: Sequence[Source], splits: Sequence[str],
-             fallback: Optional[str] = None, pool: Optional[Source] = None,
-             missing: Tuple[Tuple[str, Path], ...] = ()) -> Plan:
-        text = "; ".join(notes + ([fallback] if fallback else [])) or None
-        return Plan(spec, root, protocol, tuple(reads), tuple(splits), pool, text, missing)
-
-    protocol = spec.protocol
-    if protocol in ("split", "relatedness"):
-        if "test" not in have:
-            return plan(protocol, (), ("train", "dev", "test"),
-                        missing=missing_of("test", "train", "dev"))
-        pct = f"{HOLDOUT_FRACTION:.0%}"
-        if "train" in have and "dev" in have:
-            return plan(protocol, (have["train"], have["dev"], have["test"]),
-                        ("train", "dev", "test"))
-        if "dev" in have:
-            pool = dataclasses.replace(have["dev"], split=POOL)
-            where = _names(published["train"], root) if "train" in published else "none given"
-            text = (f"no train file ({where}): train on "
-                    f"{_names(have['dev'], root)} minus a held-out {pct} (fixed seed) that "
-                    f"is the dev split; test on {_names(have['test'], root)}")
-            return plan(protocol, (pool, have["test"]), ("train", "dev", "test"), text, pool)
-        if "train" in have:
-            pool = dataclasses.replace(have["train"], split=POOL)
-            where = _names(published["dev"], root) if "dev" in published else "none given"
-            text = (f"no dev file ({where}): dev is a held-out {pct} (fixed seed) of "
-                    f"{_names(have['train'], root)}")
-            return plan(protocol, (pool, have["test"]), ("train", "dev", "test"), text, pool)
-        return plan(protocol, (), ("train", "dev", "test"), missing=missing_of("train", "dev"))
-    if protocol == "kfold":
-        if "test" not in have:
-            return plan(protocol, (), ("train", "test"), missing=missing_of("test", "train"))
-        if "train" in have:
-            return plan(protocol, (have["train"], have["test"]), ("train", "test"))
-        where = _names(published["train"], root) if "train" in published else "none given"
-        text = (f"no train file ({where}): nested k-fold "
-                f"cross-validation on the test file {_names(have['test'], root)} alone")
-        return plan("inner-kfold", (dataclasses.replace(have["test"], split="all"),),
-                    ("all",), text)
-    # inner-kfold and cosine: every published source is required
-    missing = missing_of(*published)
-    if missing:
-        splits = ("all",) if protocol == "inner-kfold" else tuple(published)
-        return plan(protocol, (), splits, missing=missing)
-    if protocol == "inner-kfold":
-        reads = [dataclasses.replace(src, split="all") for src in published.values()]
-        return plan(protocol, reads, ("all",))
-    return plan(protocol, tuple(published.values()), tuple(published))
+    split_plan = get_protocol(spec.protocol).plan(tuple(published), present, names,
+                                                  HOLDOUT_FRACTION)
+    reads = tuple(published[src] if into == src else dataclasses.replace(published[src],
+                                                                         split=into)
+                  for src, into in split_plan.reads)
+    pool = next((r for r in reads if r.split == split_plan.holdout_from), None)
+    missing = tuple((name, p) for name in split_plan.missing if name in published
+                    for p in published[name].missing)
+    text = "; ".join(notes + ([split_plan.fallback] if split_plan.fallback else [])) or None
+    return Plan(spec, root, split_plan.protocol, reads, split_plan.splits, pool, text, missing)
 
 
 def _missing_error(plan: Plan, split: str, path: Path) -> InputError:

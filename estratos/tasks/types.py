@@ -19,11 +19,14 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from estratos.protocols import PROTOCOLS, protocol_names
+
 #: sentence positions each feature combiner takes (see DESIGN.md, "Feature combiners")
 COMBINER_SLOTS: Mapping[str, int] = MappingProxyType({
     "single": 1, "pair": 2, "pair4": 2, "sp": 5, "bso": 2, "dc": 6, "rst": 2,
 })
-PROTOCOLS: Tuple[str, ...] = ("split", "kfold", "inner-kfold", "cosine", "relatedness")
+__all__ = ["COMBINER_SLOTS", "PROTOCOLS", "METRICS", "GROUPS", "TaskSpec", "SlotRefs", "Split",
+           "TaskData"]
 METRICS: Tuple[str, ...] = ("accuracy", "f1", "pearson", "spearman")
 GROUPS: Tuple[str, ...] = ("SC", "SPC", "SS", "LPT", "SP", "BSO", "DC", "SSP", "DR")
 
@@ -65,7 +68,7 @@ class TaskSpec:
             object.__setattr__(self, "labels", tuple(sorted(self.labels)))
         if self.combiner not in COMBINER_SLOTS:
             raise ValueError(f"{self.id}: unknown combiner {self.combiner!r}")
-        if self.protocol not in PROTOCOLS:
+        if self.protocol not in protocol_names():
             raise ValueError(f"{self.id}: unknown protocol {self.protocol!r}")
         if self.metric not in METRICS:
             raise ValueError(f"{self.id}: unknown metric {self.metric!r}")
@@ -159,9 +162,10 @@ class Split:
 class TaskData:
     """A loaded task: unique sentences + splits of examples referring to them.
 
-    Split names by protocol: ``split`` and ``relatedness``: train/dev/test; ``kfold``:
-    train/test; ``inner-kfold``: all; ``cosine``: one split per subset (e.g. news,
-    wikipedia). ``protocol`` is the effective one (a fallback may change the spec's);
+    Split names are the protocol's (:meth:`estratos.protocols.Protocol.plan`): ``split`` and
+    ``relatedness``: train/dev/test; ``kfold``: train/test; ``inner-kfold``: all; ``cosine``:
+    one split per subset (e.g. news, wikipedia). ``protocol`` is the effective one (a
+    fallback may change the spec's);
     ``fallback`` says in words which fallback was applied (None: as published).
     """
 

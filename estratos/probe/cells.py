@@ -1,0 +1,160 @@
+"""Evaluating the cells of one task: (layer specs x seeds) through the task's protocol.
+
+Why one function: the grid runner (and anything else that probes cached vectors) calls
+:func:`evaluate_cells` with a task, its sentence vectors and the cells wanted; the protocol
+object (:mod:`estratos.protocols`) decides what is trained and measured, the estimators
+(:mod:`estratos.probe.classifiers`) how. Nothing here switches on protocol names.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from sklearn.base import clone
+
+from estratos.errors import OptionError
+from estratos.probe.classifiers import RelatednessRegressor
+from estratos.probe.features import AVG, build_features, layer_matrix, slot_vectors
+from estratos.probe.settings import resolve_classifier
+from estratos.protocols import (CellOutcome, Inputs, OneAtATime, get_protocol, positive_class,
+                                relatedness_levels)
+from estratos.tasks.types import TaskData
+
+log = logging.getLogger(__name__)
+
+#: a position in the task's vectors ``(S, n_states_read, D)``, or "avg" (mean of all states)
+StatePosition = Union[int, str]
+
+_DEVICE_HELP = "use auto, cpu, cuda or cuda:N"
+
+
+def resolve_probe_device(text: Union[str, torch.device, None]) -> torch.device:
+    """``--device`` for probes: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` or
+    ``cuda:N``. Asking for CUDA where there is none, or a GPU index it does not have, is an
+    :class:`OptionError` naming ``--device``."""
+    if isinstance(text, torch.device):
+        text = str(text)
+    value = "auto" if text is None else str(text).strip().lower()
+    if value == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if value == "cpu":
+        return torch.device("cpu")
+    if value == "cuda" or value.startswith("cuda:"):
+        index = value.partition(":")[2]
+        if index and not index.isdigit():
+            raise OptionError(f"--device: {text!r} is not a device ({_DEVICE_HELP})")
+        if not torch.cuda.is_available():
+            raise OptionError(f"--device: {text!r} asks for a GPU but CUDA is not available "
+                              "on this machine (use --device cpu or auto)")
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise OptionError(f"--device: {text!r}: this machine has {count} CUDA device(s) "
+                              f"(cuda:0..cuda:{count - 1})")
+        return torch.device(value)
+    raise OptionError(f"--device: {text!r} is not a device ({_DEVICE_HELP})")
+
+
+def _classifier(task: TaskData, classifier: str, **params: Any) -> Any:
+    spec = task.spec
+    return resolve_classifier(spec.classifier, classifier=classifier, task=spec.id,
+                              n_classes=max(1, len(task.labels)), **params)
+
+
+def _regressor(task: TaskData, **params: Any) -> RelatednessRegressor:
+    _, levels = relatedness_levels(task.spec.score_range)
+    return RelatednessRegressor(n_classes=levels, **params)
+
+
+def classifier_record(task: TaskData, classifier: str) -> Dict[str, Any]:
+    """What a result's ``classifier`` field holds for ``task`` under ``--classifier``: the
+    ``record()`` (from ``get_params()``) of the estimator its protocol trains; protocols that
+    train a regressor record it under the classifier's name. Raises :class:`OptionError` /
+    :class:`TaskError` for an unknown classifier or a bad task override."""
+    est = _classifier(task, classifier)
+    if get_protocol(task.protocol).trains == "regressor":
+        return _regressor(task).record(name=est.name)
+    return est.record()
+
+
+def chance_levels(task: TaskData) -> Optional[Dict[str, Any]]:
+    """``{"n_classes", "majority"}`` of the examples a classification protocol scores (the
+    majority-class rate in %, what always answering the commonest label gets); None for
+    correlation protocols. Reports draw it as the floor a probe must beat."""
+    scored = get_protocol(task.protocol).scored_split
+    split = task.splits.get(scored) if scored else None
+    if split is None or len(split) == 0:
+        return None
+    counts = np.bincount(np.asarray(split.labels, dtype=np.int64), minlength=len(task.labels))
+    return {"n_classes": len(task.labels),
+            "majority": round(100.0 * float(counts.max()) / len(split), 2)}
+
+
+def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePosition],
+                   seeds: Sequence[int], classifier: str, *, sequential: bool = False,
+                   device: Union[str, torch.device] = "cpu") -> List[List[CellOutcome]]:
+    """Train and evaluate the cells (layer spec x seed) of one task; outer list: seeds,
+    inner: ``states`` in order.
+
+    ``vectors`` are the task's sentence vectors ``(len(task.sentences), n_read, D)``;
+    ``states`` are positions along its second axis (or ``"avg"``, the mean of every state
+    read). ``sequential`` trains every model alone (same numbers, for checks and timing).
+    """
+    protocol = get_protocol(task.protocol)
+    spec = task.spec
+    torch_device = resolve_probe_device(device)
+    states = list(states)
+    if not states or not seeds:
+        return [[] for _ in seeds]
+    label_dtype = np.float64 if protocol.scores else np.int64
+    built: Dict[Tuple[str, str], Any] = {}
+
+    def labels(split: str) -> np.ndarray:
+        return np.asarray(task.splits[split].labels, dtype=label_dtype)
+
+    def features(split: str) -> np.ndarray:
+        key = ("features", split)
+        if key not in built:
+            built[key] = build_features(vectors, states, task.splits[split], spec.combiner)
+        return built[key]
+
+    def pairs(split: str) -> Tuple[np.ndarray, np.ndarray]:
+        key = ("pairs", split)
+        if key not in built:
+            slots = task.splits[split].slots
+            layers = [layer_matrix(vectors, s) for s in states]
+            built[key] = tuple(np.stack([slot_vectors(m, refs) for m in layers])
+                               for refs in slots[:2])
+        return built[key]
+
+    clf = _classifier(task, classifier)
+    params = clf.get_params()
+    positive = positive_class(spec.id, spec.metric, spec.extra_metrics, task.labels)
+
+    def factory(template: Any) -> Callable[[], Any]:
+        def make() -> Any:
+            return clone(template)
+        return (lambda: OneAtATime(make)) if sequential else make
+
+    def inputs(seed: int) -> Inputs:
+        trains = protocol.trains
+        return Inputs(
+            labels=labels, splits=tuple(task.splits), features=features, pairs=pairs,
+            classifier=factory(clone(clf).set_params(seed=seed)) if trains == "classifier"
+            else None,
+            regressor=factory(_regressor(task, seed=seed)) if trains == "regressor" else None,
+            seed=int(seed), l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
+            validation_split=float(params["validation_split"]), positive=positive,
+            score_range=spec.score_range)
+
+    if protocol.trains is None:  # nothing trained: every seed gets the same numbers
+        once = protocol.evaluate(inputs(seeds[0]))
+        return [list(once) for _ in seeds]
+    del torch_device  # the CPU programs below; devices arrive with the batched trainer
+    return [protocol.evaluate(inputs(seed)) for seed in seeds]
+
+
+__all__ = ["AVG", "StatePosition", "chance_levels", "classifier_record", "evaluate_cells",
+           "resolve_probe_device"]

@@ -1,0 +1,167 @@
+"""What a protocol is, the registry of protocols, and what evaluating one gives back.
+
+Why a leaf package: a protocol has two sides. Its split handling (which files it needs, which
+fallback applies when one is missing, whether labels are classes or scores) is read by
+``estratos.tasks`` while loading data; its evaluation (features, training through an estimator
+factory, metrics, what a cell records) is run by the probe and by the TF-IDF baseline. Both
+sides live here, below ``tasks/``, depending only on numpy, scipy (scikit-learn for the folds)
+and :mod:`estratos.errors`, so every layer above may import it and no protocol name is
+switched on anywhere else.
+
+A protocol never sees vectors or files: evaluation gets an :class:`Inputs` whose callbacks
+build the features it asks for, and estimator factories (see
+:mod:`estratos.protocols.estimators` for the interface).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import (AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
+                    Type)
+
+import numpy as np
+
+#: name of the split a held-out part is cut from while loading
+POOL = "pool"
+#: SentEval's number of folds (``kfold`` and ``inner-kfold``)
+DEFAULT_KFOLD = 10
+#: SentEval's share of the training part held out for early stopping when there is no dev set
+VALIDATION_SPLIT = 0.05
+
+EstimatorFactory = Callable[[], Any]
+
+
+@dataclass
+class CellOutcome:
+    """What one feature group (one layer spec) scored under a protocol.
+
+    ``l2``/``dev``/``test``/``epochs``/``extra`` are recorded in results. The rest stays out of
+    the JSON: ``predictions`` holds one prediction per example of the ``predicted`` split(s),
+    concatenated in that order and in each split's example order (the predicted label index
+    for classification, the predicted score for relatedness, the cosine for similarity);
+    ``folds`` (``inner-kfold``) the outer fold that tested each example.
+    """
+
+    l2: Optional[float]
+    dev: Optional[Dict[str, float]]
+    test: Dict[str, Any]
+    epochs: Optional[int] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+    predictions: Optional[np.ndarray] = field(default=None, repr=False)
+    predicted: Tuple[str, ...] = ()
+    folds: Optional[np.ndarray] = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How a protocol reads a task, decided from which of its published sources exist.
+
+    ``reads``: (published source, split it is read into); ``splits``: the splits the loaded
+    task has; ``holdout_from``: the read split a held-out dev part is cut from (``POOL``);
+    ``missing``: published sources whose missing files make the task unusable.
+    """
+
+    protocol: str
+    reads: Tuple[Tuple[str, str], ...] = ()
+    splits: Tuple[str, ...] = ()
+    holdout_from: Optional[str] = None
+    fallback: Optional[str] = None
+    missing: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a protocol evaluates, independent of where features come from.
+
+    ``splits``: the task's split names; ``labels(split)``: class ids (int) or scores (float) in example order;
+    ``features(split)``: G feature groups of the examples (the combiner's features: an array
+    ``(G, n, F)`` or a list of G matrices); ``pairs(split)``: the two slots' vectors of every
+    example, ``(u, v)`` each ``(G, n, D)`` or a list of G matrices (similarity protocols);
+    ``classifier`` / ``regressor``: estimator factories (``regressor=None``: relatedness scores
+    the untrained cosine). ``l2_grid``, ``kfold`` and ``validation_split`` come from the
+    estimator's parameters; ``positive`` is the class whose F1 is reported (None: no F1);
+    ``score_range`` the task's gold score range (relatedness).
+    """
+
+    labels: Callable[[str], np.ndarray]
+    splits: Tuple[str, ...] = ()
+    features: Optional[Callable[[str], Any]] = None
+    pairs: Optional[Callable[[str], Tuple[Any, Any]]] = None
+    classifier: Optional[EstimatorFactory] = None
+    regressor: Optional[EstimatorFactory] = None
+    seed: int = 1111
+    l2_grid: Sequence[float] = ()
+    kfold: int = DEFAULT_KFOLD
+    validation_split: float = VALIDATION_SPLIT
+    positive: Optional[int] = None
+    score_range: Optional[Tuple[float, float]] = None
+
+
+class Protocol:
+    """One evaluation protocol (subclasses register an instance under :attr:`name`).
+
+    Class attributes say what the rest of the code may ask without naming protocols:
+
+    - ``scores``: labels are float scores (similarity), not class ids;
+    - ``trains``: which estimator it trains: ``"classifier"``, ``"regressor"`` or None;
+    - ``train_split``: the split a model (or a TF-IDF vocabulary) is fitted on; None: every
+      split (nothing is trained);
+    - ``subset_splits``: splits are named by the data (one per subset), not by the protocol;
+    - ``seeds_share_data``: every seed sees the same examples (only init, order and dropout
+      depend on the seed), so seeds may be trained as one batched program;
+    - ``scored_split``: the split whose examples a classification protocol's accuracy is
+      measured on (None: the protocol reports correlations), e.g. for chance levels.
+    """
+
+    name: str = ""
+    scores: bool = False
+    trains: Optional[str] = "classifier"
+    train_split: Optional[str] = "train"
+    subset_splits: bool = False
+    seeds_share_data: bool = False
+    scored_split: Optional[str] = "test"
+
+    def plan(self, published: Sequence[str], present: AbstractSet[str],
+             names: Callable[[str], str], holdout: float) -> SplitPlan:
+        """Which sources to read (and the fallback) given the ``present`` ones.
+
+        ``names(source)`` gives a source's file names for fallback texts ("none given" when
+        the format has no such source); ``holdout`` is the share of a pool held out as dev.
+        """
+        raise NotImplementedError
+
+    def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
+        """One :class:`CellOutcome` per feature group (per estimator group)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<protocol {self.name}>"
+
+
+_REGISTRY: Dict[str, Protocol] = {}
+
+
+def register(cls: Type[Protocol]) -> Type[Protocol]:
+    """Class decorator: register one instance of ``cls`` under ``cls.name``."""
+    if not cls.name or cls.name in _REGISTRY:
+        raise ValueError(f"protocol name {cls.name!r} is empty or already registered")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def get_protocol(name: str) -> Protocol:
+    """The registered protocol ``name``; raises ``KeyError`` naming the known ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown protocol {name!r} (protocols: "
+                       f"{', '.join(protocol_names())})") from None
+
+
+def protocol_names() -> Tuple[str, ...]:
+    """Registered protocol names, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def all_protocols() -> Mapping[str, Protocol]:
+    return dict(_REGISTRY)

@@ -1,0 +1,234 @@
+"""The classification protocols: ``split``, ``kfold`` and ``inner-kfold``.
+
+They follow SentEval's validation code (faithful to the published numbers): L2 is chosen on
+dev accuracy rounded to 2 decimals in percent, ties -> the smaller L2 (first); ``kfold``
+cross-validates on train with folds seeded by the run seed, each fold model early-stopping on
+its held-out fold, then refits on train with 5% held out; ``inner-kfold`` nests k x k folds
+seeded by 1111 (SentEval fixes that seed) and reports the mean outer test accuracy.
+"""
+
+from __future__ import annotations
+
+from typing import (AbstractSet, Any, Callable, List, Optional, Sequence, Tuple)
+
+import numpy as np
+
+from estratos.protocols.base import (POOL, VALIDATION_SPLIT, CellOutcome, EstimatorFactory,
+                                     Inputs, Protocol, SplitPlan, register)
+from estratos.protocols.estimators import n_groups, take
+from estratos.protocols.folds import INNER_KFOLD_SEED, holdout_split, stratified_folds
+from estratos.protocols.metrics import accuracy, f1_positive, test_metrics
+
+Data = Tuple[Any, np.ndarray]
+
+
+def _choose(dev_pct: np.ndarray) -> np.ndarray:
+    """Index of the best L2 per group on dev percent rounded to 2 decimals (first max)."""
+    return np.argmax(np.round(dev_pct, 2), axis=1)
+
+
+# ---- the protocols as functions (any estimator factory) ------------------------------------
+
+def split_protocol(make: EstimatorFactory, train: Data, dev: Data, test: Data,
+                   l2_grid: Sequence[float], positive: Optional[int] = None
+                   ) -> List[CellOutcome]:
+    """Train every (group, L2) on train with dev early stopping; best L2 on dev; test it."""
+    est = make().fit(train[0], train[1], dev[0], dev[1], list(l2_grid))
+    dev_pct = 100.0 * np.asarray(est.dev_score_)
+    best = _choose(dev_pct)
+    pred = np.asarray(est.predict(test[0]))
+    out = []
+    for g, r in enumerate(best):
+        out.append(CellOutcome(
+            l2=float(l2_grid[r]), dev={"accuracy": round(float(dev_pct[g, r]), 2)},
+            test=test_metrics(pred[g, r], test[1], positive),
+            epochs=int(est.epochs_[g, r]), predictions=pred[g, r], predicted=("test",)))
+    return out
+
+
+def _cross_validate(make: EstimatorFactory, X: Any, y: np.ndarray, l2_grid: Sequence[float],
+                    folds: Sequence[Tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Mean held-out accuracy (percent) ``(G, R)`` over folds; each fold model early-stops
+    on its held-out part (as SentEval's k-fold classifiers do)."""
+    total = None
+    for tr, te in folds:
+        est = make().fit(take(X, tr), y[tr], take(X, te), y[te], list(l2_grid))
+        s = np.asarray(est.dev_score_, dtype=np.float64)
+        total = s if total is None else total + s
+    return 100.0 * total / len(folds)
+
+
+def _refit_and_predict(make: EstimatorFactory, X: Any, y: np.ndarray, l2: np.ndarray,
+                       X_test: Any, validation_split: float, seed: int
+                       ) -> Tuple[np.ndarray, np.ndarray]:
+    """Refit each group with its chosen L2 on all of ``X`` (a seeded share held out for
+    early stopping) and predict ``X_test``: (labels (G, n), epochs (G,))."""
+    tr, dv = holdout_split(len(y), validation_split, seed)
+    est = make().fit(take(X, tr), y[tr], take(X, dv), y[dv], np.asarray(l2)[:, None])
+    return np.asarray(est.predict(X_test))[:, 0], np.asarray(est.epochs_)[:, 0]
+
+
+def kfold_protocol(make: EstimatorFactory, train: Data, test: Data, l2_grid: Sequence[float],
+                   *, k: int = 10, seed: int = 1111,
+                   validation_split: float = VALIDATION_SPLIT,
+                   positive: Optional[int] = None) -> List[CellOutcome]:
+    """SentEval's k-fold classifier: k-fold CV on train picks L2, refit on train, test once."""
+    X, y = train
+    folds = stratified_folds(y, k, seed)
+    cv = _cross_validate(make, X, y, l2_grid, folds)
+    best = _choose(cv)
+    l2 = np.asarray([l2_grid[r] for r in best], dtype=np.float64)
+    pred, epochs = _refit_and_predict(make, X, y, l2, test[0], validation_split, seed)
+    return [CellOutcome(l2=float(l2[g]), dev={"accuracy": round(float(cv[g, r]), 2)},
+                        test=test_metrics(pred[g], test[1], positive), epochs=int(epochs[g]),
+                        predictions=pred[g], predicted=("test",))
+            for g, r in enumerate(best)]
+
+
+def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[float], *,
+                         k: int = 10, seed: int = 1111,
+                         validation_split: float = VALIDATION_SPLIT,
+                         positive: Optional[int] = None,
+                         fold_seed: int = INNER_KFOLD_SEED) -> List[CellOutcome]:
+    """SentEval's nested k x k CV on one pool: per outer fold, inner CV picks L2, refit on the
+    outer train part, test on the outer fold; report mean outer test (and mean inner dev).
+    Accuracy and F1 are means over outer folds, rounded per fold as SentEval does. Every
+    example is tested once, by the model of its outer fold (``folds``)."""
+    X, y = pool
+    G = n_groups(X)
+    dev_best: List[np.ndarray] = []
+    test_acc: List[np.ndarray] = []
+    test_f1: List[np.ndarray] = []
+    epochs: List[np.ndarray] = []
+    chosen: List[np.ndarray] = []
+    predictions = np.zeros((G, len(y)), dtype=np.int64)
+    fold_of = np.zeros(len(y), dtype=np.int64)
+    for f, (tr, te) in enumerate(stratified_folds(y, k, fold_seed)):
+        X_tr, y_tr = take(X, tr), y[tr]
+        inner = stratified_folds(y_tr, k, fold_seed)
+        cv = _cross_validate(make, X_tr, y_tr, l2_grid, inner)
+        best = _choose(cv)
+        dev_best.append(np.round(cv[np.arange(G), best], 2))
+        l2 = np.asarray([l2_grid[r] for r in best], dtype=np.float64)
+        chosen.append(l2)
+        pred, ep = _refit_and_predict(make, X_tr, y_tr, l2, take(X, te), validation_split, seed)
+        predictions[:, te] = pred
+        fold_of[te] = f
+        epochs.append(ep)
+        test_acc.append(np.array([round(accuracy(pred[g], y[te]), 2) for g in range(G)]))
+        if positive is not None:
+            test_f1.append(np.array([round(f1_positive(pred[g], y[te], positive), 2)
+                                     for g in range(G)]))
+    out = []
+    for g in range(G):
+        test = {"accuracy": round(float(np.mean([a[g] for a in test_acc])), 2)}
+        if positive is not None:
+            test["f1"] = round(float(np.mean([f[g] for f in test_f1])), 2)
+        l2s = [float(c[g]) for c in chosen]
+        # the L2 most often chosen across outer folds (smallest on ties) summarises the cell
+        values, counts = np.unique(l2s, return_counts=True)
+        out.append(CellOutcome(
+            l2=float(values[np.argmax(counts)]),
+            dev={"accuracy": round(float(np.mean([d[g] for d in dev_best])), 2)},
+            test=test, epochs=int(round(float(np.mean([e[g] for e in epochs])))),
+            extra={"l2_per_fold": l2s}, predictions=predictions[g], predicted=("all",),
+            folds=fold_of))
+    return out
+
+
+# ---- split handling shared by the train/dev/test protocols ---------------------------------
+
+def plan_train_dev_test(name: str, published: Sequence[str], present: AbstractSet[str],
+                        names: Callable[[str], str], holdout: float) -> SplitPlan:
+    """train/dev/test, or a held-out dev part cut from whichever of train/dev exists.
+
+    Without train: train on the dev file minus a held-out part that becomes dev. Without
+    dev: the held-out part comes from train. Without test (or both others): unusable.
+    """
+    splits = ("train", "dev", "test")
+    if "test" not in present:
+        return SplitPlan(name, (), splits, missing=("test", "train", "dev"))
+    pct = f"{holdout:.0%}"
+    if "train" in present and "dev" in present:
+        return SplitPlan(name, (("train", "train"), ("dev", "dev"), ("test", "test")), splits)
+    if "dev" in present:
+        text = (f"no train file ({names('train')}): train on {names('dev')} minus a "
+                f"held-out {pct} (fixed seed) that is the dev split; test on {names('test')}")
+        return SplitPlan(name, (("dev", POOL), ("test", "test")), splits, POOL, text)
+    if "train" in present:
+        text = (f"no dev file ({names('dev')}): dev is a held-out {pct} (fixed seed) of "
+                f"{names('train')}")
+        return SplitPlan(name, (("train", POOL), ("test", "test")), splits, POOL, text)
+    return SplitPlan(name, (), splits, missing=("train", "dev"))
+
+
+def plan_all_required(name: str, published: Sequence[str], present: AbstractSet[str],
+                      into: Optional[str]) -> SplitPlan:
+    """Every published source is required; each is read into ``into`` (or its own name)."""
+    missing = tuple(src for src in published if src not in present)
+    splits = (into,) if into else tuple(published)
+    if missing:
+        return SplitPlan(name, (), splits, missing=tuple(published))
+    return SplitPlan(name, tuple((src, into or src) for src in published), splits)
+
+
+# ---- the registered protocols --------------------------------------------------------------
+
+@register
+class SplitProtocol(Protocol):
+    """train/dev/test: each L2 early-stops on dev, the best on dev is tested."""
+
+    name = "split"
+    seeds_share_data = True
+
+    def plan(self, published, present, names, holdout):
+        return plan_train_dev_test(self.name, published, present, names, holdout)
+
+    def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
+        f, y = inputs.features, inputs.labels
+        return split_protocol(inputs.classifier, (f("train"), y("train")),
+                              (f("dev"), y("dev")), (f("test"), y("test")), inputs.l2_grid,
+                              positive=inputs.positive)
+
+
+@register
+class KFoldProtocol(Protocol):
+    """train/test: k-fold CV on train (folds seeded by the run seed) picks L2; refit; test."""
+
+    name = "kfold"
+
+    def plan(self, published, present, names, holdout):
+        if "test" not in present:
+            return SplitPlan(self.name, (), ("train", "test"), missing=("test", "train"))
+        if "train" in present:
+            return SplitPlan(self.name, (("train", "train"), ("test", "test")),
+                             ("train", "test"))
+        text = (f"no train file ({names('train')}): nested k-fold cross-validation on the "
+                f"test file {names('test')} alone")
+        return SplitPlan(InnerKFoldProtocol.name, (("test", "all"),), ("all",), fallback=text)
+
+    def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
+        f, y = inputs.features, inputs.labels
+        return kfold_protocol(inputs.classifier, (f("train"), y("train")),
+                              (f("test"), y("test")), inputs.l2_grid, k=inputs.kfold,
+                              seed=inputs.seed, validation_split=inputs.validation_split,
+                              positive=inputs.positive)
+
+
+@register
+class InnerKFoldProtocol(Protocol):
+    """all: nested k x k CV (folds seeded by 1111); mean outer-fold test accuracy."""
+
+    name = "inner-kfold"
+    train_split = "all"
+    scored_split = "all"
+
+    def plan(self, published, present, names, holdout):
+        return plan_all_required(self.name, published, present, "all")
+
+    def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
+        return inner_kfold_protocol(inputs.classifier,
+                                    (inputs.features("all"), inputs.labels("all")),
+                                    inputs.l2_grid, k=inputs.kfold, seed=inputs.seed,
+                                    validation_split=inputs.validation_split,
+                                    positive=inputs.positive)
