@@ -39,7 +39,8 @@ class CellOutcome:
     the JSON: ``predictions`` holds one prediction per example of the ``predicted`` split(s),
     concatenated in that order and in each split's example order (the predicted label index
     for classification, the predicted score for relatedness, the cosine for similarity);
-    ``folds`` (``inner-kfold``) the outer fold that tested each example.
+    ``folds`` (``inner-kfold``) the outer fold that tested each example; ``positive`` the
+    class whose F1 is reported (None: no F1).
     """
 
     l2: Optional[float]
@@ -50,6 +51,7 @@ class CellOutcome:
     predictions: Optional[np.ndarray] = field(default=None, repr=False)
     predicted: Tuple[str, ...] = ()
     folds: Optional[np.ndarray] = field(default=None, repr=False)
+    positive: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ def split_protocol(make: EstimatorFactory, train: Data, dev: Data, test: Data,
         out.append(CellOutcome(
             l2=float(l2_grid[r]), dev={"accuracy": round(float(dev_pct[g, r]), 2)},
             test=test_metrics(pred[g, r], test[1], positive),
-            epochs=int(est.epochs_[g, r]), predictions=pred[g, r], predicted=("test",)))
+            epochs=int(est.epochs_[g, r]), predictions=pred[g, r], predicted=("test",),
+            positive=positive))
     return out
 
 
@@ -81,7 +82,7 @@ def kfold_protocol(make: EstimatorFactory, train: Data, test: Data, l2_grid: Seq
     pred, epochs = _refit_and_predict(make, X, y, l2, test[0], validation_split, seed)
     return [CellOutcome(l2=float(l2[g]), dev={"accuracy": round(float(cv[g, r]), 2)},
                         test=test_metrics(pred[g], test[1], positive), epochs=int(epochs[g]),
-                        predictions=pred[g], predicted=("test",))
+                        predictions=pred[g], predicted=("test",), positive=positive)
             for g, r in enumerate(best)]
 
 
@@ -132,7 +133,7 @@ def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[f
             dev={"accuracy": round(float(np.mean([d[g] for d in dev_best])), 2)},
             test=test, epochs=int(round(float(np.mean([e[g] for e in epochs])))),
             extra={"l2_per_fold": l2s}, predictions=predictions[g], predicted=("all",),
-            folds=fold_of))
+            folds=fold_of, positive=positive))
     return out
 
 
