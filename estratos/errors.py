@@ -73,3 +73,13 @@ class ResultsFileError(InputError, ResultsError):
 
 class SchedulerError(EstratosError):
     """The cluster's scheduler (``sbatch``) refused a job script; the message is its own."""
+
+
+class Interrupted(EstratosError, KeyboardInterrupt):
+    """Ctrl-C during a long run: the message says what was kept and how to resume.
+
+    Still a :class:`KeyboardInterrupt` (code that stops on Ctrl-C keeps doing so); the CLI
+    shows the message and exits with 130, as a shell does for SIGINT.
+    """
+
+    exit_code = 130

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
+import stat
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -47,6 +47,11 @@ def fsync_path(path: os.PathLike | str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def copy_mode(src: os.PathLike | str, dst: os.PathLike | str) -> None:
+    """Give ``dst`` the permission bits of ``src`` (a rewritten cache keeps its mode)."""
+    os.chmod(dst, stat.S_IMODE(os.stat(src).st_mode))
 
 
 def _link_new(src: Path, dst: Path) -> None:
@@ -174,6 +179,7 @@ class CacheWriter:
                 kept = _copy_trusted(src, fresh, path)
                 fresh.set_attrs({"n_base": min(n_base, kept)})
                 fresh.close()
+                copy_mode(path, tmp)
                 fsync_path(tmp)
                 os.replace(tmp, path)
             except BaseException:
@@ -207,13 +213,15 @@ class CacheWriter:
         """Start adding rows to a complete cache: copy it to ``partial`` and reopen the copy.
 
         The copy is made under a temporary name and renamed only once it is marked incomplete,
-        so a crash never leaves a ``.partial`` that claims to be something it is not.
+        so a crash never leaves a ``.partial`` that claims to be something it is not. It has
+        the complete cache's permission bits, which the final rename keeps.
         """
         complete, partial = Path(complete), Path(partial)
-        fd, tmp = tempfile.mkstemp(prefix=partial.name + ".", suffix=".tmp", dir=partial.parent)
-        os.close(fd)
+        tmp = partial.with_name(f"{partial.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)  # left by a dead process with our pid
         try:
             shutil.copyfile(complete, tmp)
+            copy_mode(complete, tmp)
             fault_point("extend-copy")
             with schema.open_h5(tmp, "r+") as f:
                 n = int(f.attrs["n_done"])

@@ -30,9 +30,9 @@ import numpy as np
 
 from estratos import __version__
 from estratos.cache import schema
-from estratos.cache.writer import CacheWriter, fsync_path
+from estratos.cache.session import CacheSession, open_for_writing
 from estratos.encode.batching import length_order, token_budget_batches
-from estratos.errors import CacheError, EstratosError, InputError, OptionError, SettingsMismatch
+from estratos.errors import EstratosError, InputError, Interrupted, OptionError
 from estratos.faultpoints import fault_point
 from estratos.text import normalize_sentence, sentence_key
 
@@ -70,6 +70,13 @@ class EncodeSummary:
     def as_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
+    def headline(self) -> str:
+        """What was encoded, in one line (or that everything was already cached)."""
+        if self.n_encoded == 0 and self.n_resumed == 0 and self.n_cached == self.n_selected:
+            return f"all {self.n_selected} sentences already cached; the model was not loaded"
+        return (f"{self.n_encoded} sentences encoded in {self.seconds:.1f}s, "
+                f"{self.n_cached} already cached, {self.n_resumed} resumed")
+
     def describe(self) -> str:
         """A few human-readable lines for the command line."""
         lines = [f"cache: {self.path} ({self.n_rows} rows)"]
@@ -80,7 +87,9 @@ class EncodeSummary:
                      f"{self.n_cached} already cached, {self.n_resumed} resumed, "
                      f"{self.n_encoded} encoded in {self.seconds:.1f}s "
                      f"({self.sentences_per_second:.1f} sentences/s)")
-        if self.max_length:
+        if self.n_encoded == 0 and self.n_resumed == 0 and self.n_cached == self.n_selected:
+            lines.append(self.headline())
+        elif self.max_length:
             lines.append(f"truncated at {self.max_length} tokens: {self.n_truncated}")
         return "\n".join(lines)
 
@@ -193,63 +202,6 @@ def _library_versions() -> Dict[str, str]:
             "torch": torch.__version__, "transformers": transformers.__version__}
 
 
-# -- files ---------------------------------------------------------------------------------
-def _check_existing(path: Path, *, partial: bool) -> bool:
-    """True if ``path`` exists; refuse anything there that is not an estratos cache."""
-    if not path.exists():
-        return False
-    if not path.is_file() or not schema.looks_like_hdf5(path):
-        raise CacheError(f"{path}: exists and is not an estratos cache; refusing to overwrite it")
-    with schema.open_h5(path, "r") as f:
-        if not schema.is_cache(f):
-            raise CacheError(f"{path}: an HDF5 file but not an estratos cache; refusing to "
-                             "overwrite it")
-        complete = bool(f.attrs.get("complete", False))
-    if partial and complete:
-        raise CacheError(f"{path}: a .partial marked complete; move it away and rerun")
-    if not partial and not complete:
-        raise CacheError(f"{path}: an incomplete cache under a final name; move it away and rerun")
-    return True
-
-
-def _finish_interrupted_rename(partial: Path, target: Path) -> None:
-    """A run killed after marking its ``.partial`` complete but before renaming it left a
-    whole cache (every row was flushed before ``complete`` was set): do the rename it missed."""
-    if not partial.is_file() or not schema.looks_like_hdf5(partial):
-        return
-    with schema.open_h5(partial, "r") as f:
-        done = schema.is_cache(f) and bool(f.attrs.get("complete", False))
-    if done:
-        log.warning("%s: complete but not renamed (the run was killed at the end); renaming it "
-                    "to %s", partial, target)
-        fsync_path(partial)
-        os.replace(partial, target)
-        fsync_path(target.parent)
-
-
-def _check_settings(path: Path, attrs: Mapping[str, Any], want: Mapping[str, Any],
-                    shard: Optional[Tuple[int, int]]) -> None:
-    diff = schema.settings_diff(attrs, want)
-    have_shard = (attrs.get("shard_index"), attrs.get("shard_count"))
-    want_shard = shard if shard else (None, None)
-    if tuple(have_shard) != tuple(want_shard):
-        diff["shard"] = (have_shard, want_shard)
-    if diff:
-        raise SettingsMismatch(f"{path}: made with other settings; {schema.describe_diff(diff)}. "
-                               "Use another --out, or the same settings")
-
-
-def _stored_settings(path: Path) -> Dict[str, Any]:
-    with schema.open_h5(path, "r") as f:
-        return schema.read_attrs(f)
-
-
-def _cached_keys(path: Path) -> set:
-    with schema.open_h5(path, "r") as f:
-        n = int(f.attrs["n_done"])
-        return set(schema.keys_as_bytes(f[schema.KEYS][:n]))
-
-
 # -- the run -------------------------------------------------------------------------------
 def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.PathLike | str, *,
                      poolings: Sequence[str] = ("cls", "mean"), dtype: str = "float16",
@@ -279,7 +231,7 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     if not out.parent.is_dir():
         raise OptionError(f"--out: folder {out.parent} does not exist")
     target = schema.shard_path(out, *shard_sel) if shard_sel else out
-    partial = schema.partial_path(target)
+    show = sys.stderr.isatty() if progress is None else bool(progress)
 
     texts, keys, n_input = unique_sentences(sentences)
     if not texts:
@@ -290,60 +242,55 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
         picked = [i for i, k in enumerate(keys) if in_shard(k, shard_sel)]
         texts, keys = [texts[i] for i in picked], [keys[i] for i in picked]
 
-    # refuse foreign files before the (slow) model load
-    _finish_interrupted_rename(partial, target)
-    have_partial = _check_existing(partial, partial=True)
-    have_target = _check_existing(target, partial=False)
-
-    fault_point("model-load")
-    enc = build_encoder(model, encoder, device=device, max_length=max_length,
-                        lowercase=lowercase, poolings=poolings, threads=threads)
-    want = {**enc.settings(), "dtype": dtype, "schema_version": schema.SCHEMA_VERSION}
-    shard_attrs = ({"shard_index": shard_sel[0], "shard_count": shard_sel[1],
-                    "input_digest": digest} if shard_sel else {})
-
-    if have_partial:
-        _check_settings(partial, _stored_settings(partial), want, shard_sel)
-        writer = CacheWriter.reopen(partial)
-    elif have_target:
-        _check_settings(target, _stored_settings(target), want, shard_sel)
-        cached = _cached_keys(target)
-        if all(k in cached for k in keys):
-            if shard_sel:
-                with schema.open_h5(target, "r") as f:
-                    stale = f.attrs.get("input_digest") != digest
-                if stale:  # same rows, but the shard now belongs to a larger input
-                    writer = CacheWriter.extend_copy(target, partial)
-                    writer.set_attrs({"input_digest": digest})
-                    writer.finish(target)
-            log.info("%s already holds all %d sentences", target, len(keys))
+    # the lock and the refusal of foreign files come before the (slow) model load
+    with open_for_writing(target, shard=shard_sel) as session:
+        fault_point("model-load")
+        enc = build_encoder(model, encoder, device=device, max_length=max_length,
+                            lowercase=lowercase, poolings=poolings, threads=threads)
+        want = {**enc.settings(), "dtype": dtype, "schema_version": schema.SCHEMA_VERSION}
+        shard_attrs = ({"shard_index": shard_sel[0], "shard_count": shard_sel[1],
+                        "input_digest": digest} if shard_sel else {})
+        session.check_settings(want)
+        if session.holds_all(keys, digest):  # checked before the weights are read
             return EncodeSummary(str(target), n_input, n_unique, len(keys), len(keys), 0, 0, 0,
-                                 len(cached), enc.max_length, time.perf_counter() - started,
+                                 len(keys), enc.max_length, time.perf_counter() - started,
                                  shard_sel)
-        writer = CacheWriter.extend_copy(target, partial)
-    else:
         attrs = {**want, **enc.info(), **shard_attrs,
                  "estratos_version": __version__, "library_versions": _library_versions(),
                  "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                  "batch_tokens": int(batch_tokens)}
         if enc.n_states is not None:
             attrs.update(n_states=enc.n_states, dim=enc.dim)
-        writer = CacheWriter.create(partial, attrs)
-
-    try:
-        summary = _run(enc, writer, texts, keys, target=target, batch_tokens=int(batch_tokens),
-                       progress=progress, shard_attrs=shard_attrs)
-    except BaseException as exc:
-        writer.close()
-        # bad input (e.g. an --encoder returning the wrong shape): leave nothing behind. A crash
-        # or Ctrl-C keeps the .partial, resumable; so does an error while resuming one.
-        if not have_partial and isinstance(exc, EstratosError):
-            partial.unlink(missing_ok=True)
-        raise
-    n_cached, n_resumed, n_encoded, n_truncated, n_rows = summary
+        try:
+            session.start(attrs)
+            enc.load(progress=show)
+            summary = _run(enc, session, texts, keys, batch_tokens=int(batch_tokens), show=show)
+        except KeyboardInterrupt as exc:
+            raise _interrupted(session) from exc
+        except BaseException as exc:
+            # bad input (e.g. an --encoder returning the wrong shape): leave nothing behind. A
+            # crash keeps the .partial, resumable; so does an error while resuming one.
+            session.abandon(discard=isinstance(exc, EstratosError))
+            raise
+        n_cached, n_resumed, n_encoded, n_truncated = summary
+        n_rows = session.writer.n_done
+        session.finish(shard_attrs)
     return EncodeSummary(str(target), n_input, n_unique, len(keys), n_cached, n_resumed,
                          n_encoded, n_truncated, n_rows, enc.max_length,
                          time.perf_counter() - started, shard_sel)
+
+
+def _interrupted(session: CacheSession) -> Interrupted:
+    """Close the cache after Ctrl-C and say what was kept and how to go on."""
+    writer = session.writer
+    kept = writer.n_done if writer is not None else 0
+    new = kept - writer.n_base if writer is not None else 0
+    session.abandon(discard=False)
+    if writer is None or not session.partial.exists():
+        return Interrupted("interrupted before any sentence was written; nothing was kept")
+    return Interrupted(f"interrupted: {session.partial} keeps {kept} rows ({new} encoded by "
+                       "this run or an earlier interrupted one); run the same command again "
+                       "to resume from there")
 
 
 def _plan(enc, texts: List[str], keys: List[bytes]):
@@ -354,11 +301,10 @@ def _plan(enc, texts: List[str], keys: List[bytes]):
     return order, lengths, capped
 
 
-def _run(enc, writer: CacheWriter, texts: List[str], keys: List[bytes], *, target: Path,
-         batch_tokens: int, progress: Optional[bool], shard_attrs: Mapping[str, Any]):
-    stored = schema.keys_as_bytes(writer.keys())
-    base = set(stored[: writer.n_base])
-    done = stored[writer.n_base:]
+def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
+         batch_tokens: int, show: bool):
+    writer = session.writer
+    base, done = session.rows()
     n_cached = sum(1 for k in keys if k in base)
     todo = [i for i, k in enumerate(keys) if k not in base]
     t_texts, t_keys = [texts[i] for i in todo], [keys[i] for i in todo]
@@ -384,11 +330,10 @@ def _run(enc, writer: CacheWriter, texts: List[str], keys: List[bytes], *, targe
             t_texts, t_keys = [t_texts[i] for i in keep], [t_keys[i] for i in keep]
             n_cached += len(todo) - len(keep)
             n_resumed = 0
-            writer.set_attrs({"n_base": writer.n_done})
+            session.forget_resumed()
             order, lengths, capped = _plan(enc, t_texts, t_keys)
             batches = token_budget_batches(capped, batch_tokens)
 
-    show = sys.stderr.isatty() if progress is None else bool(progress)
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(order), initial=skip, unit="sent", desc="encode", disable=not show,
@@ -436,8 +381,4 @@ def _run(enc, writer: CacheWriter, texts: List[str], keys: List[bytes], *, targe
     if n_truncated:
         log.warning("%d of %d sentences were truncated at %d tokens", n_truncated, n_encoded,
                     enc.max_length)
-    if shard_attrs:
-        writer.set_attrs(shard_attrs)
-    n_rows = writer.n_done
-    writer.finish(target)
-    return n_cached, n_resumed, n_encoded, n_truncated, n_rows
+    return n_cached, n_resumed, n_encoded, n_truncated
