@@ -63,7 +63,8 @@ def cache_group() -> None:
               help="UTF-8 text file, one sentence per line.")
 @click.option("--tasks", metavar="IDS", help="Encode the sentences of these tasks.")
 @click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
-              help="Where task data lives (with --tasks; repeatable).")
+              help="Where task data lives (with --tasks): DIR or SUITE=DIR; repeatable "
+                   "[default: $ESTRATOS_DATA].")
 @click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16",
               show_default=True, help="Stored vector precision.")
 @click.option("--max-length", type=int, default=None,
@@ -113,7 +114,8 @@ def cache_info_command(cache: str, as_json: bool) -> None:
               help="Also check that these sentences (one a line) are present.")
 @click.option("--tasks", metavar="IDS", help="Also check that these tasks' sentences are present.")
 @click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
-              help="Where task data lives (with --tasks; repeatable).")
+              help="Where task data lives (with --tasks): DIR or SUITE=DIR; repeatable "
+                   "[default: $ESTRATOS_DATA].")
 @click.pass_context
 def cache_verify_command(ctx: click.Context, cache: str, sentences_file, tasks, data_dirs) -> None:
     """Check completeness, checksums, NaNs and required sentences; exit 1 if anything is wrong

@@ -228,8 +228,8 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     seconds["data"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    tell(f"[2/4] encoding {len(sentences)} sentences with {model} into {cache}")
-    encode_sentences(list(sentences), model, cache, progress=show)
+    tell(f"[2/4] caching the vectors of {len(sentences)} unique sentences ({model}) in {cache}")
+    tell("      " + encode_sentences(list(sentences), model, cache, progress=show).headline())
     seconds["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -115,6 +115,9 @@ class BatcherEncoder:
     def info(self) -> Dict[str, object]:
         return {"compute": "external"}
 
+    def load(self, *, progress: bool = False) -> None:
+        """Nothing to load: the module was imported by the constructor."""
+
     def _prep(self, texts: Sequence[str]) -> list:
         return [_words(t.lower() if self.lowercase else t) for t in texts]
 

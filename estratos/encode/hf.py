@@ -9,10 +9,11 @@ Pooling choices (see docs/encode.md):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -75,15 +76,50 @@ def default_max_length(tokenizer: object, config: object) -> int:
     return min(limits)
 
 
+def _check_model_folder(folder: Path) -> None:
+    """A local ``--model`` must be a folder with a ``config.json`` (say so, naming the folder,
+    instead of the tokenizer backend's unrelated complaint about sentencepiece)."""
+    if not folder.is_dir():
+        raise OptionError(f"--model: {str(folder)!r} is not a model folder (no such directory)")
+    if (folder / "config.json").is_file():
+        return
+    inside = sorted(p.parent for p in folder.glob("*/config.json"))
+    hint = (f"; a model folder inside it: {inside[0]}" if len(inside) == 1 else
+            f"; model folders inside it: {', '.join(map(str, inside[:3]))}" if inside else
+            "; point --model at the folder that holds config.json and the weights")
+    raise OptionError(f"--model: {folder} has no config.json, so it is not a Hugging Face "
+                      f"model folder{hint}")
+
+
+@contextlib.contextmanager
+def transformers_progress(show: bool) -> Iterator[None]:
+    """transformers' own progress bars ("Loading weights", downloads) on or off for a while."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if show == was:
+        yield
+        return
+    (hf_logging.enable_progress_bar if show else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
+
+
 class HFEncoder:
-    """Encodes sentences with an AutoTokenizer/AutoModel, returning all hidden states pooled."""
+    """Encodes sentences with an AutoTokenizer/AutoModel, returning all hidden states pooled.
+
+    The constructor reads only the tokenizer and the config (enough for the settings a cache
+    records); :meth:`load` reads the weights, so a run with nothing to encode never does.
+    """
 
     kind = "transformers"
 
     def __init__(self, model: str, *, device: Optional[str] = None,
                  max_length: Optional[int] = None, lowercase: bool = False,
                  poolings: Sequence[str] = POOLINGS, threads: Optional[int] = None) -> None:
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         bad = [p for p in poolings if p not in POOLINGS]
         if bad or not poolings:
@@ -94,17 +130,17 @@ class HFEncoder:
         self.poolings = tuple(dict.fromkeys(poolings))
         self.lowercase = bool(lowercase)
         self.device = devices.select_device(device)
-        devices.prepare_cpu_threads(self.device, threads)
+        self.threads = threads
         looks_local = self.model_name.startswith(("/", "./", "../", "~")) or Path(self.model_name).exists()
-        if looks_local and not Path(self.model_name).expanduser().is_dir():
-            raise OptionError(f"--model: {self.model_name!r} is not a model folder (no such directory)")
+        if looks_local:
+            _check_model_folder(Path(self.model_name).expanduser())
         try:
+            self.config = AutoConfig.from_pretrained(self.model_name)
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
-            self.model = AutoModel.from_pretrained(self.model_name)
         except (OSError, ValueError, KeyError) as exc:
             raise OptionError(f"--model: cannot load {self.model_name!r} with transformers "
                               f"AutoTokenizer/AutoModel: {exc}") from exc
-        self.model.eval().to(self.device)
+        self.model = None
         # position 0 must be the first real token and padding must sit after the sentence
         self.tokenizer.padding_side = "right"
         if self.tokenizer.pad_token is None:  # GPT-style tokenizers: padding is masked anyway
@@ -113,7 +149,7 @@ class HFEncoder:
                 raise OptionError(f"--model: the tokenizer of {self.model_name!r} has no padding, "
                                   "end or unknown token to pad batches with")
             self.tokenizer.pad_token = fill
-        config = self.model.config
+        config = self.config
         limit = default_max_length(self.tokenizer, config)
         if max_length is None:
             max_length = limit
@@ -123,6 +159,21 @@ class HFEncoder:
         self.revision = model_revision(self.model_name, config)
         self.n_states = int(config.num_hidden_layers) + 1 if hasattr(config, "num_hidden_layers") else None
         self.dim = int(config.hidden_size) if hasattr(config, "hidden_size") else None
+
+    def load(self, *, progress: bool = False) -> None:
+        """Read the weights and move the model to its device (once)."""
+        if self.model is not None:
+            return
+        from transformers import AutoModel
+
+        devices.prepare_cpu_threads(self.device, self.threads)
+        try:
+            with transformers_progress(progress):
+                model = AutoModel.from_pretrained(self.model_name, config=self.config)
+        except (OSError, ValueError, KeyError) as exc:
+            raise OptionError(f"--model: cannot load {self.model_name!r} with transformers "
+                              f"AutoModel: {exc}") from exc
+        self.model = model.eval().to(self.device)
 
     def settings(self) -> Dict[str, object]:
         """Attributes that define the vectors (compared when resuming or extending a cache)."""
@@ -134,7 +185,7 @@ class HFEncoder:
     def info(self) -> Dict[str, object]:
         """Descriptive attributes (not compared)."""
         return {"compute": devices.compute_label(self.device),
-                "model_type": str(getattr(self.model.config, "model_type", ""))}
+                "model_type": str(getattr(self.config, "model_type", ""))}
 
     def _prep(self, texts: Sequence[str]) -> list:
         return [t.lower() for t in texts] if self.lowercase else list(texts)
