@@ -69,8 +69,9 @@ def cache_group() -> None:
               show_default=True, help="Stored vector precision.")
 @click.option("--max-length", type=int, default=None,
               help="Truncate inputs to this many tokens [default: model limit, max 512].")
-@click.option("--batch-tokens", type=int, default=8192, show_default=True,
-              help="Token budget per batch (batch size x padded length).")
+@click.option("--batch-tokens", default="auto", show_default=True, metavar="N|auto",
+              help="Token budget per batch (batch size x padded length); auto: fill the GPU's "
+                   "free memory, 8192 on CPU.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N, mps.")
 @click.option("--shard", metavar="I/N", default=None,
               help="Encode shard I (0-based) of N [default: SLURM array variables if set].")

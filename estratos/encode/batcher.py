@@ -126,20 +126,60 @@ class BatcherEncoder:
         if self._prepare is not None:
             self._prepare(self.params, self._prep(texts))
 
-    def lengths(self, texts: Sequence[str]) -> np.ndarray:
-        return np.array([len(_words(t)) for t in texts], dtype=np.int64)
+    # -- the pipeline's stages (estratos.encode.run) ---------------------------------------
+    def tokenize(self, texts: Sequence[str]) -> "WordCounts":
+        """Word counts (the batcher sees words): what the length plan sorts by."""
+        return WordCounts(np.array([len(_words(t)) for t in texts], dtype=np.int64))
 
-    def encode(self, texts: Sequence[str]) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
-        words = self._prep(texts)
+    def collate(self, toks: "WordCounts", rows: np.ndarray, texts: Sequence[str]) -> list:
+        return self._prep(texts)
+
+    def forward(self, words: list, dtype: str) -> "BatchVectors":
         out = np.asarray(self.batcher(self.params, words), dtype=np.float32)
         if out.ndim == 2:
             out = out[:, None, :]
-        if out.ndim != 3 or out.shape[0] != len(texts):
+        if out.ndim != 3 or out.shape[0] != len(words):
             raise OptionError(f"--encoder: {self.target} returned shape {out.shape} for a batch "
-                              f"of {len(texts)}; expected ({len(texts)}, D) or ({len(texts)}, layers, D)")
+                              f"of {len(words)}; expected ({len(words)}, D) or ({len(words)}, layers, D)")
         if self.n_states is None:
             self.n_states, self.dim = int(out.shape[1]), int(out.shape[2])
         elif out.shape[1:] != (self.n_states, self.dim):
             raise OptionError(f"--encoder: {self.target} returned {out.shape[1:]} per sentence, "
                               f"earlier batches gave {(self.n_states, self.dim)}")
-        return {POOLING: out}, np.array([len(w) for w in words], dtype=np.int32)
+        return BatchVectors({POOLING: out.astype(dtype, copy=False)})
+
+    def auto_batch_tokens(self) -> int:
+        from estratos.encode.devices import CPU_BATCH_TOKENS
+
+        return CPU_BATCH_TOKENS
+
+
+class WordCounts:
+    """The batcher's "tokens": words per sentence (never truncated)."""
+
+    def __init__(self, lengths: np.ndarray) -> None:
+        self.lengths = lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def capped(self) -> np.ndarray:
+        return self.lengths
+
+    @property
+    def truncated(self) -> np.ndarray:
+        return np.zeros(len(self.lengths), dtype=bool)
+
+    def subset(self, rows: Sequence[int]) -> "WordCounts":
+        return WordCounts(self.lengths[np.asarray(rows, dtype=np.int64)])
+
+
+class BatchVectors:
+    """A batcher's output, already on the host."""
+
+    def __init__(self, vectors: Dict[str, np.ndarray]) -> None:
+        self._vectors = vectors
+
+    def numpy(self) -> Dict[str, np.ndarray]:
+        return self._vectors

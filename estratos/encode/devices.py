@@ -91,3 +91,49 @@ def prepare_cpu_threads(device: torch.device, threads: Optional[int] = None) -> 
         if torch.get_num_threads() != n:
             log.info("using %d CPU threads", n)
             torch.set_num_threads(n)
+
+
+#: ``--batch-tokens auto`` off CUDA: the budget that was fastest on CPU (docs/encode.md)
+CPU_BATCH_TOKENS = 8192
+#: share of the GPU's free memory (after loading the model) that batches may fill
+GPU_MEMORY_SHARE = 0.5
+#: bounds of the GPU budget (a power of two in between)
+GPU_BATCH_TOKENS = (8192, 262144)
+#: padded length the per-token attention estimate assumes (longer batches are bounded by the
+#: quadratic rule of :mod:`estratos.encode.batching`, which uses the same span)
+_SPAN = 128
+
+
+def activation_bytes_per_token(config: object, act_bytes: int = 2) -> int:
+    """Rough peak memory per token of a forward pass keeping every hidden state: the states
+    themselves, one layer's transients (q/k/v, feed-forward, attention scores at
+    :data:`_SPAN` tokens) and the float32 pooling temporaries."""
+    dim = int(getattr(config, "hidden_size", 1024))
+    layers = int(getattr(config, "num_hidden_layers", 24))
+    ffn = int(getattr(config, "intermediate_size", 4 * dim) or 4 * dim)
+    heads = int(getattr(config, "num_attention_heads", 16))
+    states = act_bytes * (layers + 1) * dim
+    transient = act_bytes * (4 * dim + 2 * ffn) + heads * _SPAN * (act_bytes + 4)
+    pooling = 2 * 4 * dim
+    return states + transient + pooling
+
+
+def batch_tokens_for_memory(free_bytes: int, config: object) -> int:
+    """The largest power of two of tokens whose activations fill :data:`GPU_MEMORY_SHARE` of
+    ``free_bytes``, within :data:`GPU_BATCH_TOKENS`."""
+    low, high = GPU_BATCH_TOKENS
+    fit = int(GPU_MEMORY_SHARE * free_bytes) // activation_bytes_per_token(config)
+    if fit < low:
+        return low
+    return min(high, 1 << (fit.bit_length() - 1))
+
+
+def auto_batch_tokens(device: torch.device, config: object) -> int:
+    """``--batch-tokens auto``: on CUDA from the free memory after the model was loaded,
+    elsewhere :data:`CPU_BATCH_TOKENS`."""
+    if device.type != "cuda":
+        return CPU_BATCH_TOKENS
+    free, _ = torch.cuda.mem_get_info(device)
+    budget = batch_tokens_for_memory(free, config)
+    log.info("--batch-tokens auto: %d (%.1f GB free on %s)", budget, free / 1e9, device)
+    return budget

@@ -13,12 +13,12 @@ import contextlib
 import hashlib
 import logging
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Sequence, Tuple
+from typing import Dict, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
-from estratos.encode import devices
+from estratos.encode import devices, tokens
 from estratos.errors import OptionError
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,6 @@ POOLINGS = ("cls", "mean")
 MAX_LENGTH_CAP = 512
 #: files whose bytes define a model's weights (hashed when no hub commit is known)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
-#: tokenization chunk when only lengths are needed (keeps memory flat for any N)
-LENGTH_CHUNK = 2048
 
 
 def weights_hash(folder: Path) -> str:
@@ -141,6 +139,7 @@ class HFEncoder:
             raise OptionError(f"--model: cannot load {self.model_name!r} with transformers "
                               f"AutoTokenizer/AutoModel: {exc}") from exc
         self.model = None
+        self._tokenize = None
         # position 0 must be the first real token and padding must sit after the sentence
         self.tokenizer.padding_side = "right"
         if self.tokenizer.pad_token is None:  # GPT-style tokenizers: padding is masked anyway
@@ -190,32 +189,68 @@ class HFEncoder:
     def _prep(self, texts: Sequence[str]) -> list:
         return [t.lower() for t in texts] if self.lowercase else list(texts)
 
-    def lengths(self, texts: Sequence[str]) -> np.ndarray:
-        """Token count of each text with the tokenizer's special tokens, before truncation."""
-        out = np.empty(len(texts), dtype=np.int64)
-        for start in range(0, len(texts), LENGTH_CHUNK):
-            chunk = self._prep(texts[start:start + LENGTH_CHUNK])
-            enc = self.tokenizer(chunk, truncation=False, padding=False, verbose=False,
-                                 return_attention_mask=False, return_token_type_ids=False)
-            out[start:start + len(chunk)] = [len(ids) for ids in enc["input_ids"]]
-        return out
+    # -- the pipeline's stages (estratos.encode.run) ---------------------------------------
+    def tokenize(self, texts: Sequence[str]) -> tokens.TokenizedTexts:
+        """Every text's ids, once (Rust tokenizer when it is exact; see :mod:`tokens`)."""
+        if self._tokenize is None:
+            self._tokenize = tokens.for_tokenizer(self.tokenizer, self.max_length)
+        return self._tokenize(self._prep(texts))
 
-    def encode(self, texts: Sequence[str]) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
-        """``({pooling: float32 (B, n_states, dim)}, n_tokens (B,))`` for one batch."""
-        enc = self.tokenizer(self._prep(texts), truncation=True, max_length=self.max_length,
-                             padding=True, return_tensors="pt")
-        enc = {k: v.to(self.device) for k, v in enc.items()}
-        mask = enc["attention_mask"]
+    def collate(self, toks: tokens.TokenizedTexts, rows: np.ndarray,
+                texts: Sequence[str]) -> Dict[str, torch.Tensor]:
+        """Host tensors of one batch (pinned on CUDA, so the copy to the GPU is asynchronous)."""
+        input_ids, mask = toks.padded(rows, self.tokenizer.pad_token_id)
+        batch = {"input_ids": torch.from_numpy(input_ids),
+                 "attention_mask": torch.from_numpy(mask)}
+        if "token_type_ids" in self.tokenizer.model_input_names:
+            batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
+        if self.device.type == "cuda":
+            batch = {k: v.pin_memory() for k, v in batch.items()}
+        return batch
+
+    def forward(self, batch: Dict[str, torch.Tensor], dtype: str) -> "HostVectors":
+        """Run one batch and pool it on the device; the vectors come back in the cache's
+        ``dtype`` through :class:`HostVectors` (asynchronously on CUDA)."""
+        if self.model is None:
+            raise RuntimeError("HFEncoder.load() must be called before forward()")
+        inputs = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        out_dtype = getattr(torch, dtype)
         with torch.inference_mode(), devices.autocast(self.device):
-            hidden = self.model(**enc, output_hidden_states=True).hidden_states
-            maskf = mask.unsqueeze(-1).to(torch.float32)
+            hidden = self.model(**inputs, output_hidden_states=True).hidden_states
+            maskf = inputs["attention_mask"].unsqueeze(-1).to(torch.float32)
             counts = maskf.sum(dim=1).clamp(min=1.0)
-            pooled: Dict[str, list] = {p: [] for p in self.poolings}
-            for h in hidden:
-                if "cls" in pooled:
-                    pooled["cls"].append(h[:, 0].float())
-                if "mean" in pooled:
-                    pooled["mean"].append((h.float() * maskf).sum(dim=1) / counts)
-        vectors = {p: torch.stack(v, dim=1).cpu().numpy() for p, v in pooled.items()}
-        n_tokens = mask.sum(dim=1).cpu().numpy().astype(np.int32)
-        return vectors, n_tokens
+            pooled = {}
+            for pooling in self.poolings:
+                if pooling == "cls":
+                    states = [h[:, 0].float() for h in hidden]
+                else:  # masked mean in float32: independent of the batch's padding
+                    states = [(h.float() * maskf).sum(dim=1) / counts for h in hidden]
+                pooled[pooling] = torch.stack(states, dim=1).to(out_dtype)
+        return HostVectors(pooled, self.device)
+
+    def auto_batch_tokens(self) -> int:
+        """``--batch-tokens auto`` for this model on its device (after :meth:`load`)."""
+        return devices.auto_batch_tokens(self.device, self.config)
+
+
+class HostVectors:
+    """Pooled vectors on their way to the host: on CUDA a non-blocking copy into pinned
+    memory followed by an event; :meth:`numpy` waits for that event only."""
+
+    def __init__(self, pooled: Dict[str, torch.Tensor], device: torch.device) -> None:
+        self._event = None
+        if device.type == "cuda":
+            self._host = {}
+            for name, tensor in pooled.items():
+                host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+                host.copy_(tensor, non_blocking=True)
+                self._host[name] = host
+            self._event = torch.cuda.Event()
+            self._event.record(torch.cuda.current_stream(device))
+        else:
+            self._host = {name: tensor.cpu() for name, tensor in pooled.items()}
+
+    def numpy(self) -> Dict[str, np.ndarray]:
+        if self._event is not None:
+            self._event.synchronize()
+        return {name: tensor.numpy() for name, tensor in self._host.items()}

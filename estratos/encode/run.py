@@ -32,6 +32,7 @@ from estratos import __version__
 from estratos.cache import schema
 from estratos.cache.session import CacheSession, open_for_writing
 from estratos.encode.batching import length_order, token_budget_batches
+from estratos.encode.pipeline import END, Background, Stages, Stopped
 from estratos.errors import EstratosError, InputError, Interrupted, OptionError
 from estratos.faultpoints import fault_point
 from estratos.text import normalize_sentence, sentence_key
@@ -40,10 +41,14 @@ log = logging.getLogger(__name__)
 
 #: rows buffered before a write+flush: one chunk's worth, so chunks are written whole
 BLOCK_ROWS = schema.CHUNK_ROWS
+#: batches in flight between two stages (bounded: memory does not grow with the corpus)
+PIPELINE_DEPTH = 2
+PIPELINE_DEPTH_CUDA = 4
 #: ...unless this many seconds passed since the last flush (bounds the work a kill loses)
 FLUSH_SECONDS = 5.0
 
 ShardSpec = Union[None, str, Tuple[int, int]]
+BatchTokens = Union[int, str]
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,21 @@ def in_shard(key: bytes, shard: Tuple[int, int]) -> bool:
     return int.from_bytes(key[:8], "big") % shard[1] == shard[0]
 
 
+def parse_batch_tokens(value: BatchTokens) -> BatchTokens:
+    """``--batch-tokens``: a positive integer (also as text) or ``"auto"``."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return "auto"
+        try:
+            value = int(value)
+        except ValueError:
+            raise OptionError(f"--batch-tokens: expected a positive integer or auto, got "
+                              f"{value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise OptionError(f"--batch-tokens: must be >= 1 or auto, got {value!r}")
+    return int(value)
+
+
 # -- encoders ------------------------------------------------------------------------------
 def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optional[str],
                   max_length: Optional[int], lowercase: bool, poolings: Sequence[str],
@@ -205,7 +225,7 @@ def _library_versions() -> Dict[str, str]:
 # -- the run -------------------------------------------------------------------------------
 def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.PathLike | str, *,
                      poolings: Sequence[str] = ("cls", "mean"), dtype: str = "float16",
-                     max_length: Optional[int] = None, batch_tokens: int = 8192,
+                     max_length: Optional[int] = None, batch_tokens: BatchTokens = "auto",
                      device: Optional[str] = None, shard: ShardSpec = None,
                      lowercase: bool = False, encoder: Optional[str] = None,
                      progress: Optional[bool] = None,
@@ -221,8 +241,7 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     started = time.perf_counter()
     if dtype not in schema.VECTOR_DTYPES:
         raise OptionError(f"--dtype: {dtype!r} is not one of {schema.VECTOR_DTYPES}")
-    if int(batch_tokens) < 1:
-        raise OptionError(f"--batch-tokens: must be >= 1, got {batch_tokens}")
+    batch_tokens = parse_batch_tokens(batch_tokens)
     poolings = tuple(dict.fromkeys(poolings))
     if not poolings:
         raise OptionError("--pooling: at least one pooling is needed")
@@ -258,13 +277,14 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
         attrs = {**want, **enc.info(), **shard_attrs,
                  "estratos_version": __version__, "library_versions": _library_versions(),
                  "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                 "batch_tokens": int(batch_tokens)}
+                 "batch_tokens": 0 if batch_tokens == "auto" else batch_tokens}
         if enc.n_states is not None:
             attrs.update(n_states=enc.n_states, dim=enc.dim)
         try:
             session.start(attrs)
             enc.load(progress=show)
-            summary = _run(enc, session, texts, keys, batch_tokens=int(batch_tokens), show=show)
+            summary = _run(enc, session, texts, keys, batch_tokens=batch_tokens, dtype=dtype,
+                           show=show)
         except KeyboardInterrupt as exc:
             raise _interrupted(session) from exc
         except BaseException as exc:
@@ -293,16 +313,26 @@ def _interrupted(session: CacheSession) -> Interrupted:
                        "to resume from there")
 
 
-def _plan(enc, texts: List[str], keys: List[bytes]):
-    lengths = enc.lengths(texts)
-    order = length_order(lengths, keys)
-    limit = enc.max_length or int(lengths.max(initial=1))
-    capped = np.minimum(lengths[order], limit)
-    return order, lengths, capped
+def _plan(toks, keys: List[bytes], batch_tokens: int):
+    """``(order, batches)``: rows longest first (ties by key), cut by the token budget."""
+    order = length_order(toks.lengths, keys)
+    return order, token_budget_batches(toks.capped[order], batch_tokens)
+
+
+def _budget(enc, session: CacheSession, batch_tokens: BatchTokens) -> int:
+    """The token budget: the number given, or for ``auto`` the one a resumed ``.partial``
+    recorded (so its plan is the same), else the encoder's choice for its device."""
+    if batch_tokens != "auto":
+        return int(batch_tokens)
+    if session.resuming:
+        stored = session.writer.attrs.get("batch_tokens")
+        if isinstance(stored, int) and stored >= 1:
+            return stored
+    return int(enc.auto_batch_tokens())
 
 
 def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
-         batch_tokens: int, show: bool):
+         batch_tokens: BatchTokens, dtype: str, show: bool):
     writer = session.writer
     base, done = session.rows()
     n_cached = sum(1 for k in keys if k in base)
@@ -311,8 +341,13 @@ def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
 
     if hasattr(enc, "prepare"):
         enc.prepare(t_texts)
-    order, lengths, capped = _plan(enc, t_texts, t_keys)
-    batches = token_budget_batches(capped, batch_tokens)
+    # tokenize (Rust, releases the GIL) while the weights load
+    tokenizing = Background(enc.tokenize, t_texts, name="tokenize")
+    enc.load(progress=show)
+    budget = _budget(enc, session, batch_tokens)
+    writer.set_attrs({"batch_tokens": budget})  # what a resumed "auto" run will reuse
+    toks = tokenizing.result()
+    order, batches = _plan(toks, t_keys, budget)
     n_resumed = len(done)
     skip = 0
     if done:
@@ -328,51 +363,23 @@ def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
             have = set(done)
             keep = [i for i, k in enumerate(t_keys) if k not in have]
             t_texts, t_keys = [t_texts[i] for i in keep], [t_keys[i] for i in keep]
+            toks = toks.subset(keep)
             n_cached += len(todo) - len(keep)
             n_resumed = 0
             session.forget_resumed()
-            order, lengths, capped = _plan(enc, t_texts, t_keys)
-            batches = token_budget_batches(capped, batch_tokens)
+            order, batches = _plan(toks, t_keys, budget)
+    batches = [(a, b) for a, b in batches if b > skip]
+    encoded = order[skip:]
+    n_encoded = len(encoded)
+    n_truncated = int(toks.truncated[encoded].sum())
 
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(order), initial=skip, unit="sent", desc="encode", disable=not show,
                smoothing=0.1)
-    buffer: List[tuple] = []
-    buffered = 0
-    last_flush = time.monotonic()
-    n_encoded = n_truncated = n_nonfinite = 0
-
-    def flush() -> None:
-        nonlocal buffer, buffered, last_flush
-        if not buffer:
-            return
-        writer.append(
-            [k for b in buffer for k in b[0]], [t for b in buffer for t in b[1]],
-            np.concatenate([b[2] for b in buffer]), np.concatenate([b[3] for b in buffer]),
-            {p: np.concatenate([b[4][p] for b in buffer]) for p in buffer[0][4]})
-        log.debug("n_done=%d", writer.n_done)
-        buffer, buffered, last_flush = [], 0, time.monotonic()
-
     try:
-        for start, stop in batches:
-            if stop <= skip:
-                continue
-            idx = order[start:stop]
-            b_texts = [t_texts[i] for i in idx]
-            vectors, n_tokens = enc.encode(b_texts)
-            fault_point("batch")
-            truncated = lengths[idx] > enc.max_length if enc.max_length else np.zeros(len(idx), bool)
-            bad = sum(int((~np.isfinite(v)).any(axis=(1, 2)).sum()) for v in vectors.values())
-            n_nonfinite += bad
-            buffer.append(([t_keys[i] for i in idx], b_texts, n_tokens, truncated, vectors))
-            buffered += len(idx)
-            n_encoded += len(idx)
-            n_truncated += int(truncated.sum())
-            bar.update(len(idx))
-            if buffered >= BLOCK_ROWS or time.monotonic() - last_flush >= FLUSH_SECONDS:
-                flush()
-        flush()
+        n_nonfinite = _pipeline(enc, writer, toks, t_texts, t_keys, order, batches,
+                                dtype=dtype, bar=bar)
     finally:
         bar.close()
     if n_nonfinite:
@@ -382,3 +389,74 @@ def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
         log.warning("%d of %d sentences were truncated at %d tokens", n_truncated, n_encoded,
                     enc.max_length)
     return n_cached, n_resumed, n_encoded, n_truncated
+
+
+def _pipeline(enc, writer, toks, texts: List[str], keys: List[bytes], order: np.ndarray,
+              batches: List[Tuple[int, int]], *, dtype: str, bar) -> int:
+    """Encode ``batches`` (ranges of ``order``) and append them in order; returns the number
+    of vectors with NaN/inf. Three stages (see docs/encode.md, "The pipeline"):
+
+    collate (thread): padded host arrays of the next batches, pinned on CUDA;
+    compute (this thread): forward pass + pooling on the device, copy back started;
+    write (thread): waits for each batch's copy, buffers blocks of >= BLOCK_ROWS rows (or
+    FLUSH_SECONDS), appends them (n_done moves only after each flushed block).
+    """
+    depth = PIPELINE_DEPTH_CUDA if getattr(enc, "device", None) is not None and \
+        enc.device.type == "cuda" else PIPELINE_DEPTH
+    capped = toks.capped
+    truncated = toks.truncated
+    nonfinite = [0]
+
+    with Stages() as stages:
+        to_compute, to_write = stages.queue(depth), stages.queue(depth)
+
+        def collate() -> None:
+            for start, stop in batches:
+                rows = order[start:stop]
+                batch = enc.collate(toks, rows, [texts[i] for i in rows])
+                fault_point("collate")
+                stages.put(to_compute, (rows, batch))
+            stages.put(to_compute, END)
+
+        def write() -> None:
+            block: List[tuple] = []
+            last_flush = time.monotonic()
+            while True:
+                item = stages.get(to_write)
+                if item is not END:
+                    rows, pending = item
+                    vectors = pending.numpy()
+                    nonfinite[0] += sum(int((~np.isfinite(v)).any(axis=(1, 2)).sum())
+                                        for v in vectors.values())
+                    block.append((rows, vectors))
+                    bar.update(len(rows))
+                n_block = sum(len(b[0]) for b in block)
+                if block and (item is END or n_block >= BLOCK_ROWS
+                              or time.monotonic() - last_flush >= FLUSH_SECONDS):
+                    rows = np.concatenate([b[0] for b in block])
+                    writer.append([keys[i] for i in rows], [texts[i] for i in rows],
+                                  capped[rows], truncated[rows],
+                                  {p: np.concatenate([b[1][p] for b in block])
+                                   for p in block[0][1]})
+                    log.debug("n_done=%d", writer.n_done)
+                    block, last_flush = [], time.monotonic()
+                if item is END:
+                    return
+
+        stages.spawn("collate", collate)
+        writing = stages.spawn("write", write)
+        try:
+            while True:
+                item = stages.get(to_compute)
+                if item is END:
+                    break
+                rows, batch = item
+                pending = enc.forward(batch, dtype)
+                fault_point("batch")
+                stages.put(to_write, (rows, pending))
+            stages.put(to_write, END)
+            stages.wait(writing)
+        except Stopped:
+            pass
+    stages.raise_error()
+    return nonfinite[0]
