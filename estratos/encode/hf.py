@@ -215,16 +215,18 @@ class HFEncoder:
             raise RuntimeError("HFEncoder.load() must be called before forward()")
         inputs = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         out_dtype = getattr(torch, dtype)
-        with torch.inference_mode(), devices.autocast(self.device):
-            hidden = self.model(**inputs, output_hidden_states=True).hidden_states
-            maskf = inputs["attention_mask"].unsqueeze(-1).to(torch.float32)
-            counts = maskf.sum(dim=1).clamp(min=1.0)
+        with torch.inference_mode():
+            with devices.autocast(self.device):
+                hidden = self.model(**inputs, output_hidden_states=True).hidden_states
+            # pooling in float32, outside autocast (which would run the matmul in 16 bits)
+            maskf = inputs["attention_mask"].to(torch.float32).unsqueeze(1)  # (B, 1, T)
+            counts = maskf.sum(dim=2).clamp(min=1.0)  # (B, 1)
             pooled = {}
             for pooling in self.poolings:
                 if pooling == "cls":
                     states = [h[:, 0].float() for h in hidden]
-                else:  # masked mean in float32: independent of the batch's padding
-                    states = [(h.float() * maskf).sum(dim=1) / counts for h in hidden]
+                else:  # masked mean: padding gets weight 0, so the batch does not matter
+                    states = [torch.bmm(maskf, h.float()).squeeze(1) / counts for h in hidden]
                 pooled[pooling] = torch.stack(states, dim=1).to(out_dtype)
         return HostVectors(pooled, self.device)
 

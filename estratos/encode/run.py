@@ -342,11 +342,15 @@ def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
     if hasattr(enc, "prepare"):
         enc.prepare(t_texts)
     # tokenize (Rust, releases the GIL) while the weights load
+    t0 = time.perf_counter()
     tokenizing = Background(enc.tokenize, t_texts, name="tokenize")
     enc.load(progress=show)
+    log.debug("model loaded in %.2fs", time.perf_counter() - t0)
     budget = _budget(enc, session, batch_tokens)
     writer.set_attrs({"batch_tokens": budget})  # what a resumed "auto" run will reuse
     toks = tokenizing.result()
+    log.debug("%d sentences tokenized (with the model load) in %.2fs", len(t_texts),
+              time.perf_counter() - t0)
     order, batches = _plan(toks, t_keys, budget)
     n_resumed = len(done)
     skip = 0
@@ -377,11 +381,13 @@ def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
 
     bar = tqdm(total=len(order), initial=skip, unit="sent", desc="encode", disable=not show,
                smoothing=0.1)
+    t0 = time.perf_counter()
     try:
         n_nonfinite = _pipeline(enc, writer, toks, t_texts, t_keys, order, batches,
                                 dtype=dtype, bar=bar)
     finally:
         bar.close()
+    log.debug("%d batches encoded and written in %.2fs", len(batches), time.perf_counter() - t0)
     if n_nonfinite:
         log.warning("%d vectors contain NaN or inf (float16 overflow? try --dtype float32)",
                     n_nonfinite)

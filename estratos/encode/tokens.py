@@ -104,20 +104,23 @@ class FastTokenizer:
     :func:`for_tokenizer` picks it or :class:`WrapperTokenizer`."""
 
     def __init__(self, tokenizer, max_length: int) -> None:
-        from tokenizers import Tokenizer
-
-        backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # ours to configure
-        backend.no_padding()
-        backend.enable_truncation(max_length, stride=0, strategy="longest_first",
-                                  direction=getattr(tokenizer, "truncation_side", "right"))
-        self.backend = backend
+        self.backend = tokenizer.backend_tokenizer
         self.max_length = max_length
-        self.n_special = backend.num_special_tokens_to_add(False)
-        self.dtype = _id_dtype(max(len(tokenizer), backend.get_vocab_size(with_added_tokens=True)))
+        self.direction = getattr(tokenizer, "truncation_side", "right")
+        self.n_special = self.backend.num_special_tokens_to_add(False)
+        self.dtype = _id_dtype(self.backend.get_vocab_size(with_added_tokens=True))
+
+    def _configure(self) -> None:
+        # the transformers tokenizer sets these on the same backend before each of its own
+        # calls, so setting ours before each of ours is enough (and cheaper than a copy)
+        self.backend.no_padding()
+        self.backend.enable_truncation(self.max_length, stride=0, strategy="longest_first",
+                                       direction=self.direction)
 
     def __call__(self, texts: Sequence[str]) -> TokenizedTexts:
         pieces = []
         for start in range(0, len(texts), CHUNK):
+            self._configure()
             encodings = self.backend.encode_batch_fast(list(texts[start:start + CHUNK]),
                                                        add_special_tokens=True)
             capped = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
@@ -166,6 +169,7 @@ def _backend_matches(tokenizer, fast: FastTokenizer) -> bool:
     the transformers tokenizer gives for single sentences, truncated or not."""
     for text in PROBES:
         want = tokenizer(text, truncation=True, max_length=fast.max_length)
+        fast._configure()
         got = fast.backend.encode(text, add_special_tokens=True).ids
         if list(want["input_ids"]) != list(got):
             return False
