@@ -109,6 +109,7 @@ with open_for_writing(sys.argv[1]):
 """
 
 
+@pytest.mark.slow  # whole console commands in fresh processes
 def test_second_encode_on_the_same_output_fails_fast_without_hdf5_locking(tiny_bert_dir,
                                                                           tmp_path):
     out = tmp_path / "c.h5"
@@ -139,6 +140,7 @@ def test_second_encode_on_the_same_output_fails_fast_without_hdf5_locking(tiny_b
 
 
 # -- 3. Ctrl-C --------------------------------------------------------------------------
+@pytest.mark.slow  # whole console commands in fresh processes
 def test_ctrl_c_says_what_was_kept_and_how_to_resume(tiny_bert_dir, tmp_path):
     out = tmp_path / "c.h5"
     src = sentences_file(tmp_path, 3000)
@@ -220,6 +222,7 @@ def test_all_cached_does_not_load_the_model(tiny_bert_dir, tmp_path, monkeypatch
 
 
 # -- 10. transformers' own progress bar follows --progress/--no-progress --------------------
+@pytest.mark.slow  # whole console commands in fresh processes
 @pytest.mark.parametrize("flag,shown", [("--no-progress", False), ("--progress", True)])
 def test_transformers_progress_bar_follows_ours(tiny_bert_dir, tmp_path, flag, shown):
     res = subprocess.run([sys.executable, "-m", "estratos",

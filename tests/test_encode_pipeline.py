@@ -152,6 +152,16 @@ def test_wrapper_fallback_gives_the_same_cache(tiny_bert_dir, tmp_path, monkeypa
 
 
 # -- a failure in each stage ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def reference(tiny_bert_dir, tmp_path_factory):
+    """Sentences for two blocks of rows, and an uninterrupted run's cache of them."""
+    sentences = make_sentences(800, seed=4, max_words=12)
+    ref = tmp_path_factory.mktemp("pipeline-ref") / "ref.h5"
+    torch.set_num_threads(1)
+    encode_sentences(sentences, str(tiny_bert_dir), ref, batch_tokens=256, progress=False)
+    return sentences, ref
+
+
 def fail_on(calls: int, message: str):
     """A replacement that raises ``message`` on its ``calls``-th call, else calls through."""
     count = [0]
@@ -173,14 +183,12 @@ def fail_on(calls: int, message: str):
     ("write", ("estratos.cache.writer.CacheWriter", "append"), 2),
 ])
 def test_failure_in_a_stage_ends_the_run_and_keeps_a_resumable_partial(
-        tiny_bert_dir, tmp_path, monkeypatch, stage, target, calls):
+        tiny_bert_dir, reference, tmp_path, monkeypatch, stage, target, calls):
     from estratos.cache.writer import CacheWriter
 
     owner = CacheWriter if target[0] == "estratos.cache.writer.CacheWriter" else target[0]
-    sentences = make_sentences(1500, seed=4, max_words=12)
+    sentences, ref = reference
     kwargs = dict(batch_tokens=256, progress=False)
-    ref = tmp_path / "ref.h5"
-    encode_sentences(sentences, str(tiny_bert_dir), ref, **kwargs)
 
     out = tmp_path / "c.h5"
     message = f"injected {stage} failure"
@@ -253,7 +261,7 @@ def test_auto_on_cpu_records_its_budget_and_a_resume_reuses_the_partials(tiny_be
                                                                          monkeypatch):
     from estratos.cache.writer import CacheWriter
 
-    sentences = make_sentences(1500, seed=6, max_words=12)
+    sentences = make_sentences(800, seed=6, max_words=12)
     out = tmp_path / "c.h5"
     encode_sentences(sentences[:10], str(tiny_bert_dir), out, progress=False)  # default: auto
     with h5py.File(out, "r") as f:
