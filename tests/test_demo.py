@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,13 +14,12 @@ from click.testing import CliRunner
 from estratos.cli import cli
 from estratos.demo import demo_commands, run_demo
 from estratos.errors import OptionError
+from estratos.results import read_results
 
 TASKS = ("Tense", "SubjNumber", "ObjNumber", "Length", "BigramShift", "CoordinationInversion",
          "Depth", "WordContent")
 
 
-def read_results(path: Path):
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.mark.slow
