@@ -64,3 +64,100 @@ def reference_senteval_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_de
                 stop = True
             count += 1
     return best, nepoch, best_model
+
+
+def senteval_streams_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_dev: np.ndarray,
+                         l2: float, *, seed: int, tenacity: int = 5, epoch_size: int = 4,
+                         max_epoch: int = 200, batch_size: int = 64,
+                         n_classes: Optional[int] = None) -> Tuple[float, int, torch.nn.Linear]:
+    """The same loop with SentEval's own random streams: ``torch.manual_seed(seed)`` before
+    ``nn.Linear``'s default initialisation and ``np.random.seed(seed)`` before one
+    ``np.random.permutation`` per pass (here as private generators, so no global state is
+    touched). Our trainer draws the same distributions from other streams, so its cells and
+    these are two samples of one distribution over seeds (``bench/parity.py``)."""
+    n_features = x.shape[1]
+    if n_classes is None:
+        n_classes = int(max(y.max(), y_dev.max()) + 1)
+    gen = torch.Generator().manual_seed(int(seed))
+    bound = 1 / np.sqrt(n_features)  # kaiming_uniform_(a=sqrt(5)) of nn.Linear, and its bias
+    model = torch.nn.Linear(n_features, n_classes)
+    with torch.no_grad():
+        model.weight.uniform_(-bound, bound, generator=gen)
+        model.bias.uniform_(-bound, bound, generator=gen)
+    numpy_stream = np.random.RandomState(int(seed))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=l2)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    X = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    Y = torch.from_numpy(np.asarray(y, dtype=np.int64))
+    Xd = torch.from_numpy(np.ascontiguousarray(x_dev, dtype=np.float32))
+    Yd = torch.from_numpy(np.asarray(y_dev, dtype=np.int64))
+    nepoch, best, count, stop = 0, -1.0, 0, False
+    best_model = copy.deepcopy(model)
+    while not stop and nepoch <= max_epoch:
+        for _ in range(nepoch, nepoch + epoch_size):
+            perm = torch.from_numpy(numpy_stream.permutation(len(X)))
+            for i in range(0, len(X), batch_size):
+                idx = perm[i:i + batch_size]
+                loss = loss_fn(model(X[idx]), Y[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        nepoch += epoch_size
+        with torch.no_grad():
+            acc = (model(Xd).argmax(1) == Yd).double().mean().item()
+        if acc > best:
+            best, best_model = acc, copy.deepcopy(model)
+        else:
+            if count >= tenacity:
+                stop = True
+            count += 1
+    return best, nepoch, best_model
+
+
+class ReferenceEstimator:
+    """The protocols' estimator interface over the plain loop, one (layer, L2) model at a
+    time: ``fit(X, y, X_dev, y_dev, l2)`` with ``X`` ``(G, n, F)`` and ``l2`` a grid ``(R,)``
+    or table ``(G, R)``; ``dev_score_``/``epochs_`` ``(G, R)``; ``predict(X) -> (G, R, n)``.
+    ``streams``: ``"senteval"`` (:func:`senteval_streams_fit`) or ``"estratos"``
+    (:func:`reference_senteval_fit`, our trainer's streams). Linear probes only (nhid 0)."""
+
+    def __init__(self, n_classes: int, seed: int, *, tenacity: int = 5, epoch_size: int = 4,
+                 max_epoch: int = 200, batch_size: int = 64, streams: str = "senteval") -> None:
+        if streams not in ("senteval", "estratos"):
+            raise ValueError(f"unknown streams {streams!r}")
+        self.n_classes, self.seed, self.streams = n_classes, seed, streams
+        self.tenacity, self.epoch_size = tenacity, epoch_size
+        self.max_epoch, self.batch_size = max_epoch, batch_size
+
+    def get_params(self) -> dict:
+        return {"n_classes": self.n_classes, "seed": self.seed, "tenacity": self.tenacity,
+                "epoch_size": self.epoch_size, "max_epoch": self.max_epoch,
+                "batch_size": self.batch_size, "streams": self.streams}
+
+    def fit(self, X, y, X_dev, y_dev, l2) -> "ReferenceEstimator":
+        fit_one = senteval_streams_fit if self.streams == "senteval" else reference_senteval_fit
+        X, X_dev = np.asarray(X), np.asarray(X_dev)
+        table = np.asarray(l2, dtype=np.float64)
+        if table.ndim == 1:
+            table = np.tile(table[None, :], (X.shape[0], 1))
+        G, R = table.shape
+        self.dev_score_ = np.zeros((G, R))
+        self.epochs_ = np.zeros((G, R), dtype=np.int64)
+        self.models_ = [[None] * R for _ in range(G)]
+        for g in range(G):
+            for r in range(R):
+                best, epochs, model = fit_one(
+                    X[g], y, X_dev[g], y_dev, float(table[g, r]), seed=self.seed,
+                    tenacity=self.tenacity, epoch_size=self.epoch_size,
+                    max_epoch=self.max_epoch, batch_size=self.batch_size,
+                    n_classes=self.n_classes)
+                self.dev_score_[g, r], self.epochs_[g, r] = best, epochs
+                self.models_[g][r] = model
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        X = np.asarray(X)
+        with torch.no_grad():
+            return np.stack([np.stack([
+                m(torch.from_numpy(np.ascontiguousarray(X[g], dtype=np.float32))).argmax(1)
+                .numpy() for m in row]) for g, row in enumerate(self.models_)])

@@ -1,0 +1,42 @@
+"""The plain-loop estimator of bench/parity.py follows the protocols' estimator interface."""
+
+import numpy as np
+
+from estratos.probe import protocols as P
+from estratos.probe.classifiers import SentEvalClassifier, torch_runtime
+from estratos.probe.reference import ReferenceEstimator
+
+
+def _data(seed, n=240, f=6, classes=3):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    centers = rng.normal(size=(classes, f))
+    x = 3 * centers[y] + rng.normal(scale=1.0, size=(n, f))
+    return np.stack([x, x * 0.5]).astype(np.float32), y  # two "layers"
+
+
+def test_our_streams_give_the_batched_trainer_numbers():
+    X, y = _data(0)
+    tr, dv, te = slice(0, 160), slice(160, 200), slice(200, 240)
+    with torch_runtime(1):
+        ours = P.split_protocol(lambda: SentEvalClassifier(n_classes=3, seed=5, max_epoch=12),
+                                (X[:, tr], y[tr]), (X[:, dv], y[dv]), (X[:, te], y[te]),
+                                [1e-5, 1e-2])
+        plain = P.split_protocol(
+            lambda: ReferenceEstimator(3, 5, max_epoch=12, streams="estratos"),
+            (X[:, tr], y[tr]), (X[:, dv], y[dv]), (X[:, te], y[te]), [1e-5, 1e-2])
+    assert [o.test for o in ours] == [o.test for o in plain]
+    assert [o.l2 for o in ours] == [o.l2 for o in plain]
+
+
+def test_senteval_streams_are_another_draw_of_the_same_training():
+    X, y = _data(1)
+    tr, dv, te = slice(0, 160), slice(160, 200), slice(200, 240)
+    with torch_runtime(1):
+        runs = [P.split_protocol(lambda: ReferenceEstimator(3, seed, max_epoch=12), (X[:, tr], y[tr]),
+                                 (X[:, dv], y[dv]), (X[:, te], y[te]), [1e-5])
+                for seed in (1, 2)]
+    est = ReferenceEstimator(3, 1)
+    assert est.get_params()["streams"] == "senteval"
+    accs = [r[0].test["accuracy"] for r in runs]
+    assert all(45 <= a <= 100 for a in accs)  # it learns (chance is ~33%)
