@@ -32,55 +32,55 @@ import time
 from pathlib import Path
 
 import numpy as np
+from sklearn.base import clone
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from estratos.cache import open_cache  # noqa: E402
-from estratos.probe import protocols as P  # noqa: E402
-from estratos.probe.classifiers import SentEvalClassifier, torch_runtime  # noqa: E402
+from estratos.probe.classifiers import torch_runtime  # noqa: E402
 from estratos.probe.features import AVG, build_features  # noqa: E402
 from estratos.probe.reference import ReferenceEstimator  # noqa: E402
-from estratos.probe.settings import resolve_settings  # noqa: E402
+from estratos.probe.settings import resolve_classifier  # noqa: E402
+from estratos.protocols import Inputs, get_protocol  # noqa: E402
 from estratos.tasks import DataDirs, load_task, select_tasks  # noqa: E402
 
 DEFAULT_TASKS = "es-senteval:TASS1,es-senteval:SICKEntailment,es-discoeval:RST"
 ALL_TASKS = DEFAULT_TASKS + ",es-senteval:SQC,es-senteval:MC"
 
 
-def evaluate(task, vectors, layers, seed, make) -> list:
-    """Test accuracy of each layer spec under the task's protocol with estimator ``make``."""
-    spec, splits, settings = task.spec, task.splits, resolve_settings(
-        task.spec.classifier, classifier="senteval", task=task.spec.id)
-
-    def data(name):
-        return (build_features(vectors, layers, splits[name], spec.combiner),
-                np.asarray(splits[name].labels, dtype=np.int64))
-
-    if task.protocol == "split":
-        out = P.split_protocol(make, data("train"), data("dev"), data("test"), settings.l2_grid)
-    elif task.protocol == "kfold":
-        out = P.kfold_protocol(make, data("train"), data("test"), settings.l2_grid,
-                               k=settings.kfold, seed=seed,
-                               validation_split=settings.validation_split)
-    elif task.protocol == "inner-kfold":
-        out = P.inner_kfold_protocol(make, data("all"), settings.l2_grid, k=settings.kfold,
-                                     seed=seed, validation_split=settings.validation_split)
-    else:
-        raise SystemExit(f"{spec.id}: protocol {task.protocol} has no classifier to compare")
-    return [o.test["accuracy"] for o in out]
-
-
-def factories(task, seed):
-    settings = resolve_settings(task.spec.classifier, classifier="senteval", task=task.spec.id)
-    if settings.nhid:
+def ours_and_reference(task, seed):
+    """Factories of our classifier (the task's settings) and of the plain loop with the same
+    hyper-parameters; also the parameters the protocol needs."""
+    ours = resolve_classifier(task.spec.classifier, classifier="senteval", task=task.spec.id,
+                              n_classes=len(task.labels), seed=seed)
+    p = ours.get_params()
+    if p["nhid"]:
         raise SystemExit(f"{task.spec.id}: the reference loop is linear (nhid 0) only")
-    n_classes = len(task.labels)
-    ours = lambda: SentEvalClassifier.from_settings(settings, seed, n_classes)  # noqa: E731
-    ref = lambda: ReferenceEstimator(  # noqa: E731
-        n_classes, seed, tenacity=settings.tenacity, epoch_size=settings.epoch_size,
-        max_epoch=settings.max_epoch, batch_size=settings.batch_size, streams="senteval")
-    return ours, ref
+    ref = ReferenceEstimator(len(task.labels), seed, tenacity=p["tenacity"],
+                             epoch_size=p["epoch_size"], max_epoch=p["max_epoch"],
+                             batch_size=p["batch_size"], streams="senteval")
+    return (lambda: clone(ours)), (lambda: clone(ref)), p
+
+
+def evaluate(task, vectors, layers, seed, make, params) -> list:
+    """Test accuracy of each layer spec under the task's protocol with estimator ``make``."""
+    protocol = get_protocol(task.protocol)
+    if protocol.trains != "classifier":
+        raise SystemExit(f"{task.spec.id}: protocol {task.protocol} trains no classifier")
+    features = {}
+
+    def feats(split):
+        if split not in features:
+            features[split] = build_features(vectors, layers, task.splits[split],
+                                             task.spec.combiner)
+        return features[split]
+
+    inputs = Inputs(labels=lambda s: np.asarray(task.splits[s].labels, dtype=np.int64),
+                    splits=tuple(task.splits), features=feats, classifier=make, seed=seed,
+                    l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
+                    validation_split=float(params["validation_split"]))
+    return [o.test["accuracy"] for o in protocol.evaluate(inputs)]
 
 
 def diff_interval(a, b, resamples: int = 10000, seed: int = 0):
@@ -116,10 +116,10 @@ def main(argv=None) -> int:
             scores = {"ours": [], "reference": []}
             seconds = {"ours": 0.0, "reference": 0.0}
             for seed in seeds:
-                ours, ref = factories(task, seed)
+                ours, ref, params = ours_and_reference(task, seed)
                 for name, make in (("ours", ours), ("reference", ref)):
                     t0 = time.perf_counter()
-                    scores[name].append(evaluate(task, vectors, layers, seed, make))
+                    scores[name].append(evaluate(task, vectors, layers, seed, make, params))
                     seconds[name] += time.perf_counter() - t0
             for i, label in enumerate((str(last), "avg")):
                 a = [s[i] for s in scores["reference"]]

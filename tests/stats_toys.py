@@ -61,7 +61,8 @@ def sts_cell(layer, seed: int, *, task: str = "toy:STS", model: str = "org/mini"
     noise = np.random.default_rng([seed, _code(layer), _code(model)])
     pred = gold + noise.normal(0, STS_NOISE[layer], len(gold))
     strata = np.repeat(np.arange(len(sizes)), sizes)
-    preds = CellPredictions(pred, gold, strata, tuple(f"sub{i}" for i in range(len(sizes))))
+    preds = CellPredictions(pred, gold, strata, tuple(f"sub{i}" for i in range(len(sizes))),
+                            weighting="size")
     pearson = metric_value("pearson", pred, gold, strata=strata, weighting="size") / 100
     spearman = metric_value("spearman", pred, gold, strata=strata, weighting="size") / 100
     suite, name = task.split(":")

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from estratos.probe import protocols as P
+import estratos.protocols as P
 from estratos.probe.classifiers import SentEvalClassifier, torch_runtime
 from estratos.probe.reference import ReferenceEstimator
 

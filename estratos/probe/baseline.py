@@ -54,7 +54,9 @@ from estratos.probe.settings import (DEFAULT_L2_GRID, RecordedEstimator, parse_s
                                      task_overrides)
 from estratos.protocols import (DEFAULT_KFOLD, VALIDATION_SPLIT, CellOutcome, Inputs,
                                 get_protocol, positive_class)
+from estratos.probe.predictions import outcome_predictions
 from estratos.results import ResultRecord, ResultsStore, primary_score
+from estratos.results.predictions import write_predictions
 from estratos.results.record import utc_now
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 
@@ -260,6 +262,11 @@ def classifier_record(data: TaskData, l2_grid: Sequence[float]) -> Dict[str, Any
 def evaluate_task(data: TaskData, seed: int = 1111, *,
                   l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> ResultRecord:
     """Run the baseline on one loaded task; returns the result record (not written)."""
+    return _evaluate(data, seed, l2_grid)[0]
+
+
+def _evaluate(data: TaskData, seed: int, l2_grid: Sequence[float]
+              ) -> Tuple[ResultRecord, CellOutcome]:
     spec = data.spec
     start = time.perf_counter()
     # one thread: these sparse problems are small, and OpenMP/BLAS threads on a busy machine
@@ -278,7 +285,7 @@ def evaluate_task(data: TaskData, seed: int = 1111, *,
         l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=data.sizes,
         epochs=outcome.epochs, seconds=round(seconds, 3), model=BASELINE_MODEL,
         revision=BASELINE_REVISION, cache=None, estratos_version=__version__,
-        created=utc_now())
+        created=utc_now()), outcome
 
 
 def _key(spec: TaskSpec, seed: int) -> Tuple[Any, ...]:
@@ -311,7 +318,10 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
             continue
         data = loader(spec, data_dirs)
         for seed in todo:
-            written += store.append([evaluate_task(data, seed)], skip_done=not overwrite)
+            record, outcome = _evaluate(data, seed, DEFAULT_L2_GRID)
+            # predictions first (with the record's ci): a line never lacks its predictions
+            [record] = write_predictions(out, [record], [outcome_predictions(data, outcome)])
+            written += store.append([record], skip_done=not overwrite)
     return written
 
 

@@ -158,3 +158,4 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
 
 __all__ = ["AVG", "StatePosition", "chance_levels", "classifier_record", "evaluate_cells",
            "resolve_probe_device"]
+

@@ -129,7 +129,7 @@ class ReferenceEstimator:
         self.tenacity, self.epoch_size = tenacity, epoch_size
         self.max_epoch, self.batch_size = max_epoch, batch_size
 
-    def get_params(self) -> dict:
+    def get_params(self, deep: bool = True) -> dict:
         return {"n_classes": self.n_classes, "seed": self.seed, "tenacity": self.tenacity,
                 "epoch_size": self.epoch_size, "max_epoch": self.max_epoch,
                 "batch_size": self.batch_size, "streams": self.streams}

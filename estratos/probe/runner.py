@@ -26,9 +26,11 @@ from estratos.errors import CacheError, EstratosError, MissingSentences, OptionE
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
 from estratos.probe.classifiers import torch_runtime
 from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec, parse_layers
+from estratos.probe.predictions import outcome_predictions
 from estratos.probe.settings import check_classifier, parse_seeds, task_overrides
 from estratos.protocols import CellOutcome
 from estratos.results import ResultRecord, ResultsStore, primary_score
+from estratos.results.predictions import write_predictions
 from estratos.results.record import utc_now
 
 log = logging.getLogger(__name__)
@@ -166,6 +168,9 @@ def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions, done: set,
             records = [_record(task, layer, opts.pooling, seed, classifier, o, seconds,
                                identity)
                        for layer, o in zip(chunk, outcomes)]
+            # predictions first (with each record's ci): a line never lacks its predictions
+            records = write_predictions(opts.out, records,
+                                        [outcome_predictions(task, o) for o in outcomes])
             written += store.append(records, skip_done=not opts.overwrite)
             log.info("%s seed %d: %d cell(s) in %.1fs", spec.id, seed, len(chunk),
                      seconds * len(chunk))

@@ -11,10 +11,10 @@ Layout (version 1)::
 
     /                 attrs: format = "estratos-predictions", version = 1
     /tests/<digest>   group per distinct test set: gold (n,), strata (n,) when present;
-                      attrs: strata_names (JSON list)
+                      attrs: strata_names (JSON list), weighting ("equal" | "size")
     /cells/<id>       group per cell (id: sha1 of the JSON cell key): predicted (n,);
                       attrs: key (JSON), test (its digest), created, score (NaN: undefined),
-                      metric, protocol, weighting, positive (-1: none)
+                      metric, protocol, positive (-1: none)
 
 ``predicted`` holds labels (int) for classification and scores (float64) for STS cosines and
 SICK-R, in the test split's order (``inner-kfold``: the pool's order, each example predicted
@@ -56,9 +56,6 @@ log = logging.getLogger(__name__)
 FORMAT = "estratos-predictions"
 VERSION = 1
 SUFFIX = ".predictions.h5"
-#: how a protocol combines its strata into the reported metric (see estratos.stats.metrics)
-WEIGHTING = {"inner-kfold": "equal", "cosine": "size"}
-
 PathLike = Union[str, os.PathLike]
 
 
@@ -68,7 +65,9 @@ class CellPredictions:
 
     ``predicted``/``gold``: ``(n,)`` in the test split's order; ``strata`` ``(n,)`` ints mark
     the outer fold (``inner-kfold``) or STS subset of each example, named by
-    ``strata_names``; ``positive`` is F1's positive class (binary tasks reporting F1).
+    ``strata_names``, and combine by ``weighting``: ``"equal"`` (the mean of the folds'
+    metrics) or ``"size"`` (STS: the size-weighted mean of the subsets'); ``positive`` is
+    F1's positive class (binary tasks reporting F1).
     """
 
     predicted: np.ndarray
@@ -76,6 +75,7 @@ class CellPredictions:
     strata: Optional[np.ndarray] = None
     strata_names: Tuple[str, ...] = ()
     positive: Optional[int] = None
+    weighting: str = "equal"
 
     def __post_init__(self) -> None:
         pred, gold = np.asarray(self.predicted), np.asarray(self.gold)
@@ -84,6 +84,8 @@ class CellPredictions:
                              "vectors of the same length")
         if self.strata is not None and np.shape(self.strata) != gold.shape:
             raise ValueError("strata must give one stratum per test example")
+        if self.weighting not in ("equal", "size"):
+            raise ValueError(f"unknown weighting {self.weighting!r}")
         object.__setattr__(self, "predicted", pred)
         object.__setattr__(self, "gold", gold)
 
@@ -92,18 +94,21 @@ class CellPredictions:
                     folds: Optional[np.ndarray] = None, positive: Optional[int] = None
                     ) -> "CellPredictions":
         """Predictions over the named splits ``golds`` (name, gold labels), concatenated in
-        that order: several splits (STS subsets) become strata named after them; ``folds``
-        (``inner-kfold``: the outer fold of each example) become strata otherwise."""
+        that order: several splits (STS subsets) become strata named after them, weighted by
+        size; ``folds`` (``inner-kfold``: the outer fold of each example) become strata
+        otherwise, weighted equally (the protocols' ways of combining them)."""
         names = tuple(name for name, _ in golds)
         gold = np.concatenate([np.asarray(g) for _, g in golds])
+        weighting = "equal"
         if folds is not None:
             strata = np.asarray(folds)
             names = tuple(str(f) for f in np.unique(strata))
         elif len(golds) > 1:
             strata = np.repeat(np.arange(len(golds)), [len(g) for _, g in golds])
+            weighting = "size"
         else:
             strata, names = None, ()
-        return cls(np.asarray(predicted), gold, strata, names, positive)
+        return cls(np.asarray(predicted), gold, strata, names, positive, weighting)
 
     @property
     def n(self) -> int:
@@ -117,7 +122,7 @@ class CellPredictions:
         h.update(gold.dtype.str.encode() + gold.tobytes())
         if self.strata is not None:
             h.update(b"strata" + np.asarray(self.strata, dtype=np.int64).tobytes())
-        h.update(json.dumps(list(self.strata_names)).encode())
+        h.update(json.dumps([list(self.strata_names), self.weighting]).encode())
         return h.hexdigest()[:32]
 
 
@@ -139,7 +144,7 @@ def sample_of(record: ResultRecord, preds: CellPredictions, metric: Optional[str
     ``seeds``) for ``metric`` (default: the record's primary metric)."""
     rows = [p.predicted for p in (seeds or [preds])]
     return Sample(metric or record.metric, np.stack(rows), preds.gold, preds.strata,
-                  WEIGHTING.get(record.protocol or "", "equal"), preds.positive)
+                  preds.weighting, preds.positive)
 
 
 def interval_of(record: ResultRecord, preds: CellPredictions, *,
@@ -176,6 +181,7 @@ def _write_cell(h5: Any, record: ResultRecord, preds: CellPredictions) -> None:
         if preds.strata is not None:
             t.create_dataset("strata", data=np.asarray(preds.strata, dtype=np.int32))
         t.attrs["strata_names"] = json.dumps(list(preds.strata_names))
+        t.attrs["weighting"] = preds.weighting
     cells = h5.require_group("cells")
     name = cell_id(record.key)
     if name in cells:
@@ -190,7 +196,6 @@ def _write_cell(h5: Any, record: ResultRecord, preds: CellPredictions) -> None:
     g.attrs["score"] = np.nan if record.score is None else float(record.score)
     g.attrs["metric"] = record.metric
     g.attrs["protocol"] = record.protocol or ""
-    g.attrs["weighting"] = WEIGHTING.get(record.protocol or "", "equal")
     g.attrs["positive"] = -1 if preds.positive is None else int(preds.positive)
 
 
@@ -296,16 +301,17 @@ class PredictionsReader:
                     tests = {}
                     for digest, t in (h5["tests"].items() if "tests" in h5 else ()):
                         tests[digest] = (t["gold"][()], t["strata"][()] if "strata" in t
-                                         else None, tuple(json.loads(t.attrs["strata_names"])))
+                                         else None, tuple(json.loads(t.attrs["strata_names"])),
+                                         str(t.attrs["weighting"]))
                     cells = {}
                     for name, g in _read_all_cells(h5).items():
                         attrs = {k: (v.decode() if isinstance(v, bytes) else v)
                                  for k, v in g.attrs.items()}
-                        gold, strata, names = tests[attrs["test"]]
+                        gold, strata, names, weighting = tests[attrs["test"]]
                         positive = int(attrs["positive"])
                         cells[name] = (attrs, CellPredictions(
                             g["predicted"][()], gold, strata, names,
-                            None if positive < 0 else positive))
+                            None if positive < 0 else positive, weighting))
             except (OSError, ValueError, KeyError) as exc:
                 raise _open_error(target, exc) from None
         self._files[results_path] = cells

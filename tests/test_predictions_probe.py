@@ -1,0 +1,114 @@
+"""The probe and the baseline store per-example predictions that reproduce every results
+line (all five protocols), with the line's bootstrap interval."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from estratos.probe.runner import run_probe
+from estratos.results import read_results
+from estratos.results.predictions import PredictionsReader, check_metric, predictions_path
+from estratos.results.predictions import sample_of
+from estratos.tasks.types import SlotRefs, Split, TaskData
+
+from probe_toys import (MemoryLoader, single_task, spec, toy_classification, toy_sentences,
+                        toy_split_task, write_cache)
+
+
+def _reproduced(path):
+    reader = PredictionsReader()
+    records = read_results(path)
+    for record in records:
+        found = reader.find(record, path)
+        assert found.problem is None, (record.task, found.problem)
+        assert check_metric(record, found.preds) == pytest.approx(record.score, abs=0.011), \
+            record.task
+        for extra in ("f1", "spearman"):
+            if extra in (record.test or {}) and extra != record.metric:
+                value = sample_of(record, found.preds, extra).value()
+                scale = 1.0 if extra == "f1" else 100.0
+                assert value == pytest.approx(scale * record.test[extra], abs=0.011)
+        assert record.ci["lo"] <= record.score <= record.ci["hi"]
+    return records
+
+
+def test_every_protocol_stores_predictions_that_reproduce_the_line(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 300
+    sentences = toy_sentences(2 * n, stem="par")
+    u = rng.normal(size=(n, 2, 6)).astype(np.float32)
+    noise = rng.normal(size=(n, 2, 6)).astype(np.float32)
+    sim = rng.uniform(0, 1, size=n)
+    v = u * sim[:, None, None] + noise * (1 - sim[:, None, None])
+    pair_vec = np.concatenate([u, v]).astype(np.float32)
+    gold = 1 + 4 * sim
+    refs = lambda rows: (SlotRefs.single(rows), SlotRefs.single(rows + n))  # noqa: E731
+    sts_spec = spec("STS", combiner="pair", protocol="cosine", metric="pearson", group="SS",
+                    score_range=(0, 5))
+    sts = TaskData(sts_spec, tuple(sentences),
+                   {"news": Split("news", refs(np.arange(0, 200)), gold[:200] - 1),
+                    "wiki": Split("wiki", refs(np.arange(200, 300)), gold[200:] - 1)},
+                   (), "cosine")
+    sick_spec = spec("SICKR", combiner="pair", protocol="relatedness", metric="pearson",
+                     group="SS", score_range=(1, 5))
+    sick = TaskData(sick_spec, tuple(sentences),
+                    {"train": Split("train", refs(np.arange(0, 200)), gold[:200]),
+                     "dev": Split("dev", refs(np.arange(200, 250)), gold[200:250]),
+                     "test": Split("test", refs(np.arange(250, 300)), gold[250:])},
+                    (), "relatedness")
+    out = tmp_path / "r.jsonl"
+    run_probe(write_cache(tmp_path / "pairs.h5", sentences, pair_vec), [sts_spec, sick_spec],
+              None, out, layers="1,avg", threads=1,
+              loader=MemoryLoader({sts_spec.id: sts, sick_spec.id: sick}))
+
+    sentences, vec, y = toy_classification(200, n_states=2, informative=(1,))
+    ids = np.arange(200)
+    kf_spec = spec("KF", protocol="kfold", classifier={"kfold": 3, "max_epoch": 8},
+                   extra_metrics=("f1",))
+    kf = single_task(kf_spec, sentences, {"train": (ids[:150], y[:150]),
+                                          "test": (ids[150:], y[150:])}, ("0", "1"))
+    ik_spec = spec("IK", protocol="inner-kfold", classifier={"kfold": 3, "max_epoch": 4},
+                   extra_metrics=("f1",))
+    ik = single_task(ik_spec, sentences, {"all": (ids, y)}, ("neg", "pos"))
+    split, split_sentences, split_vec = toy_split_task(240, task_spec=spec("SPLIT"))
+    single = tmp_path / "single.h5"
+    write_cache(single, sentences + [s for s in split_sentences if s not in set(sentences)],
+                np.concatenate([vec, split_vec[200:, :2]]))
+    run_probe(single, [kf_spec, ik_spec, split.spec], None, out, layers="0,1", threads=1,
+              seeds=(1111, 2), loader=MemoryLoader({kf_spec.id: kf, ik_spec.id: ik,
+                                                     split.spec.id: split}))
+    records = _reproduced(out)
+    assert {r.task for r in records} == {"toy:STS", "toy:SICKR", "toy:KF", "toy:IK",
+                                         "toy:SPLIT"}
+    reader = PredictionsReader()
+    [ik_line] = [r for r in records if r.task == "toy:IK" and r.layer == 1 and r.seed == 2]
+    preds = reader.find(ik_line, out).preds
+    assert preds.n == 200 and preds.strata_names == ("0", "1", "2")  # the outer folds
+    [sts_line] = [r for r in records if r.task == "toy:STS" and r.layer == 1]
+    assert reader.find(sts_line, out).preds.strata_names == ("news", "wiki")
+
+
+def test_resume_and_overwrite_keep_predictions_matched(tmp_path):
+    task, sentences, vec = toy_split_task(240)
+    cache = write_cache(tmp_path / "c.h5", sentences, vec)
+    loader = MemoryLoader({task.spec.id: task})
+    out = tmp_path / "r.jsonl"
+    run_probe(cache, [task.spec], None, out, layers="0,1", threads=1, loader=loader)
+    before = predictions_path(out).read_bytes()
+    assert run_probe(cache, [task.spec], None, out, layers="0,1", threads=1,
+                     loader=loader) == []
+    assert predictions_path(out).read_bytes() == before  # nothing redone, nothing rewritten
+    run_probe(cache, [task.spec], None, out, layers="1", threads=1, loader=loader,
+              overwrite=True)
+    assert len(_reproduced(out)) == 2
+
+
+def test_baseline_stores_predictions(tmp_path):
+    from estratos.probe.baseline import run_baseline
+
+    task, _, _ = toy_split_task(120)
+    out = tmp_path / "b.jsonl"
+    run_baseline([task.spec], None, out, loader=MemoryLoader({task.spec.id: task}))
+    [record] = _reproduced(out)
+    assert record.kind == "baseline" and record.ci["resamples"] == 1000
