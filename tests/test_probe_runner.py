@@ -19,7 +19,7 @@ from probe_toys import (MODEL, MemoryLoader, single_task, spec, toy_classificati
 
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
                  "pooling", "seed", "protocol", "fallback", "classifier", "metric", "score",
-                 "l2", "dev", "test", "sizes", "chance", "epochs", "seconds", "model", "revision",
+                 "l2", "dev", "test", "ci", "sizes", "chance", "epochs", "seconds", "model", "revision",
                  "cache", "estratos_version", "created"}
 
 
