@@ -102,7 +102,7 @@ def full_encode(sentences: list, out: Path, batch_tokens: int, threads) -> dict:
     from estratos.encode.hf import HFEncoder
 
     start = time.perf_counter()
-    HFEncoder(model_dir(), threads=threads)  # what encode_sentences spends before batch one
+    HFEncoder(model_dir(), threads=threads).load()  # what encode spends before batch one
     load = time.perf_counter() - start
     start = time.perf_counter()
     summary = encode_sentences(sentences, model_dir(), out, batch_tokens=batch_tokens,
