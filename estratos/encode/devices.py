@@ -93,7 +93,7 @@ def prepare_cpu_threads(device: torch.device, threads: Optional[int] = None) -> 
             torch.set_num_threads(n)
 
 
-#: ``--batch-tokens auto`` off CUDA: the budget that was fastest on CPU (docs/encode.md)
+#: ``--batch-tokens auto`` off CUDA: the CPU default encode has always used
 CPU_BATCH_TOKENS = 8192
 #: share of the GPU's free memory (after loading the model) that batches may fill
 GPU_MEMORY_SHARE = 0.5
