@@ -107,3 +107,23 @@ def test_resolve_probe_device(monkeypatch):
     assert resolve_probe_device("cuda:1") == torch.device("cuda:1")
     with pytest.raises(OptionError, match="2 CUDA device"):
         resolve_probe_device("cuda:2")
+
+
+def test_fused_seeds_give_the_cells_of_each_seed_alone(monkeypatch):
+    """Where seeds train as one program (on a GPU), the outcome lists are still seeds x
+    states and every cell equals its seed run alone (checked here on the CPU)."""
+    import estratos.probe.cells as cells
+
+    task, _, vec = toy_split_task(160)
+    task = _fast(task)
+    alone = evaluate_cells(task, vec, [1, "avg"], [5, 9], "senteval")
+    monkeypatch.setattr(cells, "FUSED_SEED_DEVICES", ("cpu",))
+    fused = evaluate_cells(task, vec, [1, "avg"], [5, 9], "senteval")
+    assert [[(o.test, o.dev, o.l2, o.epochs) for o in row] for row in fused] == \
+        [[(o.test, o.dev, o.l2, o.epochs) for o in row] for row in alone]
+    for a, b in zip(alone, fused):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x.predictions, y.predictions)
+    # lbfgs has no tensor program: its seeds run one after the other even there
+    lb = evaluate_cells(task, vec, [1], [5, 9], "lbfgs")
+    assert len(lb) == 2 and len(lb[0]) == 1

@@ -171,3 +171,50 @@ def test_torch_runtime_restores_global_switches():
     with torch_runtime(1):
         assert torch.are_deterministic_algorithms_enabled()
     assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == before
+
+
+@pytest.mark.parametrize("nhid,dropout", [(0, 0.0), (16, 0.3)])
+def test_batched_seeds_equal_each_seed_alone(nhid, dropout):
+    """Seeds trained together keep their own init, example order and dropout masks: every
+    (seed, group, L2) model's dev scores, epochs and predictions equal training that seed
+    alone exactly; seeds stop at different times (tenacity 1), so streams leave the program
+    one by one. Weights agree to float rounding: torch's fused Adam kernel treats the last
+    few elements of a tensor (the part shorter than a SIMD vector) in scalar code, and which
+    elements those are depends on the stack's size (measured: at most 1 ulp)."""
+    x_all, y_all = blobs(330, spread=2.0, groups=2, seed=4)
+    x, y, xd, yd = x_all[:, :250], y_all[:250], x_all[:, 250:], y_all[250:]
+    grid = [1e-5, 1e-1]
+    seeds = (3, 11, 5)
+    kw = dict(nhid=nhid, dropout=dropout, tenacity=1, epoch_size=2, max_epoch=30)
+    together = SentEvalClassifier(seed=seeds, **kw).fit(x, y, xd, yd, grid)
+    pred = together.predict(xd)
+    assert together.dev_score_.shape == (6, 2) and pred.shape == (6, 2, 80)
+    assert len(set(together.epochs_.ravel().tolist())) > 1  # not all stopped together
+    for s, seed in enumerate(seeds):
+        alone = SentEvalClassifier(seed=seed, **kw).fit(x, y, xd, yd, grid)
+        rows = slice(s * 2, (s + 1) * 2)
+        np.testing.assert_array_equal(alone.dev_score_, together.dev_score_[rows])
+        np.testing.assert_array_equal(alone.epochs_, together.epochs_[rows])
+        np.testing.assert_array_equal(alone.predict(xd), pred[rows])
+        for a, b in zip(alone._state.best, together._state.best):
+            np.testing.assert_allclose(a.numpy(), b[rows].numpy(), rtol=0, atol=1e-6)
+
+
+def test_batched_seeds_of_the_relatedness_regressor_match_each_seed_alone():
+    """The regressor's seeds trained together stop at the same epochs and predict the same
+    scores as each seed alone, up to float rounding: with 5 classes and few features, MKL's
+    small batched GEMM rounds a stream differently depending on where it sits in memory,
+    which is why CPU runs train seeds one after the other (estratos.probe.cells)."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 200, 5)).astype(np.float32)
+    score = 1 + 4 / (1 + np.exp(-x[0] @ rng.normal(size=5)))
+    kw = dict(epoch_size=2, max_epoch=12, tenacity=1)
+    args = (x[:, :150], score[:150], x[:, 150:], score[150:])
+    together = RelatednessRegressor(seed=[7, 1], **kw).fit(*args)
+    both = together.predict(x[:, 150:])
+    for s, seed in enumerate((7, 1)):
+        alone = RelatednessRegressor(seed=seed, **kw).fit(*args)
+        rows = slice(2 * s, 2 * s + 2)
+        np.testing.assert_array_equal(alone.epochs_, together.epochs_[rows])
+        np.testing.assert_allclose(alone.dev_score_, together.dev_score_[rows], atol=1e-7)
+        np.testing.assert_allclose(alone.predict(x[:, 150:]), both[rows], atol=1e-6)

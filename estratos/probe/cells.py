@@ -9,6 +9,7 @@ object (:mod:`estratos.protocols`) decides what is trained and measured, the est
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 StatePosition = Union[int, str]
 
 _DEVICE_HELP = "use auto, cpu, cuda or cuda:N"
+#: device types on which the seeds of a protocol whose seeds share the data train as one
+#: program (on the CPU they run one after the other: exact, and little to gain there)
+FUSED_SEED_DEVICES = ("cuda",)
 
 
 def resolve_probe_device(text: Union[str, torch.device, None]) -> torch.device:
@@ -39,7 +43,7 @@ def resolve_probe_device(text: Union[str, torch.device, None]) -> torch.device:
         text = str(text)
     value = "auto" if text is None else str(text).strip().lower()
     if value == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return resolve_probe_device("cuda" if torch.cuda.is_available() else "cpu")
     if value == "cpu":
         return torch.device("cpu")
     if value == "cuda" or value.startswith("cuda:"):
@@ -49,6 +53,9 @@ def resolve_probe_device(text: Union[str, torch.device, None]) -> torch.device:
         if not torch.cuda.is_available():
             raise OptionError(f"--device: {text!r} asks for a GPU but CUDA is not available "
                               "on this machine (use --device cpu or auto)")
+        # cuBLAS is deterministic only with a fixed workspace (torch refuses otherwise under
+        # deterministic algorithms); it must be set before the first CUDA call
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         count = torch.cuda.device_count()
         if index and int(index) >= count:
             raise OptionError(f"--device: {text!r}: this machine has {count} CUDA device(s) "
@@ -101,6 +108,11 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
     ``vectors`` are the task's sentence vectors ``(len(task.sentences), n_read, D)``;
     ``states`` are positions along its second axis (or ``"avg"``, the mean of every state
     read). ``sequential`` trains every model alone (same numbers, for checks and timing).
+
+    ``device``: where the tensor programs run (:func:`resolve_probe_device`). On a GPU, the
+    seeds of a protocol whose seeds share the data (``split``, ``relatedness``) train as one
+    program (layer specs x L2 values x seeds); on the CPU they train one after the other, so
+    a cell's numbers never depend on which other seeds ran (docs/probe.md, "Devices").
     """
     protocol = get_protocol(task.protocol)
     spec = task.spec
@@ -138,21 +150,31 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
             return clone(template)
         return (lambda: OneAtATime(make)) if sequential else make
 
-    def inputs(seed: int) -> Inputs:
+    def inputs(seed: Union[int, Tuple[int, ...]]) -> Inputs:
         trains = protocol.trains
+        on = {"seed": seed, "device": torch_device}
+        clf_on = {k: v for k, v in on.items() if k in params}  # lbfgs runs on the CPU
         return Inputs(
             labels=labels, splits=tuple(task.splits), features=features, pairs=pairs,
-            classifier=factory(clone(clf).set_params(seed=seed)) if trains == "classifier"
+            classifier=factory(clone(clf).set_params(**clf_on)) if trains == "classifier"
             else None,
-            regressor=factory(_regressor(task, seed=seed)) if trains == "regressor" else None,
-            seed=int(seed), l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
+            regressor=factory(_regressor(task, **on)) if trains == "regressor" else None,
+            seed=int(seed if isinstance(seed, int) else seed[0]),
+            l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
             validation_split=float(params["validation_split"]), positive=positive,
             score_range=spec.score_range)
 
     if protocol.trains is None:  # nothing trained: every seed gets the same numbers
         once = protocol.evaluate(inputs(seeds[0]))
         return [list(once) for _ in seeds]
-    del torch_device  # the CPU programs below; devices arrive with the batched trainer
+    seeds = [int(s) for s in seeds]
+    fuse = (protocol.seeds_share_data and not sequential and len(seeds) > 1
+            and torch_device.type in FUSED_SEED_DEVICES
+            and (protocol.trains == "regressor" or "device" in params))
+    if fuse:
+        together = protocol.evaluate(inputs(tuple(seeds)))  # seed-major groups
+        n = len(states)
+        return [together[i * n:(i + 1) * n] for i in range(len(seeds))]
     return [protocol.evaluate(inputs(seed)) for seed in seeds]
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -138,28 +138,38 @@ class _Adam:
         self.v = [torch.zeros_like(p) for p in params]
         self.t = 0
 
-    def step(self, grads: List[torch.Tensor]) -> None:
+    def step(self, grads: List[torch.Tensor],
+             segments: Optional[Sequence[Tuple[int, int]]] = None) -> None:
+        """One Adam step. ``segments``: row ranges (one per seed) updated as separate tensors,
+        so each seed's parameters meet exactly the kernels they meet when trained alone
+        (vectorised kernels round the tail of a tensor in scalar code)."""
         self.t += 1
+        params, decay, m, v = self.params, self.decay, self.m, self.v
+        if segments is not None and len(segments) > 1:
+            def split(ts: List[torch.Tensor]) -> List[torch.Tensor]:
+                return [t[a:b] for t in ts for a, b in segments]
+            params, decay, m, v, grads = (split(params), split(decay), split(m), split(v),
+                                          split(grads))
         # per-model weight decay enters the gradient, as torch.optim.Adam's weight_decay does
-        torch._foreach_addcmul_(grads, self.params, self.decay)
+        torch._foreach_addcmul_(grads, params, decay)
         if _FUSED_ADAM is not None:
             # torch's fused CPU Adam kernel (what torch.optim.Adam(fused=True) runs): one pass
             # over each tensor instead of nine
-            steps = [torch.tensor(float(self.t)) for _ in self.params]
-            _FUSED_ADAM(self.params, grads, self.m, self.v, [], steps, lr=self.lr,
+            steps = [torch.tensor(float(self.t), device=p.device) for p in params]
+            _FUSED_ADAM(params, grads, m, v, [], steps, lr=self.lr,
                         beta1=self.b1, beta2=self.b2, weight_decay=0.0, eps=self.eps,
                         amsgrad=False, maximize=False)
             return
         bc1 = 1.0 - self.b1 ** self.t
         bc2_sqrt = math.sqrt(1.0 - self.b2 ** self.t)
-        torch._foreach_mul_(self.m, self.b1)
-        torch._foreach_add_(self.m, grads, alpha=1.0 - self.b1)
-        torch._foreach_mul_(self.v, self.b2)
-        torch._foreach_addcmul_(self.v, grads, grads, value=1.0 - self.b2)
-        denom = torch._foreach_sqrt(self.v)
+        torch._foreach_mul_(m, self.b1)
+        torch._foreach_add_(m, grads, alpha=1.0 - self.b1)
+        torch._foreach_mul_(v, self.b2)
+        torch._foreach_addcmul_(v, grads, grads, value=1.0 - self.b2)
+        denom = torch._foreach_sqrt(v)
         torch._foreach_div_(denom, bc2_sqrt)
         torch._foreach_add_(denom, self.eps)
-        torch._foreach_addcdiv_(self.params, self.m, denom, value=-self.lr / bc1)
+        torch._foreach_addcdiv_(params, m, denom, value=-self.lr / bc1)
 
     def keep(self, rows: torch.Tensor, cols: torch.Tensor, blocks: List[int]) -> None:
         """Keep only the models in feature groups ``rows`` x L2 columns ``cols``."""
@@ -188,19 +198,40 @@ def _copy_model(dst: torch.Tensor, src: torch.Tensor, block: int, g: int, r: int
 
 
 class _Net:
-    """Stacked parameters of G x R models and their forward/backward passes.
+    """Stacked parameters of P x R models and their forward/backward passes.
 
-    Layouts (so one ``bmm`` per layer serves all R models of a group):
-    linear: ``W (G, F, R*C)``, ``b (G, 1, R*C)``; hidden: ``W1 (G, F, R*H)``, ``b1 (G, 1, R*H)``,
-    ``W2 (G, R, H, C)``, ``b2 (G, R, 1, C)``. Logits come out as ``(G, B, R, C)``
+    P "streams" are (seed, feature group) pairs, seed-major (stream ``s * G + g``): every
+    model of a stream sees the same examples in the same order (its seed's), so one ``bmm``
+    per layer serves all R models of a stream. Layouts:
+    linear: ``W (P, F, R*C)``, ``b (P, 1, R*C)``; hidden: ``W1 (P, F, R*H)``, ``b1 (P, 1, R*H)``,
+    ``W2 (P, R, H, C)``, ``b2 (P, R, 1, C)``. Logits come out as ``(P, B, R, C)``
     (contiguous, so softmax over C is a fast inner-dimension reduction).
+
+    Random numbers (init, dropout masks) are drawn on the CPU from one generator per seed and
+    moved to the device, so a model starts and drops out the same way on every device.
     """
 
     def __init__(self, n_groups: int, n_l2: int, n_features: int, n_classes: int, nhid: int,
-                 dropout: float, seed: int) -> None:
+                 dropout: float, seeds: Sequence[int],
+                 device: torch.device = torch.device("cpu")) -> None:
         self.G, self.R, self.F, self.C, self.H = n_groups, n_l2, n_features, n_classes, nhid
         self.dropout = dropout
+        self.seeds = [int(s) for s in seeds]
+        self.device = device
+        R = n_l2
+        #: per parameter: block width K of the "wide" layout (P, X, R*K), or 0 for (P, R, ...)
+        self.blocks = [n_classes, n_classes] if nhid == 0 else [nhid, nhid, 0, 0]
+        per_seed = [self._init(seed, n_groups, R) for seed in self.seeds]
+        self.params = [torch.cat(parts).to(device).contiguous() for parts in zip(*per_seed)]
+        self.dropout_gens = [torch.Generator().manual_seed(s) for s in self.seeds]
+        #: seed index and feature group of every stream
+        self.stream_seed = np.repeat(np.arange(len(self.seeds)), n_groups)
+        self.stream_group = np.tile(np.arange(n_groups), len(self.seeds))
+
+    def _init(self, seed: int, G: int, R: int) -> List[torch.Tensor]:
+        """One seed's stacked initial parameters: every model of the seed starts the same."""
         gen = torch.Generator().manual_seed(int(seed))
+        F, C, H = self.F, self.C, self.H
 
         def linear_init(fan_in: int, fan_out: int) -> Tuple[torch.Tensor, torch.Tensor]:
             # torch.nn.Linear's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both
@@ -209,41 +240,49 @@ class _Net:
             b = (torch.rand((fan_out,), generator=gen) * 2 - 1) * bound
             return w.t().contiguous(), b
 
-        R = n_l2
-        #: per parameter: block width K of the "wide" layout (G, X, R*K), or 0 for (G, R, ...)
-        self.blocks = [n_classes, n_classes] if nhid == 0 else [nhid, nhid, 0, 0]
-        if nhid == 0:
-            w, b = linear_init(n_features, n_classes)
-            self.params = [
-                w.unsqueeze(1).repeat(1, R, 1).reshape(1, n_features, R * n_classes)
-                 .repeat(n_groups, 1, 1).contiguous(),
-                b.repeat(R).reshape(1, 1, R * n_classes).repeat(n_groups, 1, 1).contiguous(),
-            ]
-        else:
-            w1, b1 = linear_init(n_features, nhid)
-            w2, b2 = linear_init(nhid, n_classes)
-            self.params = [
-                w1.unsqueeze(1).repeat(1, R, 1).reshape(1, n_features, R * nhid)
-                  .repeat(n_groups, 1, 1).contiguous(),
-                b1.repeat(R).reshape(1, 1, R * nhid).repeat(n_groups, 1, 1).contiguous(),
-                w2.reshape(1, 1, nhid, n_classes).repeat(n_groups, R, 1, 1).contiguous(),
-                b2.reshape(1, 1, 1, n_classes).repeat(n_groups, R, 1, 1).contiguous(),
-            ]
-        self.dropout_gen = torch.Generator().manual_seed(int(seed))
+        if H == 0:
+            w, b = linear_init(F, C)
+            return [w.unsqueeze(1).repeat(1, R, 1).reshape(1, F, R * C).repeat(G, 1, 1),
+                    b.repeat(R).reshape(1, 1, R * C).repeat(G, 1, 1)]
+        w1, b1 = linear_init(F, H)
+        w2, b2 = linear_init(H, C)
+        return [w1.unsqueeze(1).repeat(1, R, 1).reshape(1, F, R * H).repeat(G, 1, 1),
+                b1.repeat(R).reshape(1, 1, R * H).repeat(G, 1, 1),
+                w2.reshape(1, 1, H, C).repeat(G, R, 1, 1),
+                b2.reshape(1, 1, 1, C).repeat(G, R, 1, 1)]
 
     def decay_tensors(self, l2: torch.Tensor) -> List[torch.Tensor]:
-        """Per-model L2 ``(G, R)`` broadcast to each parameter's layout."""
-        G, R = l2.shape
+        """Per-model L2 ``(P, R)`` broadcast to each parameter's layout."""
+        P, R = l2.shape
+        l2 = l2.to(self.device)
         if self.H == 0:
-            wide = l2.repeat_interleave(self.C, dim=1).reshape(G, 1, R * self.C)
+            wide = l2.repeat_interleave(self.C, dim=1).reshape(P, 1, R * self.C)
             return [wide, wide.clone()]
-        wide = l2.repeat_interleave(self.H, dim=1).reshape(G, 1, R * self.H)
-        per_model = l2.reshape(G, R, 1, 1)
+        wide = l2.repeat_interleave(self.H, dim=1).reshape(P, 1, R * self.H)
+        per_model = l2.reshape(P, R, 1, 1)
         return [wide, wide.clone(), per_model, per_model.clone()]
 
+    def draw_masks(self, live_seeds: np.ndarray, batch: int) -> Optional[torch.Tensor]:
+        """This step's dropout masks of the streams whose seeds are ``live_seeds`` (one per
+        live stream, ``(Ga, 1, B, H)``): one ``(B, H)`` draw per seed still training, from
+        that seed's generator, as training the seed alone draws it."""
+        if self.H == 0 or self.dropout <= 0:
+            return None
+        keep = 1.0 - self.dropout
+        present = np.unique(live_seeds)
+        drawn = {int(s): (torch.rand((batch, self.H), generator=self.dropout_gens[s]) < keep)
+                 for s in present}
+        if len(present) == 1:
+            mask = drawn[int(present[0])].to(torch.float32).div_(keep)
+            return mask.to(self.device)[None, None]
+        stack = torch.stack([drawn[int(s)] for s in present]).to(torch.float32).div_(keep)
+        pos = torch.as_tensor(np.searchsorted(present, live_seeds))
+        return stack.index_select(0, pos).to(self.device)[:, None]
+
     def forward(self, x: torch.Tensor, params: Optional[List[torch.Tensor]] = None,
-                train: bool = False) -> Tuple[torch.Tensor, tuple]:
-        """``x (Ga, B, F)`` -> logits ``(Ga, B, R, C)`` and what backward needs."""
+                mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, tuple]:
+        """``x (Ga, B, F)`` -> logits ``(Ga, B, R, C)`` and what backward needs; ``mask``:
+        dropout masks (training only)."""
         p = self.params if params is None else params
         Ga, B = x.shape[0], x.shape[1]
         R = self.R
@@ -251,11 +290,7 @@ class _Net:
             z = torch.baddbmm(p[1], x, p[0]).view(Ga, B, R, self.C)
             return z, (x,)
         a = torch.baddbmm(p[1], x, p[0]).view(Ga, B, R, self.H).transpose(1, 2)
-        mask = None
-        if train and self.dropout > 0:
-            keep = 1.0 - self.dropout
-            mask = (torch.rand((B, self.H), generator=self.dropout_gen) < keep).to(x.dtype)
-            mask.div_(keep)
+        if mask is not None:
             a = a * mask
         h = torch.sigmoid(a)  # (Ga, R, B, H)
         z = torch.matmul(h, p[2]).add_(p[3]).transpose(1, 2).contiguous()
@@ -280,37 +315,63 @@ class _Net:
         d = da.transpose(1, 2).reshape(Ga, B, self.R * self.H)
         return [torch.bmm(xt, d), d.sum(dim=1, keepdim=True), gw2, gb2]
 
-    def logits(self, x: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor:
-        """Eval-mode logits ``(G, n, R, C)`` of ``x (G, n, F)``, in row chunks."""
-        parts = [self.forward(x[:, i:i + _EVAL_CHUNK], params)[0]
-                 for i in range(0, x.shape[1], _EVAL_CHUNK)]
+    def logits(self, x: torch.Tensor, params: List[torch.Tensor],
+               groups: Optional[np.ndarray] = None) -> torch.Tensor:
+        """Eval-mode logits ``(Ga, n, R, C)`` of ``x (G, n, F)`` (host or device), in row
+        chunks; ``groups``: the feature group of each stream (None: stream g = group g)."""
+        index = None if groups is None else torch.as_tensor(groups)
+        parts = []
+        for i in range(0, x.shape[1], _EVAL_CHUNK):
+            chunk = x[:, i:i + _EVAL_CHUNK]
+            if index is not None:
+                chunk = chunk.index_select(0, index)
+            parts.append(self.forward(chunk.to(self.device), params)[0])
         if not parts:
-            return torch.zeros((x.shape[0], 0, self.R, self.C))
+            n_rows = x.shape[0] if groups is None else len(groups)
+            return torch.zeros((n_rows, 0, self.R, self.C), device=self.device)
         return torch.cat(parts, dim=1)
 
 
-#: dLoss/dlogits for a batch: (logits (Ga,B,R,C), batch targets (B,C)) -> (Ga,B,R,C)
-GradFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: dLoss/dlogits for a batch: (logits (Ga,B,R,C), batch targets (B,C) or (Ga,B,C), seed
+#: segments) -> (Ga,B,R,C)
+GradFn = Callable[[torch.Tensor, torch.Tensor, Optional[Sequence[Tuple[int, int]]]],
+                  torch.Tensor]
 #: dev score of every model: (dev logits (Ga,n,R,C)) -> (Ga,R) float64, higher is better
 ScoreFn = Callable[[torch.Tensor], np.ndarray]
 
 
-def _softmax(z: torch.Tensor) -> torch.Tensor:
+def _softmax(z: torch.Tensor, segments: Optional[Sequence[Tuple[int, int]]] = None
+             ) -> torch.Tensor:
     """Softmax over the last dimension; written out because torch's kernel is several times
-    slower for the handful of classes probes have."""
-    e = (z - z.amax(dim=-1, keepdim=True)).exp_()
+    slower for the handful of classes probes have. ``segments`` (row ranges, one per seed):
+    the exponential runs on each seed's rows as their own tensor, as when that seed trains
+    alone (a vectorised ``exp`` rounds the tail of a tensor in scalar code)."""
+    e = z - z.amax(dim=-1, keepdim=True)
+    if segments is not None and len(segments) > 1:
+        for a, b in segments:
+            e[a:b].exp_()
+    else:
+        e.exp_()
     return e.div_(e.sum(dim=-1, keepdim=True))
 
 
-def _cross_entropy_grad(z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-    p = _softmax(z)
-    return p.sub_(onehot[None, :, None, :]).div_(z.shape[1])
+def _per_model(target: torch.Tensor) -> torch.Tensor:
+    """Batch targets ``(B, C)`` (shared by every stream) or ``(Ga, B, C)`` -> broadcastable
+    against logits ``(Ga, B, R, C)``."""
+    return target[None, :, None, :] if target.dim() == 2 else target[:, :, None, :]
 
 
-def _soft_mse_grad(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def _cross_entropy_grad(z: torch.Tensor, onehot: torch.Tensor,
+                        segments: Optional[Sequence[Tuple[int, int]]] = None) -> torch.Tensor:
+    p = _softmax(z, segments)
+    return p.sub_(_per_model(onehot)).div_(z.shape[1])
+
+
+def _soft_mse_grad(z: torch.Tensor, target: torch.Tensor,
+                   segments: Optional[Sequence[Tuple[int, int]]] = None) -> torch.Tensor:
     """d/dz of mean((softmax(z) - target)^2) over the batch and the classes."""
-    p = _softmax(z)
-    g = (p - target[None, :, None, :]).mul_(2.0 / (z.shape[1] * z.shape[3]))
+    p = _softmax(z, segments)
+    g = (p - _per_model(target)).mul_(2.0 / (z.shape[1] * z.shape[3]))
     return p * (g - (g * p).sum(dim=-1, keepdim=True))
 
 
@@ -324,39 +385,57 @@ class _FitState:
 
 def _train(net: _Net, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tensor,
            l2: np.ndarray, *, grad_fn: GradFn, score_fn: ScoreFn, batch_size: int,
-           epoch_size: int, max_epoch: int, tenacity: int, seed: int, lr: float) -> _FitState:
-    """SentEval's fit loop, for all G x R models at once (see the module docstring).
+           epoch_size: int, max_epoch: int, tenacity: int, lr: float) -> _FitState:
+    """SentEval's fit loop, for all P x R models at once (see the module docstring).
 
-    Models leave the program when they stop: after each round, the feature groups (rows)
-    and L2 values (columns) with no active model left are dropped from every tensor.
+    ``x (G, n, F)`` and ``x_dev`` are shared by every seed; ``l2 (P, R)``. Each step gathers
+    every live stream's batch from its seed's example order. Models leave the program when
+    they stop: after each round, the streams (rows) and L2 values (columns) with no active
+    model left are dropped from every tensor.
     """
-    G, R = l2.shape
+    P, R = l2.shape
     n = x.shape[1]
-    xt = x.transpose(0, 1).contiguous()  # (n, G, F): one example's features side by side
+    device = net.device
+    seeds = net.seeds
+    xt = x.transpose(0, 1).contiguous().to(device)  # (n, G, F): one example's groups side by side
+    targets = targets.to(device)
     adam = _Adam(net.params, net.decay_tensors(torch.as_tensor(l2, dtype=torch.float32)), lr)
     best = [p.clone() for p in net.params]
-    best_score = np.full((G, R), -1.0)  # SentEval starts from -1
-    count = np.zeros((G, R), dtype=np.int64)
-    epochs = np.zeros((G, R), dtype=np.int64)
-    active = np.ones((G, R), dtype=bool)
-    rows, cols = np.arange(G), np.arange(R)  # models still in the program
+    best_score = np.full((P, R), -1.0)  # SentEval starts from -1
+    count = np.zeros((P, R), dtype=np.int64)
+    epochs = np.zeros((P, R), dtype=np.int64)
+    active = np.ones((P, R), dtype=bool)
+    rows, cols = np.arange(P), np.arange(R)  # models still in the program
     nepoch = 0
     while active.any() and nepoch <= max_epoch:
-        all_rows = len(rows) == G
-        g_index = torch.as_tensor(rows)
+        row_seed = net.stream_seed[rows]
+        row_group = net.stream_group[rows]
+        live_seeds = np.unique(row_seed)
+        # all rows of a single seed: the batch is one contiguous gather (the common case)
+        simple = len(seeds) == 1 and len(rows) == net.G
+        g_index = torch.as_tensor(row_group, device=device)
+        s_pos = torch.as_tensor(np.searchsorted(live_seeds, row_seed), device=device)
+        # rows stay seed-major: each live seed's streams are one contiguous block
+        starts = np.searchsorted(row_seed, live_seeds)
+        segments = list(zip(starts.tolist(), starts[1:].tolist() + [len(rows)]))
         for pass_index in range(nepoch, nepoch + epoch_size):
-            perm = torch.from_numpy(pass_permutation(n, seed, pass_index))
+            perms = torch.stack([torch.from_numpy(pass_permutation(n, seeds[s], pass_index))
+                                 for s in live_seeds]).to(device)  # (S_live, n)
             for start in range(0, n, batch_size):
-                idx = perm[start:start + batch_size]
-                # rows of the example-major copy are contiguous: a cheap gather
-                xb = (xt.index_select(0, idx) if all_rows
-                      else xt[idx[:, None], g_index[None, :]]).transpose(0, 1)
-                z, saved = net.forward(xb, train=True)
-                dz = grad_fn(z, targets.index_select(0, idx))
-                adam.step(net.backward(dz, saved))
+                idx = perms[:, start:start + batch_size]  # (S_live, B)
+                if simple:
+                    xb = xt.index_select(0, idx[0]).transpose(0, 1)
+                    tb = targets.index_select(0, idx[0])
+                else:
+                    rows_idx = idx.index_select(0, s_pos)  # (Ga, B): each stream's examples
+                    xb = xt[rows_idx.t(), g_index[None, :]].transpose(0, 1)
+                    tb = targets[rows_idx] if len(live_seeds) > 1 else targets.index_select(
+                        0, idx[0])
+                z, saved = net.forward(xb, mask=net.draw_masks(row_seed, idx.shape[1]))
+                adam.step(net.backward(grad_fn(z, tb, segments), saved), segments)
         nepoch += epoch_size
-        x_dev_live = x_dev if all_rows else x_dev.index_select(0, g_index)
-        scores = score_fn(net.logits(x_dev_live, net.params))  # (len(rows), len(cols))
+        identity = len(seeds) == 1 and len(rows) == net.G
+        scores = score_fn(net.logits(x_dev, net.params, None if identity else row_group))
         live = np.ix_(rows, cols)
         act = active[live]
         improved = act & (scores > best_score[live])
@@ -381,29 +460,41 @@ def _train(net: _Net, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tenso
             break
         keep_cols = act_after[keep_rows].any(axis=0)
         if not (keep_rows.all() and keep_cols.all()):
-            r_idx = torch.as_tensor(np.flatnonzero(keep_rows))
-            c_idx = torch.as_tensor(np.flatnonzero(keep_cols))
+            r_idx = torch.as_tensor(np.flatnonzero(keep_rows), device=device)
+            c_idx = torch.as_tensor(np.flatnonzero(keep_cols), device=device)
             adam.keep(r_idx, c_idx, net.blocks)
             net.params = adam.params
             net.R = int(keep_cols.sum())
             rows, cols = rows[keep_rows], cols[keep_cols]
-    log.debug("trained %d x %d models for %d epochs", G, R, nepoch)
+    log.debug("trained %d x %d models for %d epochs", P, R, nepoch)
     net.R = R
     return _FitState(net, best, best_score, epochs)
 
 
+def _seed_list(seed: Union[int, Sequence[int]]) -> List[int]:
+    return [int(seed)] if isinstance(seed, (int, np.integer)) else [int(s) for s in seed]
+
+
+def _torch_device(device: Union[str, torch.device]) -> torch.device:
+    return device if isinstance(device, torch.device) else torch.device(str(device))
+
+
 class SentEvalClassifier(RecordedEstimator):
-    """SentEval's PyTorch MLP/logistic probe, batched over G feature groups x R L2 values.
+    """SentEval's PyTorch MLP/logistic probe, batched over G feature groups x R L2 values
+    (x S seeds).
 
     ``fit(X, y, X_dev, y_dev, l2)`` with ``X (G, n, F)`` (or ``(n, F)``), int labels and
     ``l2`` a grid ``(R,)`` shared by all groups or a table ``(G, R)``; then ``predict(X)`` ->
-    ``(G, R, n)`` labels from each model's best (dev-selected) weights. ``dev_score_`` holds
-    the best dev accuracy (fraction) and ``epochs_`` the epochs run, both ``(G, R)``.
+    ``(G', R, n)`` labels from each model's best (dev-selected) weights. ``dev_score_`` holds
+    the best dev accuracy (fraction) and ``epochs_`` the epochs run, both ``(G', R)``.
+    ``seed`` is one seed (G' = G) or a sequence of S seeds trained together on the same data
+    (G' = S x G, seed-major: group ``s * G + g``), each model exactly as trained alone.
 
     Every hyper-parameter is a constructor parameter (SentEval's defaults): the network
     (``nhid``, ``dropout``), the optimiser and schedule (``optim``, ``lr``, ``batch_size``,
     ``tenacity``, ``epoch_size``, ``max_epoch``) and what the protocols read from it
     (``l2_grid``, ``kfold``, ``validation_split``). ``n_classes`` None: from the labels.
+    ``device``: where the tensor program runs (``cpu``, ``cuda:N``).
     """
 
     name = "senteval"
@@ -414,8 +505,9 @@ class SentEvalClassifier(RecordedEstimator):
                  optim: str = "adam", batch_size: int = 64, tenacity: int = 5,
                  epoch_size: int = 4, max_epoch: int = 200,
                  l2_grid: Sequence[float] = DEFAULT_L2_GRID, kfold: int = DEFAULT_KFOLD,
-                 validation_split: float = VALIDATION_SPLIT, seed: int = 1111,
-                 lr: float = 1e-3) -> None:
+                 validation_split: float = VALIDATION_SPLIT,
+                 seed: Union[int, Sequence[int]] = 1111, lr: float = 1e-3,
+                 device: Union[str, torch.device] = "cpu") -> None:
         self.n_classes = n_classes
         self.nhid = nhid
         self.dropout = dropout
@@ -429,40 +521,46 @@ class SentEvalClassifier(RecordedEstimator):
         self.validation_split = validation_split
         self.seed = seed
         self.lr = lr
+        self.device = device
 
     def fit(self, X, y, X_dev, y_dev, l2) -> "SentEvalClassifier":
         x, x_dev = _as_groups(X), _as_groups(X_dev)
+        device = _torch_device(self.device)
+        seeds = _seed_list(self.seed)
         y = np.asarray(y, dtype=np.int64)
-        y_dev_t = torch.from_numpy(np.asarray(y_dev, dtype=np.int64))
+        y_dev_t = torch.from_numpy(np.asarray(y_dev, dtype=np.int64)).to(device)
         n_classes = self.n_classes or int(max(y.max(initial=0), y_dev_t.max().item()) + 1)
-        table = _l2_table(l2, x.shape[0])
+        table = np.tile(_l2_table(l2, x.shape[0]), (len(seeds), 1))
         if len(y_dev_t) == 0:
             raise ValueError("early stopping needs at least one dev example")
         net = _Net(x.shape[0], table.shape[1], x.shape[2], n_classes, self.nhid, self.dropout,
-                   self.seed)
+                   seeds, device)
         onehot = torch.nn.functional.one_hot(torch.from_numpy(y), n_classes).to(torch.float32)
 
         def score(logits: torch.Tensor) -> np.ndarray:
             hits = logits.argmax(dim=-1) == y_dev_t[None, :, None]
-            return hits.to(torch.float64).mean(dim=1).numpy()
+            return hits.to(torch.float64).mean(dim=1).cpu().numpy()
 
         state = _train(net, x, onehot, x_dev, table, grad_fn=_cross_entropy_grad,
                        score_fn=score, batch_size=self.batch_size, epoch_size=self.epoch_size,
-                       max_epoch=self.max_epoch, tenacity=self.tenacity, seed=self.seed,
-                       lr=self.lr)
+                       max_epoch=self.max_epoch, tenacity=self.tenacity, lr=self.lr)
         self._state = state
         self.dev_score_ = state.dev
         self.epochs_ = state.epochs
         self.l2_ = table
         return self
 
+    def _logits(self, X) -> torch.Tensor:
+        net = self._state.net
+        groups = None if len(net.seeds) == 1 else net.stream_group
+        return net.logits(_as_groups(X), self._state.best, groups)
+
     def predict(self, X) -> np.ndarray:
-        """Labels ``(G, R, n)`` of every model's best weights."""
-        logits = self._state.net.logits(_as_groups(X), self._state.best)
-        return logits.argmax(dim=-1).transpose(1, 2).numpy()
+        """Labels ``(G', R, n)`` of every model's best weights."""
+        return self._logits(X).argmax(dim=-1).transpose(1, 2).cpu().numpy()
 
     def score(self, X, y) -> np.ndarray:
-        """Accuracy (fraction) ``(G, R)`` of every model."""
+        """Accuracy (fraction) ``(G', R)`` of every model."""
         return (self.predict(X) == np.asarray(y)[None, None, :]).mean(axis=-1)
 
 
@@ -484,8 +582,9 @@ class RelatednessRegressor(RecordedEstimator):
     _facts = {"nhid": 0, "optim": "adam", "dropout": 0.0, "l2_grid": (0.0,)}
 
     def __init__(self, n_classes: int = 5, batch_size: int = 64, tenacity: int = 3,
-                 epoch_size: int = 50, max_epoch: int = 1000, seed: int = 1111,
-                 lr: float = 1e-3) -> None:
+                 epoch_size: int = 50, max_epoch: int = 1000,
+                 seed: Union[int, Sequence[int]] = 1111, lr: float = 1e-3,
+                 device: Union[str, torch.device] = "cpu") -> None:
         self.n_classes = n_classes
         self.batch_size = batch_size
         self.tenacity = tenacity
@@ -493,31 +592,37 @@ class RelatednessRegressor(RecordedEstimator):
         self.max_epoch = max_epoch
         self.seed = seed
         self.lr = lr
+        self.device = device
 
     def fit(self, X, scores, X_dev, dev_scores) -> "RelatednessRegressor":
         x, x_dev = _as_groups(X), _as_groups(X_dev)
+        device = _torch_device(self.device)
+        seeds = _seed_list(self.seed)
         target = torch.from_numpy(score_distribution(scores, self.n_classes).astype(np.float32))
         dev = np.asarray(dev_scores, dtype=np.float64)
-        net = _Net(x.shape[0], 1, x.shape[2], self.n_classes, 0, 0.0, self.seed)
-        levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64)
+        net = _Net(x.shape[0], 1, x.shape[2], self.n_classes, 0, 0.0, seeds, device)
+        levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64, device=device)
 
         def score(logits: torch.Tensor) -> np.ndarray:
             yhat = torch.softmax(logits.to(torch.float64), dim=-1) @ levels  # (Ga, n, 1)
-            return pearson_rows(yhat.transpose(1, 2).numpy(), dev)
+            return pearson_rows(yhat.transpose(1, 2).cpu().numpy(), dev)
 
-        state = _train(net, x, target, x_dev, np.zeros((x.shape[0], 1)),
+        state = _train(net, x, target, x_dev, np.zeros((len(seeds) * x.shape[0], 1)),
                        grad_fn=_soft_mse_grad, score_fn=score, batch_size=self.batch_size,
                        epoch_size=self.epoch_size, max_epoch=self.max_epoch,
-                       tenacity=self.tenacity, seed=self.seed, lr=self.lr)
+                       tenacity=self.tenacity, lr=self.lr)
         self._state = state
         self.dev_score_ = state.dev[:, 0]
         self.epochs_ = state.epochs[:, 0]
         return self
 
     def predict(self, X) -> np.ndarray:
-        logits = self._state.net.logits(_as_groups(X), self._state.best)[:, :, 0]
-        levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64)
-        return (torch.softmax(logits.to(torch.float64), dim=-1) @ levels).numpy()
+        """Expected scores ``(G', n)`` (G' = S x G with S seeds, seed-major)."""
+        net = self._state.net
+        groups = None if len(net.seeds) == 1 else net.stream_group
+        logits = net.logits(_as_groups(X), self._state.best, groups)[:, :, 0]
+        levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64, device=net.device)
+        return (torch.softmax(logits.to(torch.float64), dim=-1) @ levels).cpu().numpy()
 
 
 def score_distribution(scores: Sequence[float], n_classes: int = 5) -> np.ndarray:
