@@ -1,0 +1,136 @@
+"""Benchmark: one training pass of the batched probe vs a bare torch loop of the same shapes.
+
+The two heaviest probes of the Spanish grid are WordContent (a linear probe with 1000
+classes, every layer spec x the 4-value L2 grid) and the DC tasks (an MLP with 2000 hidden
+units on 6 x 384 features, every layer spec, no L2 search). This times ``steps`` training
+steps of each through the real trainer (:class:`estratos.probe.classifiers.
+SentEvalClassifier`, one pass, then one dev evaluation of one batch) and through the plain
+autograd loop a user would write for the same stacked shapes (``torch.bmm`` models,
+``cross_entropy``, ``loss.backward()``, ``torch.optim.Adam(fused=True)``), alternating the
+two ``--repeats`` times and keeping each one's best, and prints both, per step, and the ratio
+(target: ours <= 1.5x the bare loop). Random data of the real shapes (MiniLM: 384 dims,
+8 layer specs); the numbers do not depend on the values.
+
+    python bench/probe_step.py                        # both probes, 1 torch thread
+    python bench/probe_step.py --probe dc --steps 20 --threads 2
+    python bench/probe_step.py --probe wordcontent --profile   # torch profiler, top ops
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Dict, Tuple
+
+import numpy as np
+import torch
+
+#: name -> (features, classes, hidden units, L2 values, what it stands for)
+SHAPES: Dict[str, Tuple[int, int, int, int, str]] = {
+    "wordcontent": (384, 1000, 0, 4, "WordContent: linear, 1000 classes, 4 L2 values"),
+    "dc": (6 * 384, 2, 2000, 1, "DC: MLP 2000 hidden units on 6 x 384 features, noreg"),
+}
+
+
+def _data(features: int, classes: int, groups: int, n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(groups, n, features)).astype(np.float32)
+    y = np.arange(n) % classes
+    return x, y
+
+
+def ours(probe: str, groups: int, steps: int, batch: int) -> float:
+    """Seconds for ``steps`` steps of the real trainer (one pass, one 1-batch dev round)."""
+    from estratos.probe.classifiers import SentEvalClassifier
+
+    features, classes, nhid, n_l2, _ = SHAPES[probe]
+    x, y = _data(features, classes, groups, steps * batch)
+    grid = [1e-5, 1e-4, 1e-3, 1e-2][:n_l2]
+    clf = SentEvalClassifier(n_classes=classes, nhid=nhid, batch_size=batch, epoch_size=1,
+                             max_epoch=0, tenacity=0, seed=1, l2_grid=grid)
+    t0 = time.perf_counter()
+    clf.fit(x, y, x[:, :batch], y[:batch], grid)
+    return time.perf_counter() - t0
+
+
+def bare(probe: str, groups: int, steps: int, batch: int) -> float:
+    """Seconds for ``steps`` steps of the plain autograd loop on the same stacked shapes."""
+    features, classes, nhid, n_l2, _ = SHAPES[probe]
+    x, y = _data(features, classes, groups, steps * batch)
+    X = torch.from_numpy(x)
+    Y = torch.from_numpy(y)
+    models = groups * n_l2
+    t0 = time.perf_counter()
+    gen = torch.Generator().manual_seed(1)
+    if nhid == 0:
+        W = (torch.rand((models, features, classes), generator=gen) - 0.5).requires_grad_()
+        b = torch.zeros((models, 1, classes), requires_grad=True)
+        params = [W, b]
+    else:
+        W1 = (torch.rand((models, features, nhid), generator=gen) - 0.5).requires_grad_()
+        b1 = torch.zeros((models, 1, nhid), requires_grad=True)
+        W2 = (torch.rand((models, nhid, classes), generator=gen) - 0.5).requires_grad_()
+        b2 = torch.zeros((models, 1, classes), requires_grad=True)
+        params = [W1, b1, W2, b2]
+    opt = torch.optim.Adam(params, lr=1e-3, weight_decay=1e-5, fused=True)
+    perm = torch.from_numpy(np.random.default_rng(0).permutation(len(y)))
+    for start in range(0, len(y), batch):
+        idx = perm[start:start + batch]
+        xb = X[:, idx].repeat_interleave(n_l2, dim=0)  # (models, B, F): each model's batch
+        if nhid == 0:
+            z = torch.baddbmm(params[1], xb, params[0])
+        else:
+            h = torch.sigmoid(torch.baddbmm(params[1], xb, params[0]))
+            z = torch.baddbmm(params[3], h, params[2])
+        loss = torch.nn.functional.cross_entropy(z.reshape(-1, classes),
+                                                 Y[idx].repeat(models), reduction="sum")
+        opt.zero_grad(set_to_none=True)
+        (loss / len(idx)).backward()
+        opt.step()
+    return time.perf_counter() - t0
+
+
+def profile(probe: str, groups: int, steps: int, batch: int) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        ours(probe, groups, steps, batch)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--probe", choices=("both", *SHAPES), default="both")
+    ap.add_argument("--groups", type=int, default=8, help="layer specs (default 8)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args(argv)
+    from estratos.probe.classifiers import torch_runtime
+
+    probes = list(SHAPES) if args.probe == "both" else [args.probe]
+    with torch_runtime(args.threads):
+        for probe in probes:
+            if args.profile:
+                profile(probe, args.groups, args.steps, args.batch)
+                continue
+            ours(probe, args.groups, 1, args.batch)  # warm-up (allocator, kernels)
+            best_o = best_b = float("inf")
+            for _ in range(args.repeats):  # alternate, so machine load hits both alike
+                best_o = min(best_o, ours(probe, args.groups, args.steps, args.batch))
+                best_b = min(best_b, bare(probe, args.groups, args.steps, args.batch))
+            n_models = args.groups * SHAPES[probe][3]
+            print(f"{SHAPES[probe][4]}; {args.groups} layer specs = {n_models} models, "
+                  f"batch {args.batch}, {args.threads} thread(s)")
+            print(f"  estratos trainer: {best_o / args.steps * 1000:8.1f} ms/step   "
+                  f"bare torch loop: {best_b / args.steps * 1000:8.1f} ms/step   "
+                  f"ratio {best_o / best_b:.2f}x (target <= 1.5x)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
