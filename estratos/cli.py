@@ -241,22 +241,34 @@ class _OnePooling(click.Choice):
 @click.option("--sequential", is_flag=True,
               help="Train one cell at a time (parity checks, timing).")
 @click.option("--jobs", type=int, default=1, show_default=True,
-              help="Tasks run in this many processes (torch threads split between them).")
+              help="Processes kept busy with work units (task x layer specs x seeds), "
+                   "longest first.")
 @click.option("--threads", type=int, default=None,
               help="Torch threads per process [default: 1; use --jobs for more cores].")
 @click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
 @click.option("--expect-model", default=None,
               help="Fail unless the cache was made with this model.")
+@click.option("--device", default="auto", show_default=True, metavar="auto|cpu|cuda[:N]",
+              help="Where the probes train (auto: a GPU when there is one, else cpu).")
+@click.option("--shard", metavar="I/N", default=None,
+              help="Run shard I (0-based) of N of the grid, written to "
+                   "RESULTS.shard-I-of-N.jsonl [default: SLURM array variables if set].")
+@click.option("--resume-from", "resume_from", multiple=True, metavar="RESULTS.jsonl|GLOB",
+              help="Also skip cells already in these results files (repeatable).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar [default: when stderr is a terminal].")
 def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, seeds, classifier,
-                  sequential, jobs, threads, overwrite, expect_model) -> None:
+                  sequential, jobs, threads, overwrite, expect_model, device, shard,
+                  resume_from, progress) -> None:
     """Train probes for every task x layer x seed (estratos.probe.probe_tasks)."""
-    from estratos.probe.runner import probe_tasks, summarize
+    from estratos.probe.runner import probe_tasks
 
-    records = probe_tasks(cache, tasks, out, data_dir=data_dirs, task_files=task_files,
-                          layers=layers, pooling=pooling, seeds=seeds, classifier=classifier,
-                          sequential=sequential, jobs=jobs, overwrite=overwrite,
-                          expect_model=expect_model, threads=threads)
-    click.echo(summarize(records, out))
+    run = probe_tasks(cache, tasks, out, data_dir=data_dirs, task_files=task_files,
+                      layers=layers, pooling=pooling, seeds=seeds, classifier=classifier,
+                      sequential=sequential, jobs=jobs, overwrite=overwrite,
+                      expect_model=expect_model, threads=threads, device=device,
+                      shard=shard or "auto", resume_from=resume_from, progress=progress)
+    click.echo(run.describe())
 
 # ---- report and baseline -----------------------------------------------------------------
 @cli.command("report")

@@ -1,12 +1,19 @@
 """The probe grid runner: every (task, layer spec, pooling, seed) cell, from the cache alone.
 
-Why it is organised this way: the cost of a layer sweep is dominated by per-model overhead,
-so cells are grouped by (task, seed) and all their layer specs and L2 values are trained as
-one batched program (:mod:`estratos.probe.classifiers`). Each task's cache rows are read
-once (contiguous block reads) and reused for every layer spec and seed. Before any training,
-every task is checked against the cache (complete, every sentence present, no NaN), so a
-long run never dies half-way on a missing sentence. Results are appended cell by cell to a
-JSON-lines store (:mod:`estratos.results`), which makes a killed run resumable.
+How a run goes (docs/probe.md, "How the grid is scheduled"):
+
+1. options, the cache and the results files are checked; cells already in the results file
+   (or in ``resume_from`` files) are left out;
+2. each task with cells to do is *surveyed* (its data loaded, its sentences looked up in the
+   cache by key: cheap, and done by the worker processes in parallel), so missing sentences
+   stop the run before any training, with the ``estratos encode`` command that adds them;
+3. the cells are cut into work units (:mod:`estratos.probe.grid`), the longest first; with
+   ``shard`` only this shard's cells are kept and results go to the shard's own file;
+4. ``jobs`` processes (:mod:`estratos.probe.scheduler`) each take the next unit as soon as
+   they are free. A unit loads its task, reads only the hidden states it needs, checks them
+   for NaN, trains its layer specs and seeds as batched programs
+   (:mod:`estratos.probe.classifiers`) and appends each program's cells to the results file,
+   which makes a killed run resumable at any point.
 """
 
 from __future__ import annotations
@@ -14,36 +21,41 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import time
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set,
+                    Tuple, Union)
 
 import numpy as np
 
 from estratos import __version__
 from estratos import errors as _errors
 from estratos.errors import CacheError, EstratosError, MissingSentences, OptionError
-from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
+from estratos.probe.cells import (chance_levels, classifier_record, evaluate_cells,
+                                  resolve_probe_device)
 from estratos.probe.classifiers import torch_runtime
 from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec, parse_layers
 from estratos.probe.predictions import outcome_predictions
-from estratos.probe.settings import check_classifier, parse_seeds, task_overrides
+from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
+                                 shard_path)
+from estratos.probe.scheduler import make_executor
+from estratos.probe.settings import check_classifier, parse_seeds, resolve_classifier
 from estratos.protocols import CellOutcome
 from estratos.results import ResultRecord, ResultsStore, primary_score
 from estratos.results.predictions import write_predictions
+from estratos.results.reader import done_keys, expand_paths
 from estratos.results.record import utc_now
 
 log = logging.getLogger(__name__)
 
-#: features of one (task, seed) program are kept under this many bytes by splitting the
-#: layer specs into groups trained one after the other (results do not depend on it); the
-#: trainer holds one more (example-major) copy of the training features
+#: features of one program are kept under this many bytes by splitting its layer specs into
+#: groups trained one after the other (results do not depend on it); the trainer holds one
+#: more (example-major) copy of the training features
 FEATURE_BUDGET_BYTES = 1_000_000_000
-_CHECK_ROWS = 8192
-#: task vectors read by the pre-training check and kept for training (in-process runs)
-VECTOR_BUDGET_BYTES = 1_500_000_000
-
-
+#: loaded tasks each process keeps for its next units (a unit of the same task skips the load)
+TASKS_KEPT = 2
 def available_cores() -> int:
     """CPU cores this process may use (affinity-aware)."""
     try:
@@ -53,17 +65,21 @@ def available_cores() -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class _RunOptions:
+class GridContext:
+    """What every process of a run needs to survey tasks and run units (picklable: it is
+    sent to each worker once)."""
+
     cache_path: str
     out: str
-    layers: Tuple[LayerSpec, ...]
     pooling: str
-    seeds: Tuple[int, ...]
     classifier: str
     sequential: bool
     overwrite: bool
-    expect_model: Optional[str]
     threads: int
+    device: str
+    specs: Mapping[str, Dict[str, Any]]  # task id -> TaskSpec fields (see _spec_state)
+    data_dirs: Any
+    loader: Optional[Callable[[Any, Any], Any]]
 
 
 def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: Any) -> str:
@@ -99,7 +115,8 @@ def _layer_chunks(layers: Sequence[LayerSpec], n_examples: int, n_features: int
 
 
 def _record(task: Any, layer: LayerSpec, pooling: str, seed: int, classifier: Dict[str, Any],
-            outcome: CellOutcome, seconds: float, identity: Mapping[str, Any]) -> ResultRecord:
+            outcome: CellOutcome, seconds: float, identity: Mapping[str, Any],
+            device: str) -> ResultRecord:
     spec = task.spec
     return ResultRecord(
         kind="probe", task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
@@ -111,70 +128,7 @@ def _record(task: Any, layer: LayerSpec, pooling: str, seed: int, classifier: Di
         model=identity.get("model"), revision=identity.get("revision"),
         cache={k: identity.get(k) for k in ("path", "dtype", "max_length", "n_states", "dim",
                                              "tokenizer")},
-        estratos_version=__version__, created=utc_now())
-
-
-def _todo(spec: Any, opts: _RunOptions, identity: Mapping[str, Any], done: set
-          ) -> Dict[int, List[LayerSpec]]:
-    """Layer specs still to run, per seed (all of them with ``overwrite``)."""
-    def key(layer: LayerSpec, seed: int) -> tuple:
-        return (spec.id, layer, opts.pooling, seed, opts.classifier, identity.get("model"),
-                identity.get("revision"))
-    return {seed: [l for l in opts.layers if opts.overwrite or key(l, seed) not in done]
-            for seed in opts.seeds}
-
-
-def _read_vectors(cache: Any, spec: Any, task: Any, opts: _RunOptions,
-                  todo: Mapping[int, Sequence[LayerSpec]]) -> Tuple[np.ndarray, List[int]]:
-    """One read of the task's rows, only the hidden states its pending cells need (all of
-    them when ``avg`` is pending); NaN/inf rows raise :class:`CacheError`."""
-    rows = cache.rows_for(task.sentences)
-    needed = {layer for layers in todo.values() for layer in layers}
-    if AVG in needed:
-        states = list(range(cache.n_states))
-    else:
-        states = sorted(int(layer) for layer in needed)
-    t0 = time.perf_counter()
-    vectors = cache.read(rows, opts.pooling, states)
-    log.info("%s: read %d rows x %d states in %.2fs", spec.id, len(rows), len(states),
-             time.perf_counter() - t0)
-    _check_vectors(Path(opts.cache_path), spec.id, vectors, task.sentences, opts.pooling)
-    return vectors, states
-
-
-def _probe_task(cache: Any, spec: Any, task: Any, opts: _RunOptions, done: set,
-                preread: Optional[Tuple[np.ndarray, List[int]]] = None) -> List[ResultRecord]:
-    """All cells of one task: its rows read once, then one batched program per seed."""
-    classifier = classifier_record(task, opts.classifier)
-    identity = cache.identity()
-    todo = _todo(spec, opts, identity, done)
-    if not any(todo.values()):
-        log.info("%s: every cell already in %s; skipped", spec.id, opts.out)
-        return []
-    vectors, states = preread or _read_vectors(cache, spec, task, opts, todo)
-    # the vectors hold ``states`` only; "avg" always comes with every state
-    position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
-    position[AVG] = AVG
-    store = ResultsStore(opts.out)
-    written: List[ResultRecord] = []
-    n_examples = sum(len(s) for s in task.splits.values())
-    n_features = COMBINER_WIDTH[spec.combiner] * vectors.shape[2]
-    for seed in opts.seeds:
-        for chunk in _layer_chunks(todo[seed], n_examples, n_features):
-            t0 = time.perf_counter()
-            outcomes = evaluate_cells(task, vectors, [position[layer] for layer in chunk],
-                                      [seed], opts.classifier, sequential=opts.sequential)[0]
-            seconds = (time.perf_counter() - t0) / len(chunk)
-            records = [_record(task, layer, opts.pooling, seed, classifier, o, seconds,
-                               identity)
-                       for layer, o in zip(chunk, outcomes)]
-            # predictions first (with each record's ci): a line never lacks its predictions
-            records = write_predictions(opts.out, records,
-                                        [outcome_predictions(task, o) for o in outcomes])
-            written += store.append(records, skip_done=not opts.overwrite)
-            log.info("%s seed %d: %d cell(s) in %.1fs", spec.id, seed, len(chunk),
-                     seconds * len(chunk))
-    return written
+        estratos_version=__version__, created=utc_now(), device=device)
 
 
 def _spec_state(spec: Any) -> Dict[str, Any]:
@@ -192,24 +146,6 @@ def _default_loader() -> Callable[[Any, Any], Any]:
     return load_task
 
 
-def _worker(spec_state: Dict[str, Any], data_dirs: Any, opts: _RunOptions,
-            done: set, loader: Optional[Callable[[Any, Any], Any]]) -> Tuple[str, Any]:
-    """Process-pool entry point: one task; user errors come back as (class name, message)."""
-    from estratos.tasks.types import TaskSpec
-
-    load_task = loader or _default_loader()
-
-    try:
-        spec = TaskSpec(**spec_state)
-        with torch_runtime(opts.threads):
-            from estratos.cache import open_cache
-            with open_cache(opts.cache_path) as cache:
-                task = load_task(spec, data_dirs)
-                return "ok", _probe_task(cache, spec, task, opts, done)
-    except EstratosError as exc:
-        return "error", (type(exc).__name__, str(exc))
-
-
 def _reraise(name: str, message: str) -> None:
     cls = getattr(_errors, name, None)
     if cls is _errors.MissingSentences:
@@ -221,29 +157,275 @@ def _reraise(name: str, message: str) -> None:
     raise EstratosError(message)
 
 
+# ---- one process's work: surveys and units ---------------------------------------------------
+
+class UnitRunner:
+    """Surveys tasks and runs work units in one process (a worker, or the caller's).
+
+    A context manager: it opens the cache and pins torch's threads for its lifetime. The
+    last :data:`TASKS_KEPT` loaded tasks (data and cache rows) are kept, so a survey and the
+    units that follow it in the same process load a task once.
+    """
+
+    def __init__(self, context: GridContext) -> None:
+        self.context = context
+        self._tasks: "OrderedDict[str, Tuple[Any, Any, Optional[np.ndarray]]]" = OrderedDict()
+        self._stack: List[Any] = []
+
+    def __enter__(self) -> "UnitRunner":
+        from estratos.cache import open_cache
+
+        runtime = torch_runtime(self.context.threads)
+        runtime.__enter__()
+        self._stack.append(runtime)
+        self.cache_cm = open_cache(self.context.cache_path)
+        self.cache = self.cache_cm.__enter__()
+        self._stack.append(self.cache_cm)
+        self.identity = self.cache.identity()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        while self._stack:
+            self._stack.pop().__exit__(None, None, None)
+
+    def _load(self, task_id: str) -> Tuple[Any, Any]:
+        """(spec, task data) from the kept tasks or the loader."""
+        from estratos.tasks.types import TaskSpec
+
+        if task_id in self._tasks:
+            self._tasks.move_to_end(task_id)
+            spec, task, _ = self._tasks[task_id]
+            return spec, task
+        spec = TaskSpec(**self.context.specs[task_id])
+        task = (self.context.loader or _default_loader())(spec, self.context.data_dirs)
+        self._tasks[task_id] = (spec, task, None)
+        while len(self._tasks) > TASKS_KEPT:
+            self._tasks.popitem(last=False)
+        return spec, task
+
+    def _rows(self, task_id: str) -> np.ndarray:
+        """Cache rows of the task's sentences (raises :class:`MissingSentences`)."""
+        spec, task, rows = self._tasks[task_id]
+        if rows is None:
+            rows = self.cache.rows_for(task.sentences)
+            self._tasks[task_id] = (spec, task, rows)
+        return rows
+
+    def survey(self, task_id: str) -> TaskShape:
+        """Load the task and look its sentences up in the cache (keys only, no vectors)."""
+        spec, task = self._load(task_id)
+        missing = 0
+        try:
+            self._rows(task_id)
+        except MissingSentences as exc:
+            missing = exc.missing
+        return TaskShape(task=task_id, protocol=task.protocol,
+                         sizes={name: len(split) for name, split in task.splits.items()},
+                         n_classes=len(task.labels),
+                         n_features=COMBINER_WIDTH[spec.combiner] * self.cache.dim,
+                         missing=missing)
+
+    def run(self, unit: WorkUnit, report: Callable[[List[ResultRecord]], None]) -> float:
+        """Train every cell of ``unit``; each program's records are appended to the results
+        file, then passed to ``report``. Returns the seconds the unit took."""
+        t_start = time.perf_counter()
+        ctx = self.context
+        spec, task = self._load(unit.task)
+        rows = self._rows(unit.task)
+        classifier = classifier_record(task, ctx.classifier)
+        states = (list(range(self.cache.n_states)) if AVG in unit.layers
+                  else sorted({int(layer) for layer in unit.layers}))
+        t0 = time.perf_counter()
+        vectors = self.cache.read(rows, ctx.pooling, states)
+        log.info("%s: read %d rows x %d states in %.2fs", unit.task, len(rows), len(states),
+                 time.perf_counter() - t0)
+        _check_vectors(Path(ctx.cache_path), unit.task, vectors, task.sentences, ctx.pooling)
+        # the vectors hold ``states`` only; "avg" always comes with every state
+        position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
+        position[AVG] = AVG
+        store = ResultsStore(ctx.out)
+        n_examples = sum(len(s) for s in task.splits.values())
+        n_features = COMBINER_WIDTH[spec.combiner] * vectors.shape[2]
+        for chunk in _layer_chunks(list(unit.layers), n_examples, n_features):
+            t0 = time.perf_counter()
+            outcomes = evaluate_cells(task, vectors, [position[layer] for layer in chunk],
+                                      unit.seeds, ctx.classifier, sequential=ctx.sequential,
+                                      device=ctx.device)
+            seconds = (time.perf_counter() - t0) / (len(chunk) * len(unit.seeds))
+            records = [_record(task, layer, ctx.pooling, seed, classifier, o, seconds,
+                               self.identity, ctx.device)
+                       for seed, per_layer in zip(unit.seeds, outcomes)
+                       for layer, o in zip(chunk, per_layer)]
+            # predictions first (with each record's ci): a line never lacks its predictions
+            records = write_predictions(ctx.out, records,
+                                        [outcome_predictions(task, o)
+                                         for per_layer in outcomes for o in per_layer])
+            written = store.append(records, skip_done=not ctx.overwrite)
+            log.info("%s layers %s: %d cell(s) in %.1fs", unit.task,
+                     ",".join(map(str, chunk)), len(records), seconds * len(records))
+            report(written)
+        return time.perf_counter() - t_start
+
+
+# ---- the run as a whole -------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class UnitStat:
+    """How one unit went: what it was, how long it took, how many cells it wrote."""
+
+    unit: WorkUnit
+    seconds: float
+    written: int
+
+
+class ProbeRun(Sequence[ResultRecord]):
+    """The records a run wrote (a sequence, in grid order: task, seed, layer spec) and how
+    the run went: ``out`` (the results file written), ``seconds`` (wall time), ``device``,
+    ``processes``, ``already_done`` (cells skipped because they were done), ``units``
+    (:class:`UnitStat` of each unit run)."""
+
+    def __init__(self, records: Sequence[ResultRecord], out: Path, seconds: float,
+                 device: str, processes: int, already_done: int,
+                 units: Sequence[UnitStat] = ()) -> None:
+        self.records = list(records)
+        self.out = out
+        self.seconds = seconds
+        self.device = device
+        self.processes = processes
+        self.already_done = already_done
+        self.units = list(units)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.records[i]
+
+    def __iter__(self) -> Iterator[ResultRecord]:
+        return iter(self.records)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ProbeRun):
+            return self.records == other.records
+        if isinstance(other, (list, tuple)):
+            return self.records == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ProbeRun({len(self.records)} records, out={str(self.out)!r})"
+
+    def timing(self) -> str:
+        """One line: cells, wall time, cells/s, device and processes."""
+        rate = len(self.records) / self.seconds if self.seconds > 0 else 0.0
+        done = f"; {self.already_done} already done" if self.already_done else ""
+        return (f"{len(self.records)} cell(s) in {self.seconds:.1f} s ({rate:.2f} cells/s) "
+                f"on {self.device}, {self.processes} process(es){done}")
+
+    def describe(self) -> str:
+        """The terminal summary: cells written, each task's best layer spec, timing."""
+        text = summarize(self.records, self.out)
+        return text if not self.records else f"{text}\n{self.timing()}"
+
+
+class _Progress:
+    """A tqdm bar over cells whose ETA comes from the units' estimated costs (cells of one
+    grid differ by orders of magnitude, so a rate over cells would mislead)."""
+
+    def __init__(self, total_cells: int, total_cost: float, show: bool) -> None:
+        self.bar = None
+        self.total_cost = total_cost
+        self.done_cost = 0.0
+        self.t0 = time.monotonic()
+        if show and total_cells:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total_cells, unit="cell", desc="probe", file=sys.stderr,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                       "cells [{elapsed}{postfix}]")
+
+    def update(self, cells: int, cost: float) -> None:
+        self.done_cost += cost
+        if self.bar is None:
+            return
+        elapsed = time.monotonic() - self.t0
+        if self.done_cost > 0 and self.total_cost > 0:
+            left = elapsed * max(0.0, self.total_cost - self.done_cost) / self.done_cost
+            self.bar.set_postfix_str(f"ETA {_clock(left)}", refresh=False)
+        self.bar.update(cells)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def _pending_cells(spec_ids: Sequence[str], layers: Sequence[LayerSpec], seeds: Sequence[int],
+                   key: Callable[[str, LayerSpec, int], tuple], done: Set[tuple],
+                   owned: Optional[Set[tuple]] = None) -> Dict[str, Dict[int, List[LayerSpec]]]:
+    """task -> seed -> layer specs still to do (in ``owned`` when sharded)."""
+    out: Dict[str, Dict[int, List[LayerSpec]]] = {}
+    for task in spec_ids:
+        by_seed = {seed: [layer for layer in layers
+                          if key(task, layer, seed) not in done
+                          and (owned is None or (task, layer, seed) in owned)]
+                   for seed in seeds}
+        if any(by_seed.values()):
+            out[task] = by_seed
+    return out
+
+
+def _raise_failures(failures: List[Tuple[str, str, str]]) -> None:
+    """Raise the first failure (its class, the task named first); mention the others."""
+    if not failures:
+        return
+    task, name, message = failures[0]
+    text = f"{task}: {message}"
+    if len(failures) > 1:
+        others = ", ".join(sorted({t for t, _, _ in failures[1:]}))
+        text += f" (also failed: {others})"
+    _reraise(name, text)
+
+
 def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: Any,
               out: os.PathLike | str, *, layers: Union[str, Sequence[LayerSpec]] = "all",
               pooling: str = "cls", seeds: Sequence[int] = (1111,),
               classifier: str = "senteval", sequential: bool = False, jobs: int = 1,
               overwrite: bool = False, expect_model: Optional[str] = None,
               threads: Optional[int] = None,
-              loader: Optional[Callable[[Any, Any], Any]] = None) -> List[ResultRecord]:
-    """Probe every (task, layer spec, pooling, seed) cell; returns the records written.
+              loader: Optional[Callable[[Any, Any], Any]] = None,
+              device: Optional[str] = "auto",
+              shard: Union[None, str, Tuple[int, int]] = None,
+              resume_from: Sequence[Union[str, os.PathLike]] = (),
+              progress: Optional[bool] = False) -> ProbeRun:
+    """Probe every (task, layer spec, pooling, seed) cell; returns the records written as a
+    :class:`ProbeRun` (a sequence of :class:`ResultRecord`, with timing).
 
     ``layers``: ``"all"`` (every hidden state + ``avg``) or a comma list / sequence of
-    indices and ``"avg"``. ``jobs`` runs tasks in that many processes, each pinned to
+    indices and ``"avg"``. ``jobs``: processes kept busy with work units, each pinned to
     ``threads`` torch threads (default 1: the probes are small, so extra threads gain little
-    and lose a lot on shared cores; use ``jobs`` for more cores). Cells already in ``out`` are
-    skipped unless ``overwrite``. Raises :class:`OptionError`, :class:`CacheError`
-    (incomplete cache, NaN rows), :class:`MissingSentences` (with the ``estratos encode``
-    command that adds them) or :class:`SettingsMismatch` (``expect_model``) before training.
+    and lose a lot on shared cores). ``device``: ``cpu``, ``auto`` or ``cuda[:N]``.
+    ``shard``: ``"I/N"``, ``(I, N)`` or ``"auto"`` (SLURM array variables): only this
+    shard's cells, written to ``<stem>.shard-I-of-N<suffix>``. Cells already in the results
+    file, or in ``resume_from`` files (paths or globs), are skipped unless ``overwrite``.
+    ``progress``: a bar on stderr (None: when stderr is a terminal).
+
+    Raises :class:`OptionError`, :class:`CacheError` (incomplete cache),
+    :class:`MissingSentences` (with the ``estratos encode`` command that adds them) or
+    :class:`SettingsMismatch` (``expect_model``) before training; a unit that fails (bad
+    task data, NaN rows) raises after the other units ended, naming its task.
     ``loader(spec, data_dirs) -> TaskData`` replaces :func:`estratos.tasks.load_task` (for
-    data built in memory; with ``jobs > 1`` it must be a picklable module-level function).
+    data built in memory; with ``jobs > 1`` it must be picklable).
     """
     from estratos.cache import open_cache
+    from estratos.encode import resolve_shard
 
-    load_task = loader or _default_loader()
-
+    t_start = time.monotonic()
     seeds_t = parse_seeds(seeds)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise OptionError(f"--jobs: must be a positive integer, got {jobs!r}")
@@ -252,87 +434,153 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     specs = list(specs)
     if not specs:
         raise OptionError("--tasks: no task selected")
+    ids = [spec.id for spec in specs]
+    if len(set(ids)) != len(ids):
+        raise OptionError(f"--tasks: a task is selected twice ({', '.join(ids)})")
     check_classifier(classifier)
-    for spec in specs:  # bad overrides fail before any reading
-        task_overrides(spec.classifier, task=spec.id)
+    # bad task overrides fail before any reading; the parameters feed the cost estimates
+    params = {spec.id: resolve_classifier(spec.classifier, classifier=classifier,
+                                          task=spec.id).get_params() for spec in specs}
+    device_name = str(resolve_probe_device(device))
+    where = resolve_shard(shard)
     cache_path = Path(cache_path)
+    out_path = shard_path(out, where)
     expect = {"model": expect_model} if expect_model else None
-    out_path = Path(out)
     with open_cache(cache_path, expect=expect) as cache:
         if pooling not in cache.poolings:
             raise OptionError(f"--pooling: {pooling!r} is not in the cache {cache_path} "
                               f"(it has {', '.join(cache.poolings)})")
         layer_specs = parse_layers(layers, cache.n_states)
-        tasks = {}
-        missing: Dict[str, int] = {}
-        for spec in specs:
-            task = load_task(spec, data_dirs)
-            try:
-                cache.rows_for(task.sentences)
-            except MissingSentences as exc:
-                missing[spec.id] = exc.missing
-            tasks[spec.id] = task
-        if missing:
-            total = sum(missing.values())
-            short = [s for s in specs if s.id in missing]
-            detail = ", ".join(f"{k}: {v}" for k, v in missing.items())
-            raise MissingSentences(
-                f"{cache_path}: {total} sentence(s) the tasks need are not in the cache "
-                f"({detail}); add them with: "
-                f"{_encode_hint(cache_path, cache.attrs.get('model'), short, data_dirs)}",
-                missing=total)
-        n_jobs = min(jobs, len(specs))
-        opts = _RunOptions(str(cache_path), str(out_path), layer_specs, pooling, seeds_t,
-                           classifier, bool(sequential), bool(overwrite), expect_model,
-                           threads or 1)
-        if opts.threads * n_jobs > available_cores():
-            log.warning("--jobs %d x --threads %d exceeds the %d available cores; expect "
-                        "slow-downs", n_jobs, opts.threads, available_cores())
-        store = ResultsStore(out_path)
-        done = set() if overwrite else store.done_keys()
-        written: List[ResultRecord] = []
-        pending = [spec for spec in specs
-                   if any(_todo(spec, opts, cache.identity(), done).values())]
-        # NaN/inf rows are found before any training starts. In-process runs keep what this
-        # check read (up to a budget) so each task's rows are read once.
-        kept: Dict[str, Tuple[np.ndarray, List[int]]] = {}
-        kept_bytes = 0
-        for spec in pending:
-            todo = _todo(spec, opts, cache.identity(), done)
-            if n_jobs == 1:
-                vectors, states = _read_vectors(cache, spec, tasks[spec.id], opts, todo)
-                if kept_bytes + vectors.nbytes <= VECTOR_BUDGET_BYTES:
-                    kept[spec.id] = (vectors, states)
-                    kept_bytes += vectors.nbytes
-                continue
-            rows = cache.rows_for(tasks[spec.id].sentences)
-            for i in range(0, len(rows), _CHECK_ROWS):
-                _check_vectors(cache_path, spec.id, cache.read(rows[i:i + _CHECK_ROWS], pooling),
-                               tasks[spec.id].sentences[i:i + _CHECK_ROWS], pooling)
-        if n_jobs == 1:
-            with torch_runtime(opts.threads):
-                for spec in specs:
-                    written += _probe_task(cache, spec, tasks[spec.id], opts, done,
-                                           kept.pop(spec.id, None))
-            return written
-    del tasks
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+        identity = cache.identity()
+        model_name = cache.attrs.get("model")
+    done: Set[tuple] = set()
+    if not overwrite:
+        done = done_keys([out_path] + expand_paths(list(resume_from)) if resume_from
+                         else [out_path])
 
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx) as pool:
-        futures = [pool.submit(_worker, _spec_state(spec), data_dirs, opts, done, loader)
-                   for spec in specs]
-        errors = []
-        for fut in futures:
-            status, payload = fut.result()
-            if status == "ok":
-                written += payload
-            else:
-                errors.append(payload)
-    if errors:
-        _reraise(*errors[0])
-    return written
+    def key(task: str, layer: LayerSpec, seed: int) -> tuple:
+        return (task, layer, pooling, seed, classifier, identity.get("model"),
+                identity.get("revision"))
+
+    pending = _pending_cells(ids, layer_specs, seeds_t, key, done)
+    grid_cells = len(ids) * len(layer_specs) * len(seeds_t)
+    if not pending:
+        return ProbeRun([], out_path, time.monotonic() - t_start, device_name, 0, grid_cells)
+    # a shard must know the whole grid's costs; an unsharded run only its pending tasks'
+    to_survey = ids if where is not None else list(pending)
+    n_cells = sum(len(v) for by_seed in pending.values() for v in by_seed.values())
+    processes = max(1, min(jobs, n_cells))
+    if threads is None:
+        threads = 1
+    if threads * processes > available_cores():
+        log.warning("--jobs %d x --threads %d exceeds the %d available cores; expect "
+                    "slow-downs", processes, threads, available_cores())
+    context = GridContext(str(cache_path), str(out_path), pooling, classifier, bool(sequential),
+                          bool(overwrite), threads, device_name,
+                          {spec.id: _spec_state(spec) for spec in specs}, data_dirs, loader)
+    records: List[ResultRecord] = []
+    stats: List[UnitStat] = []
+    failures: List[Tuple[str, str, str]] = []
+    bar: Optional[_Progress] = None
+    todo = n_cells
+    try:
+        with make_executor(UnitRunner, context, processes) as executor:
+            shapes = _survey(executor, to_survey)
+            missing = {t: shapes[t].missing for t in to_survey if shapes[t].missing}
+            if missing:
+                total = sum(missing.values())
+                short = [s for s in specs if s.id in missing]
+                detail = ", ".join(f"{k}: {v}" for k, v in missing.items())
+                raise MissingSentences(
+                    f"{cache_path}: {total} sentence(s) the tasks need are not in the cache "
+                    f"({detail}); add them with: "
+                    f"{_encode_hint(cache_path, model_name, short, data_dirs)}",
+                    missing=total)
+            cost = {t: cell_cost(shapes[t], classifier, params[t]) for t in to_survey}
+            if where is not None:
+                owned = shard_cells(ids, layer_specs, seeds_t, cost, where)
+                pending = _pending_cells(ids, layer_specs, seeds_t, key, done, owned)
+            units = plan_units(pending, cost, executor.processes)
+            todo = sum(u.n_cells for u in units)
+            if where is not None:
+                grid_cells = len(owned)
+            log.info("%d cell(s) in %d unit(s) on %d process(es)",
+                     sum(u.n_cells for u in units), len(units), executor.processes)
+            show = sys.stderr.isatty() if progress is None else bool(progress)
+            bar = _Progress(sum(u.n_cells for u in units), sum(u.cost for u in units), show)
+            failures = _run_units(executor, units, records, stats, bar)
+            processes = executor.processes
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        # the workers are stopped: what the file holds now is what was kept
+        planned = {key(t, layer, s) for t, by_seed in pending.items()
+                   for s, layers in by_seed.items() for layer in layers}
+        kept = len(planned & done_keys([out_path]))
+        raise _interrupted(out_path, kept, len(planned) - kept) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    order = {t: i for i, t in enumerate(ids)}
+    layer_order = {layer: i for i, layer in enumerate(layer_specs)}
+    seed_order = {s: i for i, s in enumerate(seeds_t)}
+    records.sort(key=lambda r: (order[r.task], seed_order[r.seed], layer_order[r.layer]))
+    _raise_failures(failures)
+    return ProbeRun(records, out_path, time.monotonic() - t_start, device_name, processes,
+                    grid_cells - todo, stats)
+
+
+def _survey(executor: Any, task_ids: Sequence[str]) -> Dict[str, TaskShape]:
+    """Every task's :class:`TaskShape`; a task whose data cannot be loaded stops the run
+    here, before any training."""
+    shapes: Dict[str, TaskShape] = {}
+    failures: List[Tuple[str, str, str]] = []
+
+    def on_event(kind: str, key: Any, value: Any) -> None:
+        if kind == "survey":
+            shapes[key] = value
+        elif kind == "error":
+            failures.append((key, value[0], value[1]))
+        elif kind == "bug":
+            raise RuntimeError(f"probe worker failed while reading {key}:\n{value}")
+
+    executor.run([("survey", t, t) for t in task_ids], on_event)
+    _raise_failures(failures)
+    return shapes
+
+
+def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRecord],
+               stats: List[UnitStat], bar: _Progress) -> List[Tuple[str, str, str]]:
+    """Run every unit, collecting records and statistics; returns the failures (task,
+    error class, message), raised by the caller once every other unit has ended."""
+    by_index = {u.index: u for u in units}
+    written: Dict[int, int] = {}
+    failures: List[Tuple[str, str, str]] = []
+
+    def on_event(kind: str, key: Any, value: Any) -> None:
+        unit = by_index[key]
+        if kind == "cells":
+            records.extend(value)
+            written[key] = written.get(key, 0) + len(value)
+            bar.update(len(value), unit.cost / unit.n_cells * len(value))
+        elif kind == "done":
+            stats.append(UnitStat(unit, float(value), written.get(key, 0)))
+        elif kind == "error":
+            log.error("%s: %s", unit.describe(), value[1])
+            failures.append((unit.task, value[0], value[1]))
+        elif kind == "bug":
+            raise RuntimeError(f"probe worker failed on {unit.describe()}:\n{value}")
+
+    executor.run([("unit", u.index, u) for u in units], on_event)
+    return failures
+
+
+def _interrupted(out: Path, kept: int, left: int) -> EstratosError:
+    """The Ctrl-C message: what was kept, and that the same command resumes."""
+    return _errors.Interrupted(
+        f"interrupted: {kept} new cell(s) of this run are kept in {out}, {left} still to do; "
+        "run the same command again to resume (cells already in the results file are "
+        "skipped)")
 
 
 def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
@@ -341,7 +589,10 @@ def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
                 seeds: Union[str, Sequence[int]] = "1111",
                 classifier: str = "senteval", sequential: bool = False, jobs: int = 1,
                 overwrite: bool = False, expect_model: Optional[str] = None,
-                threads: Optional[int] = None) -> List[ResultRecord]:
+                threads: Optional[int] = None, device: Optional[str] = "auto",
+                shard: Union[None, str, Tuple[int, int]] = None,
+                resume_from: Sequence[Union[str, os.PathLike]] = (),
+                progress: Optional[bool] = False) -> ProbeRun:
     """``estratos probe`` as a function: resolve task ids (plus ``--task-file`` specs) and
     data folders from their command-line forms, then :func:`run_probe`."""
     from estratos.tasks import DataDirs, load_task_file, select_tasks
@@ -359,7 +610,8 @@ def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
     return run_probe(cache, specs, dirs, out, layers=layers,
                      pooling=pooling, seeds=seed_list, classifier=classifier,
                      sequential=sequential, jobs=jobs, overwrite=overwrite,
-                     expect_model=expect_model, threads=threads)
+                     expect_model=expect_model, threads=threads, device=device, shard=shard,
+                     resume_from=resume_from, progress=progress)
 
 
 def summarize(records: Sequence[ResultRecord], out: os.PathLike | str) -> str:

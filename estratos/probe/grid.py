@@ -1,0 +1,234 @@
+"""The probe grid as work units: what one process trains at a time, what it costs, and which
+shard of a split grid owns each cell.
+
+Why units and not tasks: a grid's cost is very uneven (DiscoEval's DC tasks train a
+2000-unit MLP for ~150 passes; the STS cosines cost nothing), so one process per task leaves
+most cores idle while a few long tasks run. A unit is a (task, layer specs, seeds) rectangle
+of cells that one process trains as one batched program; big tasks are cut into several units
+so that ``--jobs`` processes stay busy until the end, and units start longest first (the
+classic longest-processing-time rule, whose finish is at most a third above the optimum and
+usually much closer).
+
+Costs are *estimates* in arbitrary units (roughly floating-point operations), from the
+task's sizes, features, classes, protocol folds and epoch budget; they only order and balance
+work, they never change a result. Sharding (``probe --shard I/N``) uses the same estimates on
+the whole grid, independently of ``--jobs`` and of what is already done, so every shard of one
+grid agrees on who owns which cell without talking to the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+from estratos.cache import schema
+from estratos.errors import OptionError
+
+LayerSpec = Union[int, str]
+#: (task id, layer spec, seed): one cell of a grid (pooling, classifier and model are fixed
+#: for a run)
+Cell = Tuple[str, LayerSpec, int]
+
+#: fixed per-example, per-model cost of one training step beyond its arithmetic (the
+#: gather, activation and optimizer overheads that dominate tiny linear probes)
+STEP_OVERHEAD = 4000.0
+#: L-BFGS iterations assumed by the estimate (they stop well before the 1000 allowed)
+LBFGS_ITERATIONS = 100
+#: with several processes, a unit is cut while it costs more than the grid's
+#: total / (jobs x SPLIT_FACTOR): the tail of a longest-first schedule then stays short
+SPLIT_FACTOR = 6
+#: a shard block (task, seed: all its layer specs) costing more than total / (count x this)
+#: is split into single cells before blocks are dealt to shards
+SHARD_SPLIT_FACTOR = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskShape:
+    """What planning needs to know about one task, found by reading its data once.
+
+    ``sizes``: examples per split; ``n_classes``: 0 for regression/cosine tasks;
+    ``n_features``: probe input width (combiner width x vector dimension); ``missing``:
+    sentences the cache lacks (the run stops before training when any task has some).
+    """
+
+    task: str
+    protocol: str
+    sizes: Mapping[str, int]
+    n_classes: int
+    n_features: int
+    missing: int = 0
+
+
+def cell_cost(shape: TaskShape, classifier: str, params: Mapping[str, Any]) -> float:
+    """Estimated cost of one (layer spec, seed) cell of a task (see the module docstring).
+
+    ``classifier``: the ``--classifier`` name; ``params``: the task's estimator parameters
+    (``get_params()`` of :func:`~estratos.probe.settings.resolve_classifier`).
+    """
+    f = shape.n_features
+    sizes = shape.sizes
+    if shape.protocol == "cosine":
+        return float(sum(sizes.values()) * f * 4)
+    if shape.protocol == "relatedness":
+        # SICK-R: Linear(F, 5), 50 passes between dev checks, stops after ~3 idle rounds
+        passes = min(1000, 50 * (3 + 2))
+        return float(sizes.get("train", 0) * passes * (6 * f * 5 + STEP_OVERHEAD))
+    c = max(2, shape.n_classes)
+    grid = len(params.get("l2_grid", (0.0,)))
+    k = int(params.get("kfold", 10))
+    if classifier == "lbfgs":
+        per_example = 4.0 * f * c * LBFGS_ITERATIONS
+    else:
+        hidden = int(params.get("nhid", 0))
+        width = f * hidden + hidden * c if hidden else f * c
+        passes = min(int(params.get("max_epoch", 200)),
+                     int(params.get("epoch_size", 4)) * (int(params.get("tenacity", 5)) + 2))
+        per_example = passes * (6.0 * width + STEP_OVERHEAD)
+    if shape.protocol == "split":
+        trained = grid * sizes.get("train", 0)
+    elif shape.protocol == "kfold":
+        n = sizes.get("train", 0)
+        trained = grid * k * n * (k - 1) / k + n
+    elif shape.protocol == "inner-kfold":
+        n = sizes.get("all", 0) * (k - 1) / k
+        trained = k * (grid * k * n * (k - 1) / k + n)
+    else:
+        trained = grid * sum(sizes.values())
+    return float(trained * per_example)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkUnit:
+    """A (task, layer specs, seeds) rectangle of cells trained as one program by one process.
+
+    ``cost``: estimated cost of all its cells; ``index``: its place in the plan (longest
+    first), which names it in messages and statistics.
+    """
+
+    task: str
+    layers: Tuple[LayerSpec, ...]
+    seeds: Tuple[int, ...]
+    cost: float
+    index: int = 0
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.layers) * len(self.seeds)
+
+    def cells(self) -> Iterator[Cell]:
+        for seed in self.seeds:
+            for layer in self.layers:
+                yield (self.task, layer, seed)
+
+    def describe(self) -> str:
+        layers = ",".join(str(layer) for layer in self.layers)
+        seeds = ",".join(str(s) for s in self.seeds)
+        return f"{self.task} layers {layers} seeds {seeds}"
+
+
+def _halves(items: Tuple, ) -> Tuple[Tuple, Tuple]:
+    mid = (len(items) + 1) // 2
+    return items[:mid], items[mid:]
+
+
+def _split(unit: WorkUnit) -> List[WorkUnit]:
+    """Cut a unit in two: by layer specs first (each half reads fewer hidden states), then by
+    seeds; a single cell cannot be cut."""
+    per_cell = unit.cost / unit.n_cells
+    if len(unit.layers) > 1:
+        parts = [(half, unit.seeds) for half in _halves(unit.layers)]
+    elif len(unit.seeds) > 1:
+        parts = [(unit.layers, half) for half in _halves(unit.seeds)]
+    else:
+        return [unit]
+    return [WorkUnit(unit.task, layers, seeds, per_cell * len(layers) * len(seeds))
+            for layers, seeds in parts]
+
+
+def plan_units(pending: Mapping[str, Mapping[int, Sequence[LayerSpec]]],
+               cost: Mapping[str, float], jobs: int = 1) -> List[WorkUnit]:
+    """Work units covering exactly the ``pending`` cells (task -> seed -> layer specs),
+    longest first.
+
+    Seeds of a task with the same pending layer specs share a unit (rectangles); with
+    ``jobs > 1``, units costing more than total / (jobs x :data:`SPLIT_FACTOR`) are cut until
+    they fit or are single cells. The plan depends only on its arguments (ties keep the
+    order of ``pending``), so it is the same on every run of the same grid.
+    """
+    units: List[WorkUnit] = []
+    for task, by_seed in pending.items():
+        groups: Dict[Tuple[LayerSpec, ...], List[int]] = {}
+        for seed, layers in by_seed.items():
+            if layers:
+                groups.setdefault(tuple(layers), []).append(int(seed))
+        for layers, seeds in groups.items():
+            units.append(WorkUnit(task, layers, tuple(seeds),
+                                  cost[task] * len(layers) * len(seeds)))
+    if jobs > 1 and units:
+        target = sum(u.cost for u in units) / (jobs * SPLIT_FACTOR)
+        # max-heap on cost; the sequence number keeps ties in plan order
+        heap = [(-u.cost, i, u) for i, u in enumerate(units)]
+        heapq.heapify(heap)
+        done: List[Tuple[int, WorkUnit]] = []
+        seq = len(units)
+        while heap:
+            neg, i, unit = heapq.heappop(heap)
+            parts = _split(unit) if -neg > target else [unit]
+            if len(parts) == 1:
+                done.append((i, unit))
+                continue
+            for part in parts:
+                heapq.heappush(heap, (-part.cost, seq, part))
+                seq += 1
+        units = [u for _, u in sorted(done, key=lambda t: t[0])]
+    order = sorted(range(len(units)), key=lambda i: (-units[i].cost, i))
+    return [dataclasses.replace(units[i], index=n) for n, i in enumerate(order)]
+
+
+# ---- shards ----------------------------------------------------------------------------------
+
+def shard_path(out: Union[str, os.PathLike], shard: Optional[Tuple[int, int]]) -> Path:
+    """The results file of shard ``(I, N)``: ``<stem>.shard-I-of-N<suffix>`` beside ``out``
+    (``out`` itself when not sharded). One file per shard: no shared-file locking is needed
+    across the nodes of a cluster (NFS locks are unreliable)."""
+    if shard is None:
+        return Path(out)
+    return schema.shard_path(out, shard[0], shard[1])  # the naming rule of cache shards
+
+
+def shard_cells(tasks: Sequence[str], layers: Sequence[LayerSpec], seeds: Sequence[int],
+                cost: Mapping[str, float], shard: Tuple[int, int]) -> Set[Cell]:
+    """The cells of the whole grid (``tasks`` x ``layers`` x ``seeds``) that shard
+    ``(I, N)`` owns.
+
+    Blocks of (task, seed, every layer spec) are dealt longest first to the least loaded
+    shard (ties: the lower shard number); a block costing more than total / (N x
+    :data:`SHARD_SPLIT_FACTOR`) is dealt cell by cell. The split depends only on the grid and
+    the cost estimates, never on ``--jobs`` or on what is done, so all shards agree, their
+    union is the grid and no cell belongs to two shards.
+    """
+    index, count = shard
+    if count < 1 or not 0 <= index < count:
+        raise OptionError(f"--shard: need N >= 1 and 0 <= I < N, got {index}/{count}")
+    layers = tuple(layers)
+    total = sum(cost[t] for t in tasks) * len(layers) * len(seeds)
+    limit = total / (count * SHARD_SPLIT_FACTOR)
+    blocks: List[Tuple[float, List[Cell]]] = []
+    for task in tasks:
+        for seed in seeds:
+            block = cost[task] * len(layers)
+            if block > limit and len(layers) > 1:
+                blocks += [(cost[task], [(task, layer, seed)]) for layer in layers]
+            else:
+                blocks.append((block, [(task, layer, seed) for layer in layers]))
+    loads = [(0.0, s) for s in range(count)]  # heap of (load, shard number)
+    owned: Set[Cell] = set()
+    for i in sorted(range(len(blocks)), key=lambda i: (-blocks[i][0], i)):
+        load, s = heapq.heappop(loads)
+        if s == index:
+            owned.update(blocks[i][1])
+        heapq.heappush(loads, (load + blocks[i][0], s))
+    return owned
