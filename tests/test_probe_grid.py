@@ -248,20 +248,28 @@ def test_units_of_one_task_share_nothing_but_the_results_file():
 # ---- Ctrl-C through the CLI -----------------------------------------------------------------
 
 def _custom_grid(root, n=600):
-    """A custom task file over a cache (slow enough to interrupt: 4 seeds x 4 layer specs)."""
+    """Two custom tasks over one cache, slow enough to interrupt (4 seeds x 4 layer specs
+    each; one process writes each task's 16 cells at once, so Ctrl-C after the first lines
+    falls in the second task)."""
     sentences, vec, y = toy_classification(n, n_states=3, dim=32, informative=(1, 2))
     names = ("neg", "pos")
     cut = {"train": range(0, int(0.6 * n)), "dev": range(int(0.6 * n), int(0.8 * n)),
            "test": range(int(0.8 * n), n)}
-    for split, rows in cut.items():
-        (root / f"{split}.tsv").write_text(
-            "".join(f"{names[y[i]]}\t{sentences[i]}\n" for i in rows), encoding="utf-8")
-    (root / "toy.toml").write_text(
-        'name = "Slow"\nsuite = "custom"\ngroup = "SC"\nlanguage = "es"\nformat = "tsv"\n'
-        'combiner = "single"\nprotocol = "split"\n[files]\ntrain = "train.tsv"\n'
-        'dev = "dev.tsv"\ntest = "test.tsv"\n[columns]\nlabel = 0\nsentences = [1]\n'
-        'header = false\n[classifier]\ntenacity = 30\nmax_epoch = 400\n', encoding="utf-8")
-    return write_cache(root / "c.h5", sentences, vec), root / "toy.toml"
+    files = []
+    for task in ("Slow", "Slower"):
+        folder = root / task
+        folder.mkdir()
+        for split, rows in cut.items():
+            (folder / f"{split}.tsv").write_text(
+                "".join(f"{names[y[i]]}\t{sentences[i]}\n" for i in rows), encoding="utf-8")
+        (folder / "task.toml").write_text(
+            f'name = "{task}"\nsuite = "custom"\ngroup = "SC"\nlanguage = "es"\n'
+            'format = "tsv"\ncombiner = "single"\nprotocol = "split"\n[files]\n'
+            'train = "train.tsv"\ndev = "dev.tsv"\ntest = "test.tsv"\n[columns]\nlabel = 0\n'
+            'sentences = [1]\nheader = false\n[classifier]\ntenacity = 30\nmax_epoch = 400\n',
+            encoding="utf-8")
+        files.append(folder / "task.toml")
+    return write_cache(root / "c.h5", sentences, vec), files
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
@@ -272,11 +280,11 @@ def test_ctrl_c_stops_every_worker_and_says_what_was_kept(tmp_path, jobs):
     import sys
     import time
 
-    cache, task_file = _custom_grid(tmp_path)
+    cache, task_files = _custom_grid(tmp_path)
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, "-m", "estratos", "probe", "--cache", str(cache), "--task-file",
-           str(task_file), "--out", str(out), "--layers", "all", "--seeds", "1,2,3,4",
-           "--jobs", jobs, "--no-progress"]
+           str(task_files[0]), "--task-file", str(task_files[1]), "--out", str(out),
+           "--layers", "all", "--seeds", "1,2,3,4", "--jobs", jobs, "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, text=True)
     deadline = time.monotonic() + 240
@@ -299,9 +307,9 @@ def test_ctrl_c_stops_every_worker_and_says_what_was_kept(tmp_path, jobs):
     else:
         raise AssertionError("worker processes survived Ctrl-C")
     kept = read_results(out)
-    assert 0 < len(kept) < 16 and out.read_bytes().endswith(b"\n")
+    assert 0 < len(kept) < 32 and out.read_bytes().endswith(b"\n")
     assert f"{len(kept)} new cell(s)" in err
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert f"wrote {16 - len(kept)} cell(s)" in done.stdout
-    assert len(_numbers(read_results(out, latest=False))) == 16
+    assert f"wrote {32 - len(kept)} cell(s)" in done.stdout
+    assert len(_numbers(read_results(out, latest=False))) == 32

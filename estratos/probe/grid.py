@@ -68,11 +68,14 @@ def cell_cost(shape: TaskShape, classifier: str, params: Mapping[str, Any]) -> f
     ``classifier``: the ``--classifier`` name; ``params``: the task's estimator parameters
     (``get_params()`` of :func:`~estratos.probe.settings.resolve_classifier`).
     """
+    from estratos.protocols import get_protocol
+
     f = shape.n_features
     sizes = shape.sizes
-    if shape.protocol == "cosine":
+    trains = get_protocol(shape.protocol).trains
+    if trains is None:  # nothing trained (STS cosines): a pass over the examples
         return float(sum(sizes.values()) * f * 4)
-    if shape.protocol == "relatedness":
+    if trains == "regressor":
         # SICK-R: Linear(F, 5), 50 passes between dev checks, stops after ~3 idle rounds
         passes = min(1000, 50 * (3 + 2))
         return float(sizes.get("train", 0) * passes * (6 * f * 5 + STEP_OVERHEAD))
@@ -80,24 +83,34 @@ def cell_cost(shape: TaskShape, classifier: str, params: Mapping[str, Any]) -> f
     grid = len(params.get("l2_grid", (0.0,)))
     k = int(params.get("kfold", 10))
     if classifier == "lbfgs":
-        per_example = 4.0 * f * c * LBFGS_ITERATIONS
+        per_example = 2.0 * f * c * LBFGS_ITERATIONS  # full-batch BLAS: no step overhead
     else:
         hidden = int(params.get("nhid", 0))
         width = f * hidden + hidden * c if hidden else f * c
         passes = min(int(params.get("max_epoch", 200)),
                      int(params.get("epoch_size", 4)) * (int(params.get("tenacity", 5)) + 2))
         per_example = passes * (6.0 * width + STEP_OVERHEAD)
-    if shape.protocol == "split":
-        trained = grid * sizes.get("train", 0)
-    elif shape.protocol == "kfold":
-        n = sizes.get("train", 0)
-        trained = grid * k * n * (k - 1) / k + n
-    elif shape.protocol == "inner-kfold":
-        n = sizes.get("all", 0) * (k - 1) / k
-        trained = k * (grid * k * n * (k - 1) / k + n)
+    fits = _CROSS_VALIDATION_FITS.get(shape.protocol)
+    if fits is None:  # one model per L2 value on the training split
+        trained = grid * sizes.get("train", sum(sizes.values()))
     else:
-        trained = grid * sum(sizes.values())
+        trained = fits(sizes, grid, k)
     return float(trained * per_example)
+
+
+def _kfold_fits(sizes: Mapping[str, int], grid: int, k: int) -> float:
+    n = sizes.get("train", 0)  # k folds per L2 value, then one refit
+    return grid * k * n * (k - 1) / k + n
+
+
+def _inner_kfold_fits(sizes: Mapping[str, int], grid: int, k: int) -> float:
+    n = sizes.get("all", 0) * (k - 1) / k  # per outer fold: inner k folds per L2, one refit
+    return k * (grid * k * n * (k - 1) / k + n)
+
+
+#: examples trained per (epoch, model) for the cross-validating protocols (a cost table only:
+#: what these protocols do is in estratos.protocols)
+_CROSS_VALIDATION_FITS = {"kfold": _kfold_fits, "inner-kfold": _inner_kfold_fits}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,15 +15,17 @@ import probekit
 from estratos.results import read_results
 from estratos.probe.runner import probe_tasks
 
-#: kill once the file holds this many lines (each (task, seed) group appends 5)
-AFTER_LINES = [1, 5, 10, 15, 20, 25]
+#: (--jobs, kill once the file holds this many lines): one process appends each task's 15
+#: cells at once (one unit: 5 layer specs x 3 seeds); two processes run smaller units
+AFTER_LINES = [(1, 1), (2, 1), (2, 6), (2, 12), (2, 20)]
 #: and after seeded random delays, as fractions of an uninterrupted run's duration
 RANDOM_KILLS = [round(random.Random(7 + i).uniform(0.05, 0.95), 3) for i in range(3)]
 
 
-def _start(forkserver, cache, files, out):
+def _start(forkserver, cache, files, out, jobs=1):
     proc = forkserver.Process(target=_forkrun.probe_files,
-                              args=(str(cache), files, str(out), probekit.PROBE_KWARGS))
+                              args=(str(cache), files, str(out),
+                                    dict(probekit.PROBE_KWARGS, jobs=jobs)))
     proc.start()
     return proc
 
@@ -46,12 +48,14 @@ def _resume_and_compare(figures, cache, files, ref, out, *, torn=False):
     figures.add("crash_points_survived")
 
 
-@pytest.mark.parametrize("lines", AFTER_LINES)
-def test_kill_after_k_result_lines_then_rerun(lines, probe_grid, tmp_path, forkserver, figures):
+@pytest.mark.parametrize("jobs,lines", AFTER_LINES)
+def test_kill_after_k_result_lines_then_rerun(jobs, lines, probe_grid, tmp_path, forkserver,
+                                              figures):
+    """SIGKILL the run (with --jobs 2: its parent; the workers notice and exit), rerun."""
     cache, files, ref, _ = probe_grid
     out = tmp_path / "r.jsonl"
     figures.add("crash_points_tried")
-    proc = _start(forkserver, cache, files, out)
+    proc = _start(forkserver, cache, files, out, jobs)
     while proc.is_alive() and probekit.count_lines(out) < lines:
         time.sleep(0.005)
     if proc.is_alive():
@@ -59,7 +63,7 @@ def test_kill_after_k_result_lines_then_rerun(lines, probe_grid, tmp_path, forks
     proc.join(60)
     assert proc.exitcode == -9, "the run ended before it could be killed"
     assert probekit.count_lines(out) < probekit.n_cells()
-    figures.note(kind="probe-kill", point=f"after {lines} lines",
+    figures.note(kind="probe-kill", point=f"after {lines} lines, --jobs {jobs}",
                  lines=probekit.count_lines(out))
     _resume_and_compare(figures, cache, files, ref, out)
 
