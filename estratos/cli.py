@@ -374,6 +374,8 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> Non
               help="Folder for the scripts, caches, results, report/ and logs/.")
 @click.option("--encode-array", type=int, default=1, show_default=True,
               help="Encode array tasks per model (one shard of the sentences each).")
+@click.option("--probe-array", type=int, default=1, show_default=True,
+              help="Probe array tasks per model (one share of the grid each).")
 @click.option("--layers", default="all", show_default=True, help="As for probe.")
 @click.option("--seeds", default="1111", show_default=True, help="As for probe.")
 @click.option("--pooling", type=click.Choice(["cls", "mean"]), default="cls", show_default=True,
@@ -384,23 +386,23 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> Non
 @click.option("--gpus-per-task", type=int, default=0, show_default=True,
               help="GPUs per encode array task (--gres=gpu:G).")
 @click.option("--cpus-per-task", type=int, default=None,
-              help="CPUs per encode array task and probe job (encode --threads, probe --jobs).")
+              help="CPUs per encode and probe array task (encode --threads, probe --jobs).")
 @click.option("--time", "time_limit", default=None, metavar="TIME",
               help="sbatch --time for every job (e.g. 02:00:00).")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="OPTION",
               help="Extra sbatch option for every job, e.g. --sbatch-arg=--account=X "
                    "(repeatable).")
 @click.option("--dry-run", is_flag=True, help="Write the scripts and submit.sh; submit nothing.")
-def slurm_command(models, tasks, data_dirs, out, encode_array, layers, seeds,
+def slurm_command(models, tasks, data_dirs, out, encode_array, probe_array, layers, seeds,
                   pooling, classifier, partition, gpus_per_task, cpus_per_task, time_limit,
                   sbatch_args, dry_run) -> None:
-    """Run encode -> merge -> probe -> report on SLURM as dependent jobs
+    """Run encode -> merge -> probe -> report on SLURM as dependent job arrays
     (estratos.slurm.plan_pipeline, write_scripts, submit)."""
     from estratos.slurm import find_sbatch, plan_pipeline, submit, write_scripts
     from estratos.slurm.plan import SUBMIT_SCRIPT
 
     plan = plan_pipeline(models, tasks, data_dirs, out, encode_array=encode_array,
-                         layers=layers, seeds=seeds, pooling=pooling,
+                         probe_array=probe_array, layers=layers, seeds=seeds, pooling=pooling,
                          classifier=classifier, partition=partition,
                          gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
                          time=time_limit, sbatch_args=sbatch_args)

@@ -42,7 +42,7 @@ def base_args(synth, out, *models):
 def test_dry_run_writes_readable_scripts_and_submit_sh(synth, tmp_path):
     out = tmp_path / "run"
     res = run_cli(base_args(synth, out, "org/model-a", "other/model-b") + [
-        "--encode-array", "4", "--gpus-per-task", "1",
+        "--encode-array", "4", "--probe-array", "3", "--gpus-per-task", "1",
         "--cpus-per-task", "8", "--time", "02:00:00", "--partition", "gpu",
         "--sbatch-arg=--account=proj", "--sbatch-arg=--comment=my run", "--seeds", "1111,1", "--layers", "0,2,avg",
         "--pooling", "mean", "--classifier", "lbfgs", "--dry-run"])
@@ -70,12 +70,13 @@ def test_dry_run_writes_readable_scripts_and_submit_sh(synth, tmp_path):
     assert "--gres" not in merge and "--array" not in merge and "--account=proj" in merge
     assert f"cache merge {out}/model-a.h5 \\\n      {out}/model-a.shard-*-of-4.h5\n" in merge
     probe = (out / "model-b.probe.sbatch").read_text()
-    for line in ["    --layers 0,2,avg \\", "    --pooling mean \\", "    --seeds 1111,1 \\",
+    for line in ["#SBATCH --array=0-2", '    --shard "$SLURM_ARRAY_TASK_ID/3" \\',
+                 "    --layers 0,2,avg \\", "    --pooling mean \\", "    --seeds 1111,1 \\",
                  "    --classifier lbfgs \\", "    --jobs 8 \\", f"    --out {out}/model-b.jsonl"]:
         assert line in probe.splitlines(), line
-    assert "--gres" not in probe and "--array" not in probe and "--shard" not in probe
+    assert "--gres" not in probe
     report = (out / "report.sbatch").read_text()
-    assert (f"    {out}/model-a.jsonl \\\n    {out}/model-b.jsonl \\\n"
+    assert (f"    {out}/model-a.shard-*-of-3.jsonl \\\n    {out}/model-b.shard-*-of-3.jsonl \\\n"
             f"    --out {out}/report\n") in report
     submit_sh = (out / "submit.sh").read_text()
     assert f"job2=$(submit --dependency=afterok:$job1 {out}/model-a.merge.sbatch)" in submit_sh
@@ -109,7 +110,7 @@ def test_paths_and_values_are_quoted_for_bash(synth, tmp_path):
     model.mkdir()
     program, log = echo_program(tmp_path)
     plan = plan_pipeline([str(model)], TASKS, [f"synthetic-es={data}"], odd, encode_array=2,
-                         program=program)
+                         probe_array=2, program=program)
     write_scripts(plan)
     env = dict(os.environ, SLURM_ARRAY_TASK_ID="1")
     for job in plan.jobs:
@@ -121,8 +122,9 @@ def test_paths_and_values_are_quoted_for_bash(synth, tmp_path):
     assert calls[1] == ["cache", "merge", str(odd / "my-model.h5"),
                         str(odd / "my-model.shard-*-of-2.h5")]  # no shard files: glob kept
     assert calls[2][:2] == ["cache", "verify"] and calls[3][0] == "probe"
-    assert calls[3][-2:] == ["--out", str(odd / "my-model.jsonl")]
-    assert calls[4] == ["report", str(odd / "my-model.jsonl"), "--out", str(odd / "report")]
+    assert calls[3][calls[3].index("--shard") + 1] == "1/2"
+    assert calls[4] == ["report", str(odd / "my-model.shard-*-of-2.jsonl"), "--out",
+                        str(odd / "report")]
 
 
 def test_model_slugs_are_file_names_and_unique():
@@ -135,6 +137,7 @@ def test_model_slugs_are_file_names_and_unique():
 @pytest.mark.parametrize("args, message", [
     ([], "MODEL: give at least one model"),
     (["--encode-array", "0"], "--encode-array: the array needs at least 1 task, got 0"),
+    (["--probe-array", "-1"], "--probe-array: the array needs at least 1 task, got -1"),
     (["--gpus-per-task", "-1"], "--gpus-per-task: must be >= 0"),
     (["--cpus-per-task", "0"], "--cpus-per-task: must be >= 1"),
     (["--seeds", "x"], "--seeds: 'x' is not an integer seed"),

@@ -26,6 +26,7 @@ from slurmcluster import LocalSlurm, missing_binaries
 pytestmark = pytest.mark.slurm
 
 TASKS = "synthetic-es:Tense,synthetic-es:Depth"
+PROBE_ARRAY = "2"
 ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
                "DEADLINE", "PREEMPTED"}
 
@@ -83,7 +84,7 @@ def workload(tmp_path_factory, tiny_bert_dir):
 
 def slurm_args(w, out: Path, *extra: str) -> List[str]:
     return ["slurm", str(w.model), "--tasks", TASKS, "--data-dir", w.data_dir, "--out", str(out),
-            "--encode-array", "2", "--seeds", "1",
+            "--encode-array", "2", "--probe-array", PROBE_ARRAY, "--seeds", "1",
             "--classifier", "lbfgs", "--cpus-per-task", "1", *extra]
 
 
@@ -138,6 +139,8 @@ def test_pipeline_report_equals_the_run_without_slurm(slurm_env, workload, tmp_p
     assert {j for j in states if j.startswith(f"{ids[0]}_")} == {f"{ids[0]}_0", f"{ids[0]}_1"}
     assert sorted(p.name for p in out.glob("*.shard-*.h5")) == [
         f"{workload.model.name}.shard-0-of-2.h5", f"{workload.model.name}.shard-1-of-2.h5"]
+    assert sorted(p.name for p in out.glob("*.jsonl")) == [
+        f"{workload.model.name}.shard-{i}-of-{PROBE_ARRAY}.jsonl" for i in range(int(PROBE_ARRAY))]
     assert_same_report(out / "report", workload.reference)
     # the printed progress command works as printed and lists every job
     shown = subprocess.run(progress.split(), env=slurm_env.env, capture_output=True,

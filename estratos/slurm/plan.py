@@ -9,8 +9,9 @@ from any folder and on any node that sees the same file system.
 Per model (one cache each): ``<slug>.encode.sbatch`` (an array of ``encode_array`` tasks,
 each running ``encode --shard "$SLURM_ARRAY_TASK_ID/N"``),
 ``<slug>.merge.sbatch`` (``cache merge`` of the shards, then ``cache verify``),
-``<slug>.probe.sbatch`` (the probe grid into ``<slug>.jsonl``); then one ``report.sbatch``
-over every model's results. An encode array of 1 is a plain job writing ``<slug>.h5``.
+``<slug>.probe.sbatch`` (an array of ``probe_array`` tasks, each probing its share of the
+grid into ``<slug>.shard-I-of-M.jsonl``); then one ``report.sbatch`` over every model's
+results. A size of 1 is a plain job writing ``<slug>.h5`` / ``<slug>.jsonl`` directly.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class SlurmPlan:
     """Every script of one submission, in submission order, and the folder they belong in.
 
     Files the jobs write: ``<slug>.h5`` (the merged cache), ``<slug>.shard-I-of-N.h5``,
-    ``<slug>.jsonl`` (results), ``report/``, ``logs/``.
+    ``<slug>.jsonl`` or ``<slug>.shard-I-of-M.jsonl`` (results), ``report/``, ``logs/``.
     """
 
     out: Path
@@ -157,7 +158,7 @@ def _data_dir_arguments(tasks: str, data_dirs: Sequence[str]) -> List[str]:
     return values
 
 
-def _check_options(models: Sequence[str], tasks: str, encode_array: int,
+def _check_options(models: Sequence[str], tasks: str, encode_array: int, probe_array: int,
                    layers: str, seeds: str, pooling: str, classifier: str,
                    gpus_per_task: int, cpus_per_task: Optional[int],
                    sbatch_args: Sequence[str]) -> None:
@@ -168,8 +169,9 @@ def _check_options(models: Sequence[str], tasks: str, encode_array: int,
         raise OptionError("MODEL: give at least one model (Hugging Face id or local folder)")
     if not tasks or not str(tasks).strip():
         raise OptionError("--tasks: give task ids, suites or suite:GROUP")
-    if isinstance(encode_array, bool) or int(encode_array) < 1:
-        raise OptionError(f"--encode-array: the array needs at least 1 task, got {encode_array}")
+    for option, value in (("--encode-array", encode_array), ("--probe-array", probe_array)):
+        if isinstance(value, bool) or int(value) < 1:
+            raise OptionError(f"{option}: the array needs at least 1 task, got {value}")
     if int(gpus_per_task) < 0:
         raise OptionError(f"--gpus-per-task: must be >= 0, got {gpus_per_task}")
     if cpus_per_task is not None and int(cpus_per_task) < 1:
@@ -216,6 +218,7 @@ class _Pipeline:
     program: Tuple[str, ...]
     task_options: Tuple[Tuple[str, str], ...]
     encode_array: int
+    probe_array: int
     probe_options: Tuple[Tuple[str, str], ...]
     partition: Optional[str]
     time: Optional[str]
@@ -258,7 +261,9 @@ class _Pipeline:
         return _command(self.program, words, options, positional)
 
     def results(self, slug: str) -> str:
-        """The results file of one model, as the report's bash argument."""
+        """The results files of one model, as the report's (globbing) bash argument."""
+        if self.probe_array > 1:
+            return f"{_q(self.out)}/{slug}.shard-*-of-{self.probe_array}.jsonl"
         return _q(self.out / f"{slug}.jsonl")
 
 
@@ -307,14 +312,20 @@ def _merge_job(p: _Pipeline, slug: str, model: str) -> JobScript:
 
 def _probe_job(p: _Pipeline, slug: str, model: str) -> JobScript:
     cache, results = p.out / f"{slug}.h5", p.out / f"{slug}.jsonl"
+    n = p.probe_array
+    target = f"{slug}.shard-I-of-{n}.jsonl, share I of the grid in array task I." if n > 1 \
+        else f"{results.name}."
     lines = p.header(f"estratos-probe-{slug}",
-                     [f"estratos: probe {cache.name} into {results.name}.",
-                      "A rerun skips the cells already done."], 1, 0, p.cpus_per_task)
+                     [f"estratos: probe {cache.name} into {target}"]
+                     + _rerun_comment(p, f"{slug}.probe.sbatch", n,
+                                      "it skips the cells already done"),
+                     n, 0, p.cpus_per_task)
     jobs = [("--jobs", str(p.cpus_per_task))] if p.cpus_per_task else []
     lines.append(p.command(["probe"], [("--cache", str(cache)), *p.task_options,
-                                       *p.probe_options, *jobs, ("--out", str(results))]))
-    return JobScript(f"{slug}.probe.sbatch", "probe", model, "\n".join(lines) + "\n", None,
-                     (f"{slug}.merge.sbatch",))
+                                       *p.probe_options, *jobs, *_shard_option(n),
+                                       ("--out", str(results))]))
+    return JobScript(f"{slug}.probe.sbatch", "probe", model, "\n".join(lines) + "\n",
+                     n if n > 1 else None, (f"{slug}.merge.sbatch",))
 
 
 def _report_job(p: _Pipeline, slugs: Sequence[str]) -> JobScript:
@@ -327,7 +338,7 @@ def _report_job(p: _Pipeline, slugs: Sequence[str]) -> JobScript:
 
 
 def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
-                  out: os.PathLike | str, *, encode_array: int = 1,
+                  out: os.PathLike | str, *, encode_array: int = 1, probe_array: int = 1,
                   layers: str = "all", seeds: str = "1111", pooling: str = "cls",
                   classifier: str = "senteval", partition: Optional[str] = None,
                   gpus_per_task: int = 0, cpus_per_task: Optional[int] = None,
@@ -338,18 +349,18 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
     ``tasks``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier`` are the forms
     ``estratos probe`` takes. ``gpus_per_task`` and ``cpus_per_task`` go to the encode array
     (``--gres=gpu:G``: each array task is one task; ``encode --threads``); ``cpus_per_task``
-    also to the probe job (``probe --jobs``). ``partition``, ``time`` and ``sbatch_args``
+    also to the probe array (``probe --jobs``). ``partition``, ``time`` and ``sbatch_args``
     (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job. ``program``: how jobs
     call estratos. Raises :class:`~estratos.errors.OptionError` (or the task errors of
     :func:`estratos.tasks.select_tasks`) before anything is written.
     """
     models = [str(m) for m in models]
-    _check_options(models, tasks, encode_array, layers, seeds, pooling,
+    _check_options(models, tasks, encode_array, probe_array, layers, seeds, pooling,
                    classifier, gpus_per_task, cpus_per_task, sbatch_args)
     task_options = [("--tasks", tasks)] + [("--data-dir", v)
                                            for v in _data_dir_arguments(tasks, data_dirs)]
     p = _Pipeline(out=_absolute(out), program=tuple(program), task_options=tuple(task_options),
-                  encode_array=int(encode_array),
+                  encode_array=int(encode_array), probe_array=int(probe_array),
                   probe_options=(("--layers", layers), ("--pooling", pooling),
                                  ("--seeds", seeds), ("--classifier", classifier)),
                   partition=partition, time=time, sbatch_args=tuple(sbatch_args),
