@@ -10,7 +10,7 @@ as the batched trainer, so the two agree model for model. Not used to produce re
 from __future__ import annotations
 
 import copy
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 import torch
@@ -37,33 +37,10 @@ def reference_senteval_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_de
     with torch.no_grad():  # torch.nn.Linear's init, drawn from the seeded generator
         model.weight.copy_((torch.rand((n_classes, n_features), generator=gen) * 2 - 1) * bound)
         model.bias.copy_((torch.rand((n_classes,), generator=gen) * 2 - 1) * bound)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=l2)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    X = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    Y = torch.from_numpy(np.asarray(y, dtype=np.int64))
-    Xd = torch.from_numpy(np.ascontiguousarray(x_dev, dtype=np.float32))
-    Yd = torch.from_numpy(np.asarray(y_dev, dtype=np.int64))
-    nepoch, best, count, stop = 0, -1.0, 0, False
-    best_model = copy.deepcopy(model)
-    while not stop and nepoch <= max_epoch:
-        for p in range(nepoch, nepoch + epoch_size):
-            perm = torch.from_numpy(pass_permutation(len(X), seed, p))
-            for i in range(0, len(X), batch_size):
-                idx = perm[i:i + batch_size]
-                loss = loss_fn(model(X[idx]), Y[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-        nepoch += epoch_size
-        with torch.no_grad():
-            acc = (model(Xd).argmax(1) == Yd).double().mean().item()
-        if acc > best:
-            best, best_model = acc, copy.deepcopy(model)
-        else:
-            if count >= tenacity:
-                stop = True
-            count += 1
-    return best, nepoch, best_model
+    return _early_stopped_adam(model, x, y, x_dev, y_dev, l2, tenacity=tenacity,
+                               epoch_size=epoch_size, max_epoch=max_epoch,
+                               batch_size=batch_size,
+                               permutation=lambda p: pass_permutation(len(x), seed, p))
 
 
 def senteval_streams_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_dev: np.ndarray,
@@ -85,6 +62,20 @@ def senteval_streams_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_dev:
         model.weight.uniform_(-bound, bound, generator=gen)
         model.bias.uniform_(-bound, bound, generator=gen)
     numpy_stream = np.random.RandomState(int(seed))
+    return _early_stopped_adam(model, x, y, x_dev, y_dev, l2, tenacity=tenacity,
+                               epoch_size=epoch_size, max_epoch=max_epoch,
+                               batch_size=batch_size,
+                               permutation=lambda _: numpy_stream.permutation(len(x)))
+
+
+def _early_stopped_adam(model: torch.nn.Linear, x: np.ndarray, y: np.ndarray,
+                        x_dev: np.ndarray, y_dev: np.ndarray, l2: float, *, tenacity: int,
+                        epoch_size: int, max_epoch: int, batch_size: int,
+                        permutation: Callable[[int], np.ndarray]
+                        ) -> Tuple[float, int, torch.nn.Linear]:
+    """SentEval's loop: Adam (lr 1e-3, weight decay ``l2``), rounds of ``epoch_size`` passes
+    in the order ``permutation(pass_index)`` gives, then dev accuracy; the cumulative
+    non-improvement count stops it after ``tenacity``."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=l2)
     loss_fn = torch.nn.CrossEntropyLoss()
     X = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
@@ -94,8 +85,8 @@ def senteval_streams_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_dev:
     nepoch, best, count, stop = 0, -1.0, 0, False
     best_model = copy.deepcopy(model)
     while not stop and nepoch <= max_epoch:
-        for _ in range(nepoch, nepoch + epoch_size):
-            perm = torch.from_numpy(numpy_stream.permutation(len(X)))
+        for p in range(nepoch, nepoch + epoch_size):
+            perm = torch.from_numpy(np.asarray(permutation(p)))
             for i in range(0, len(X), batch_size):
                 idx = perm[i:i + batch_size]
                 loss = loss_fn(model(X[idx]), Y[idx])
