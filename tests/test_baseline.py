@@ -19,7 +19,7 @@ from estratos.probe.baseline import (
     tfidf_matrix)
 from estratos.protocols import row_cosine
 from estratos.report import build_report
-from estratos.results import load_results
+from estratos.results import load_results, read_results
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 
 
@@ -253,7 +253,7 @@ def test_cli_baseline_on_real_sts17(es_data_dir: Path, tmp_path: Path):
     result = CliRunner().invoke(cli, ["baseline", "--tasks", "es-senteval:STS17",
                                       "--data-dir", str(es_data_dir), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    rec = json.loads(out.read_text(encoding="utf-8"))
+    (rec,) = read_results(out)
     assert rec.task == "es-senteval:STS17" and rec.kind == "baseline"
     # whitespace TF-IDF cosine on the 250 Spanish STS17 pairs (measured once, reproducible)
     assert rec.score == pytest.approx(77.12, abs=0.01)
