@@ -98,15 +98,20 @@ def _writer(path: str, worker: int, n: int) -> None:
         store.append([rec(i, seed=worker, name="x" * 5000)])
 
 
-def test_two_processes_appending_lose_no_line(tmp_path):
-    path = tmp_path / "r.jsonl"
+def _run_writers(path: Path, jobs) -> None:
+    """Run one spawned ``_writer(path, worker, n)`` process per (worker, n), all at once."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(str(path), w, 60)) for w in (1, 2)]
+    procs = [ctx.Process(target=_writer, args=(str(path), w, n)) for w, n in jobs]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
+
+
+def test_two_processes_appending_lose_no_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    _run_writers(path, [(1, 60), (2, 60)])
     records = read_results(path, latest=False)
     assert len(records) == 120
     assert sorted((r.seed, r.layer) for r in records) == \
@@ -116,13 +121,7 @@ def test_two_processes_appending_lose_no_line(tmp_path):
 
 def test_two_processes_writing_the_same_cells_do_not_duplicate(tmp_path):
     path = tmp_path / "r.jsonl"
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(str(path), 7, 40)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    _run_writers(path, [(7, 40), (7, 40)])
     records = read_results(path, latest=False)
     assert sorted(r.layer for r in records) == list(range(40))
 
