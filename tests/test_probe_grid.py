@@ -313,3 +313,15 @@ def test_ctrl_c_stops_every_worker_and_says_what_was_kept(tmp_path, jobs):
     assert done.returncode == 0, done.stderr
     assert f"wrote {32 - len(kept)} cell(s)" in done.stdout
     assert len(_numbers(read_results(out, latest=False))) == 32
+
+
+def test_cost_counts_each_protocols_fits():
+    """The cost hook of each protocol counts its fits: one per L2 on train (split), k folds
+    per L2 plus a refit (kfold), and that for each of k outer folds (inner-kfold)."""
+    from estratos.protocols import get_protocol
+
+    sizes = {"train": 100, "dev": 10, "test": 20, "all": 100}
+    assert get_protocol("split").examples_trained(sizes, 4, 10) == 400
+    assert get_protocol("kfold").examples_trained(sizes, 4, 10) == 4 * 10 * 90 + 100
+    assert get_protocol("inner-kfold").examples_trained(sizes, 4, 10) == \
+        10 * (4 * 10 * 81 + 90)

@@ -72,7 +72,8 @@ def cell_cost(shape: TaskShape, classifier: str, params: Mapping[str, Any]) -> f
 
     f = shape.n_features
     sizes = shape.sizes
-    trains = get_protocol(shape.protocol).trains
+    protocol = get_protocol(shape.protocol)
+    trains = protocol.trains
     if trains is None:  # nothing trained (STS cosines): a pass over the examples
         return float(sum(sizes.values()) * f * 4)
     if trains == "regressor":
@@ -90,27 +91,7 @@ def cell_cost(shape: TaskShape, classifier: str, params: Mapping[str, Any]) -> f
         passes = min(int(params.get("max_epoch", 200)),
                      int(params.get("epoch_size", 4)) * (int(params.get("tenacity", 5)) + 2))
         per_example = passes * (6.0 * width + STEP_OVERHEAD)
-    fits = _CROSS_VALIDATION_FITS.get(shape.protocol)
-    if fits is None:  # one model per L2 value on the training split
-        trained = grid * sizes.get("train", sum(sizes.values()))
-    else:
-        trained = fits(sizes, grid, k)
-    return float(trained * per_example)
-
-
-def _kfold_fits(sizes: Mapping[str, int], grid: int, k: int) -> float:
-    n = sizes.get("train", 0)  # k folds per L2 value, then one refit
-    return grid * k * n * (k - 1) / k + n
-
-
-def _inner_kfold_fits(sizes: Mapping[str, int], grid: int, k: int) -> float:
-    n = sizes.get("all", 0) * (k - 1) / k  # per outer fold: inner k folds per L2, one refit
-    return k * (grid * k * n * (k - 1) / k + n)
-
-
-#: examples trained per (epoch, model) for the cross-validating protocols (a cost table only:
-#: what these protocols do is in estratos.protocols)
-_CROSS_VALIDATION_FITS = {"kfold": _kfold_fits, "inner-kfold": _inner_kfold_fits}
+    return float(protocol.examples_trained(sizes, grid, k) * per_example)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -136,6 +136,12 @@ class Protocol:
         """One :class:`CellOutcome` per feature group (per estimator group)."""
         raise NotImplementedError
 
+    def examples_trained(self, sizes: Mapping[str, int], grid: int, k: int) -> float:
+        """Training examples one cell's model fits see per pass, summed over every fit the
+        protocol makes (``grid`` L2 values, ``k`` folds): what a cost estimate scales with.
+        By default one model per L2 value on :attr:`train_split`."""
+        return float(grid * sizes.get(self.train_split or "train", sum(sizes.values())))
+
     def __repr__(self) -> str:
         return f"<protocol {self.name}>"
 

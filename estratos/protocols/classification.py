@@ -208,6 +208,10 @@ class KFoldProtocol(Protocol):
                 f"test file {names('test')} alone")
         return SplitPlan(InnerKFoldProtocol.name, (("test", "all"),), ("all",), fallback=text)
 
+    def examples_trained(self, sizes, grid, k):
+        n = sizes.get("train", 0)  # k folds per L2 value, then one refit
+        return float(grid * k * n * (k - 1) / k + n)
+
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
         f, y = inputs.features, inputs.labels
         return kfold_protocol(inputs.classifier, (f("train"), y("train")),
@@ -226,6 +230,11 @@ class InnerKFoldProtocol(Protocol):
 
     def plan(self, published, present, names, holdout):
         return plan_all_required(self.name, published, present, "all")
+
+    def examples_trained(self, sizes, grid, k):
+        # per outer fold: inner k folds per L2 value, then one refit
+        return float(k * KFoldProtocol.examples_trained(
+            self, {"train": sizes.get("all", 0) * (k - 1) / k}, grid, k))
 
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
         return inner_kfold_protocol(inputs.classifier,
