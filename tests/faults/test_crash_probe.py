@@ -1,5 +1,5 @@
 """SIGKILL ``probe`` mid-grid (after k result lines, or after seeded random delays); rerun;
-the results file must have no duplicated or torn lines and equal an uninterrupted run's."""
+the results file may end in a cut line only; after the rerun it has no duplicated or torn line and equals an uninterrupted run's."""
 
 from __future__ import annotations
 
@@ -34,10 +34,17 @@ def _whole_lines(out) -> bool:
     return all(line.endswith(b"\n") for line in out.read_bytes().splitlines(keepends=True))
 
 
-def _resume_and_compare(figures, cache, files, ref, out, *, torn=False):
+def _torn_only_at_the_end(out) -> bool:
+    """Only the last line may lack its newline: Linux stops a write at a page boundary when
+    SIGKILL arrives, so a kill can cut the line being appended, never an earlier one."""
+    return all(line.endswith(b"\n")
+               for line in out.read_bytes().splitlines(keepends=True)[:-1])
+
+
+def _resume_and_compare(figures, cache, files, ref, out):
     if out.exists():
-        assert torn or _whole_lines(out), "a kill left a torn line"
-        read_results(out)  # every whole line parses
+        assert _torn_only_at_the_end(out), "a line before the last is torn"
+        read_results(out)  # every whole line parses; a cut last one is skipped
     probe_tasks(cache, "", out, task_files=files, **probekit.PROBE_KWARGS)
     assert _whole_lines(out)
     got, want = probekit.outcome(out), probekit.outcome(ref)
@@ -94,4 +101,4 @@ def test_a_line_torn_by_a_dying_writer_is_redone_once(probe_grid, tmp_path, figu
     last = data[:-1].rfind(b"\n") + 1
     out.write_bytes(data[: last + (len(data) - last) // 2])  # tear the last line in half
     assert len(read_results(out)) == len(data.splitlines()) - 1
-    _resume_and_compare(figures, cache, files, ref, out, torn=True)
+    _resume_and_compare(figures, cache, files, ref, out)
