@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import click
 
 from estratos import __version__
-from estratos.errors import EstratosError
+from estratos.errors import EstratosError, Interrupted
 
 
 class _UserError(click.ClickException):
@@ -32,6 +32,12 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except EstratosError as exc:
             raise _UserError(exc) from exc
+        except KeyboardInterrupt as exc:
+            # Ctrl-C outside a run's own handler (while it starts or finishes): every file
+            # estratos writes is whole at any instant, so a rerun resumes from what is there
+            raise _UserError(Interrupted(
+                "interrupted (Ctrl-C); every file written so far is whole: rerun the same "
+                "command to resume")) from exc
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -39,3 +39,22 @@ def test_data_dir_help_names_the_environment_default(command):
     text = " ".join(CliRunner().invoke(cli, command + ["--help"]).output.split())
     match = re.search(r"--data-dir \[SUITE=\]DIR (.*?)(?= --[a-z])", text)
     assert match and "[default: $ESTRATOS_DATA]" in match.group(1), text
+
+
+def test_ctrl_c_outside_a_runs_own_handler_exits_130_saying_files_are_whole(monkeypatch,
+                                                                            tmp_path):
+    """A Ctrl-C that lands while a command starts or finishes (after the run's own handler
+    has returned) still exits 130 with a message, not click's bare "Aborted!"."""
+    import estratos.probe.runner as runner
+
+    def late_interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "probe_tasks", late_interrupt)
+    cache = tmp_path / "c.h5"
+    cache.write_bytes(b"")
+    result = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--tasks", "all",
+                                      "--out", str(tmp_path / "r.jsonl")])
+    assert result.exit_code == 130, result.output
+    assert "interrupted (Ctrl-C)" in result.output and "rerun the same command" in result.output
+    assert "Aborted!" not in result.output
