@@ -93,6 +93,18 @@ def diff_interval(a, b, resamples: int = 10000, seed: int = 0):
     return float(b.mean() - a.mean()), float(lo), float(hi)
 
 
+def summary(rows) -> str:
+    """The distribution in two lines: how far apart the means are, and how far apart one
+    seed of each side is (the single-seed comparison a parity check usually makes)."""
+    diffs = np.abs([r["diff"] for r in rows])
+    gaps = np.abs(np.concatenate([np.subtract(r["ours"], r["reference"]) for r in rows]))
+    inside = sum(r["zero_inside"] for r in rows)
+    return (f"means: |ours - ref| mean {diffs.mean():.2f}, max {diffs.max():.2f}; 0 inside "
+            f"the interval for {inside} of {len(rows)} cells\n"
+            f"same seed, one run each: |ours - ref| mean {gaps.mean():.2f}, max "
+            f"{gaps.max():.2f} over {len(gaps)} pairs")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", required=True, help="a cache holding the tasks' sentences")
@@ -125,18 +137,25 @@ def main(argv=None) -> int:
                 a = [s[i] for s in scores["reference"]]
                 b = [s[i] for s in scores["ours"]]
                 d, lo, hi = diff_interval(a, b)
+                same_seed = np.abs(np.subtract(b, a))  # what one seed's comparison shows
                 rows.append({"task": spec.id, "layer": label, "reference": a, "ours": b,
                              "diff": round(d, 2), "lo": round(lo, 2), "hi": round(hi, 2),
                              "zero_inside": bool(lo <= 0 <= hi),
+                             "same_seed_gap_mean": round(float(same_seed.mean()), 2),
+                             "same_seed_gap_max": round(float(same_seed.max()), 2),
                              "seconds_ours": round(seconds["ours"], 1),
                              "seconds_reference": round(seconds["reference"], 1)})
                 r = rows[-1]
                 print(f"{spec.id:28s} layer {label:>3s}  reference {np.mean(a):6.2f} ± "
                       f"{np.std(a, ddof=1):4.2f}  ours {np.mean(b):6.2f} ± "
                       f"{np.std(b, ddof=1):4.2f}  ours - ref {d:+5.2f} [{lo:+5.2f}, {hi:+5.2f}]"
-                      f"  0 inside: {'yes' if r['zero_inside'] else 'NO'}", flush=True)
+                      f"  0 inside: {'yes' if r['zero_inside'] else 'NO'}  same-seed gap "
+                      f"mean {r['same_seed_gap_mean']:.2f} max {r['same_seed_gap_max']:.2f}",
+                      flush=True)
             print(f"{'':28s} seconds: ours {seconds['ours']:.1f}, reference "
                   f"{seconds['reference']:.1f} ({len(seeds)} seeds x 2 layer specs)", flush=True)
+    if rows:
+        print(summary(rows), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
     return 0
