@@ -88,6 +88,39 @@ def toy_split_task(n: int = 240, **kw):
     return task, sentences, vec
 
 
+def toy_similarity_tasks(n: int = 300):
+    """An STS-like (cosine, subsets news/wiki) and a SICK-R-like (relatedness, train/dev/test)
+    task over ``n`` pairs whose gold score follows how much of ``u`` its partner ``v`` keeps.
+    Returns ``(sentences, vectors (2n, 2, 6), [sts, sick])``."""
+    rng = np.random.default_rng(0)
+    sentences = toy_sentences(2 * n, stem="par")
+    u = rng.normal(size=(n, 2, 6)).astype(np.float32)
+    noise = rng.normal(size=(n, 2, 6)).astype(np.float32)
+    sim = rng.uniform(0, 1, size=n)
+    v = u * sim[:, None, None] + noise * (1 - sim[:, None, None])
+    vec = np.concatenate([u, v]).astype(np.float32)
+    gold = 1 + 4 * sim
+    a, b = int(2 * n / 3), int(5 * n / 6)
+
+    def refs(rows):
+        return SlotRefs.single(rows), SlotRefs.single(rows + n)
+
+    sts_spec = spec("STS", combiner="pair", protocol="cosine", metric="pearson", group="SS",
+                    score_range=(0, 5))
+    sts = TaskData(sts_spec, tuple(sentences),
+                   {"news": Split("news", refs(np.arange(0, a)), gold[:a] - 1),
+                    "wiki": Split("wiki", refs(np.arange(a, n)), gold[a:] - 1)},
+                   (), "cosine")
+    sick_spec = spec("SICKR", combiner="pair", protocol="relatedness", metric="pearson",
+                     group="SS", score_range=(1, 5))
+    sick = TaskData(sick_spec, tuple(sentences),
+                    {"train": Split("train", refs(np.arange(0, a)), gold[:a]),
+                     "dev": Split("dev", refs(np.arange(a, b)), gold[a:b]),
+                     "test": Split("test", refs(np.arange(b, n)), gold[b:])},
+                    (), "relatedness")
+    return sentences, vec, [sts, sick]
+
+
 class MemoryLoader:
     """``loader`` for run_probe: returns prepared TaskData by task id."""
 

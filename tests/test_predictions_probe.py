@@ -10,10 +10,9 @@ from estratos.probe.runner import run_probe
 from estratos.results import read_results
 from estratos.results.predictions import PredictionsReader, check_metric, predictions_path
 from estratos.results.predictions import sample_of
-from estratos.tasks.types import SlotRefs, Split, TaskData
 
-from probe_toys import (MemoryLoader, single_task, spec, toy_classification, toy_sentences,
-                        toy_split_task, write_cache)
+from probe_toys import (MemoryLoader, single_task, spec, toy_classification,
+                        toy_similarity_tasks, toy_split_task, write_cache)
 
 
 def _reproduced(path):
@@ -34,29 +33,8 @@ def _reproduced(path):
 
 
 def test_every_protocol_stores_predictions_that_reproduce_the_line(tmp_path):
-    rng = np.random.default_rng(0)
-    n = 300
-    sentences = toy_sentences(2 * n, stem="par")
-    u = rng.normal(size=(n, 2, 6)).astype(np.float32)
-    noise = rng.normal(size=(n, 2, 6)).astype(np.float32)
-    sim = rng.uniform(0, 1, size=n)
-    v = u * sim[:, None, None] + noise * (1 - sim[:, None, None])
-    pair_vec = np.concatenate([u, v]).astype(np.float32)
-    gold = 1 + 4 * sim
-    refs = lambda rows: (SlotRefs.single(rows), SlotRefs.single(rows + n))  # noqa: E731
-    sts_spec = spec("STS", combiner="pair", protocol="cosine", metric="pearson", group="SS",
-                    score_range=(0, 5))
-    sts = TaskData(sts_spec, tuple(sentences),
-                   {"news": Split("news", refs(np.arange(0, 200)), gold[:200] - 1),
-                    "wiki": Split("wiki", refs(np.arange(200, 300)), gold[200:] - 1)},
-                   (), "cosine")
-    sick_spec = spec("SICKR", combiner="pair", protocol="relatedness", metric="pearson",
-                     group="SS", score_range=(1, 5))
-    sick = TaskData(sick_spec, tuple(sentences),
-                    {"train": Split("train", refs(np.arange(0, 200)), gold[:200]),
-                     "dev": Split("dev", refs(np.arange(200, 250)), gold[200:250]),
-                     "test": Split("test", refs(np.arange(250, 300)), gold[250:])},
-                    (), "relatedness")
+    sentences, pair_vec, (sts, sick) = toy_similarity_tasks()
+    sts_spec, sick_spec = sts.spec, sick.spec
     out = tmp_path / "r.jsonl"
     run_probe(write_cache(tmp_path / "pairs.h5", sentences, pair_vec), [sts_spec, sick_spec],
               None, out, layers="1,avg", threads=1,

@@ -12,10 +12,9 @@ from estratos.cli import cli
 from estratos.errors import CacheError, MissingSentences, OptionError, SettingsMismatch
 from estratos.results import read_results
 from estratos.probe.runner import run_probe
-from estratos.tasks.types import SlotRefs, Split, TaskData
 
 from probe_toys import (MODEL, MemoryLoader, single_task, spec, toy_classification,
-                                toy_sentences, toy_split_task, write_cache)
+                        toy_similarity_tasks, toy_split_task, write_cache)
 
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
                  "pooling", "seed", "protocol", "fallback", "classifier", "metric", "score",
@@ -127,30 +126,9 @@ class MemoryLoaderPickle:
 # ---- other protocols through the runner ----------------------------------------------------
 
 def test_cosine_and_relatedness_tasks(tmp_path):
-    rng = np.random.default_rng(0)
-    n = 300
-    sentences = toy_sentences(2 * n, stem="par")
-    u = rng.normal(size=(n, 2, 6)).astype(np.float32)
-    noise = rng.normal(size=(n, 2, 6)).astype(np.float32)
-    sim = rng.uniform(0, 1, size=n)
-    v = u * sim[:, None, None] + noise * (1 - sim[:, None, None])
-    vec = np.concatenate([u, v]).astype(np.float32)
-    gold = 1 + 4 * sim
+    sentences, vec, (sts, sick) = toy_similarity_tasks()
+    sts_spec, sick_spec = sts.spec, sick.spec
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
-    refs = lambda rows: (SlotRefs.single(rows), SlotRefs.single(rows + n))  # noqa: E731
-    sts_spec = spec("STS", combiner="pair", protocol="cosine", metric="pearson", group="SS",
-                    score_range=(0, 5))
-    sts = TaskData(sts_spec, tuple(sentences),
-                   {"news": Split("news", refs(np.arange(0, 200)), gold[:200] - 1),
-                    "wiki": Split("wiki", refs(np.arange(200, 300)), gold[200:] - 1)},
-                   (), "cosine")
-    sick_spec = spec("SICKR", combiner="pair", protocol="relatedness", metric="pearson",
-                     group="SS", score_range=(1, 5))
-    sick = TaskData(sick_spec, tuple(sentences),
-                    {"train": Split("train", refs(np.arange(0, 200)), gold[:200]),
-                     "dev": Split("dev", refs(np.arange(200, 250)), gold[200:250]),
-                     "test": Split("test", refs(np.arange(250, 300)), gold[250:])},
-                    (), "relatedness")
     loader = MemoryLoader({sts_spec.id: sts, sick_spec.id: sick})
     records = run_probe(cache, [sts_spec, sick_spec], None, tmp_path / "r.jsonl", layers="1",
                         threads=1, loader=loader)
