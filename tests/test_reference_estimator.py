@@ -40,3 +40,19 @@ def test_senteval_streams_are_another_draw_of_the_same_training():
     assert est.get_params()["streams"] == "senteval"
     accs = [r[0].test["accuracy"] for r in runs]
     assert all(45 <= a <= 100 for a in accs)  # it learns (chance is ~33%)
+
+
+def test_sentevals_size_average_flag_leaves_the_batch_mean_we_train_with():
+    """SentEval sets ``loss_fn.size_average = False`` after building its CrossEntropyLoss;
+    PyTorch >= 0.4 reads ``reduction`` instead, so the published code trains on the batch
+    mean, as our trainer does (docs/statistics.md, "Parity"). If a PyTorch release ever
+    honoured the attribute again, this fails and the parity claim must be revisited."""
+    import torch
+
+    loss = torch.nn.CrossEntropyLoss()
+    loss.size_average = False
+    z = torch.randn(64, 3, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(64) % 3
+    assert torch.allclose(loss(z, y), torch.nn.functional.cross_entropy(z, y))
+    assert not torch.allclose(loss(z, y),
+                              torch.nn.functional.cross_entropy(z, y, reduction="sum"))
