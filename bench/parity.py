@@ -110,7 +110,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", required=True, help="a cache holding the tasks' sentences")
     ap.add_argument("--data-dir", required=True, help="the Spanish benchmark's data folder")
     ap.add_argument("--tasks", default=DEFAULT_TASKS, help="task ids, or 'all' for the five")
-    ap.add_argument("--pooling", default="mean")
+    ap.add_argument("--pooling", default="cls", choices=("cls", "mean"),
+                    help="cached vectors to probe (cls: the probe's and the Spanish code's)")
     ap.add_argument("--seeds", default="1111,1,2,3,4")
     ap.add_argument("--out", default=None, help="also write every figure as JSON here")
     args = ap.parse_args(argv)
