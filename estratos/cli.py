@@ -339,13 +339,17 @@ def report_command(results, out, formats, plot, baselines, gap, pairs, reference
 @click.option("--level", type=float, default=0.95, show_default=True,
               help="Confidence level of the intervals.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
-def compare_command(results, task, sel_a, sel_b, metric, resamples, level, seed) -> None:
+@click.option("--last-wins", is_flag=True,
+              help="When two RESULTS files hold one cell with different results, use the copy "
+                   "of the file given last (and say so) [default: refuse].")
+def compare_command(results, task, sel_a, sel_b, metric, resamples, level, seed,
+                    last_wins) -> None:
     """B - A on one task with its bootstrap interval and p-value, from the predictions
     stored beside RESULTS (estratos.report.compare.compare_cells)."""
     from estratos.report.compare import compare_cells
 
     click.echo(compare_cells(results, task, sel_a, sel_b, metric=metric, resamples=resamples,
-                             level=level, seed=seed).describe())
+                             level=level, seed=seed, last_wins=last_wins).describe())
 
 
 @cli.command("baseline")

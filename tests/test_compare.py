@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from estratos.cli import cli
 from estratos.report import build_report
 from estratos.report.intervals import StatsOptions
-from estratos.results.predictions import predictions_path
+from estratos.results import ResultsStore
+from estratos.results.predictions import predictions_path, write_predictions
 
 from stats_toys import classification_cell, toy_run, write_cells
 
@@ -75,6 +76,53 @@ def test_compare_two_models_on_the_same_task(tmp_path):
 def test_compare_errors(run, args, message, exit_code):
     code, out = _invoke("compare", run, "--task", "toy:A", *args)
     assert code == exit_code and message in out, out
+
+
+def _two_runs(path, *, n, created, layers=(0, 1)):
+    """Cells at ``layers`` written to ``path`` as a probe (with ``--overwrite``) does."""
+    cells = [classification_cell(layer, 1, n=n) for layer in layers]
+    records = [r.replace(created=created, sizes={"train": 50, "test": n}) for r, _ in cells]
+    records = write_predictions(path, records, [p for _, p in cells])
+    return ResultsStore(path).append(records, skip_done=False)
+
+
+def test_compare_refuses_one_cell_from_two_different_runs(tmp_path):
+    # issue 24: the step-by-step run and the demo's run of one task, other data
+    a, b = tmp_path / "minilm.jsonl", tmp_path / "demo.jsonl"
+    _two_runs(a, n=300, created="2026-11-23T09:00:00Z")
+    _two_runs(b, n=99, created="2026-11-23T10:00:00Z")
+    for first, second in ((a, b), (b, a)):
+        code, out = _invoke("compare", first, second, "--task", "toy:A", "--a", "layer=0",
+                            "--b", "layer=1")
+        assert code == 1, out
+        assert "Error: cell toy:A model=org/mini,pooling=mean,classifier=senteval,layer=0 " \
+               "seed 1 is in two results files with different results" in out
+        assert f"{first}:1" in out and f"{second}:1" in out
+        assert "300 test examples" in out and "99 test examples" in out
+        assert "created 2026-11-23T09:00:00Z" in out and "score " in out
+        assert "1 more selected cell(s) likewise" in out
+        assert "pass only the file you mean, or --last-wins" in out
+    code, out = _invoke("compare", a, b, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1",
+                        "--last-wins")
+    assert code == 0, out
+    assert "accuracy on 99 test examples" in out
+    assert f"kept {b}:1 (the file given last, --last-wins) over {a}:1" in out
+    code, out = _invoke("compare", b, a, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1",
+                        "--last-wins")
+    assert code == 0 and "accuracy on 300 test examples" in out, out
+
+
+def test_compare_accepts_equal_copies_and_a_rerun_within_one_file(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _two_runs(a, n=200, created="2026-11-23T09:00:00Z")
+    b.write_bytes(a.read_bytes())  # the same cells twice (a copy, or a merged file)
+    predictions_path(b).write_bytes(predictions_path(a).read_bytes())
+    code, out = _invoke("compare", a, b, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1")
+    assert code == 0 and "note:" not in out, out
+    # a rerun with --overwrite appends a newer copy to the same file: the last one is meant
+    _two_runs(a, n=200, created="2026-11-23T11:00:00Z", layers=(0,))
+    code, out = _invoke("compare", a, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1")
+    assert code == 0 and "note:" not in out, out
 
 
 def test_compare_unknown_task_lists_the_tasks(run):

@@ -6,6 +6,11 @@ per-example predictions: the difference B - A of their metric (each averaged ove
 seeds), its paired bootstrap interval and p-value over test examples, and for accuracy
 McNemar's exact test per seed both sides share. Selections must name exactly one row
 (system and layer); the two must share a test set.
+
+A selected cell held by two files with different contents (e.g. a run and the demo's run of
+the same task on other data) is refused, naming both copies and what differs: answering
+from whichever file came last would silently change the result with the order of the
+arguments. ``last_wins`` (``--last-wins``) takes the copy of the file given last, and says so.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from estratos.errors import OptionError, ResultsError
 from estratos.report.aggregate import Row, layer_label, row_of
 from estratos.report.intervals import RowSample, Samples
-from estratos.results import Located, load_results
+from estratos.results import LoadedResults, Located, ResultRecord, load_results
 from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, METRICS,
                             Difference, Interval, Sample, bootstrap_ci, mcnemar_exact,
                             paired_bootstrap, same_test_set)
@@ -110,6 +115,64 @@ def _resolve_task(records: Sequence[Located], task: str) -> str:
                       f"{', '.join(ids) or 'none'})")
 
 
+def _where(loc: Located) -> str:
+    return f"{loc.path}:{loc.line}"
+
+
+#: record fields named first (with their values) when two copies of a cell differ
+_SHOWN = ("sizes", "score", "created")
+
+
+def _shown(record: ResultRecord, name: str) -> str:
+    if name == "sizes":
+        test = (record.sizes or {}).get("test")
+        return "test size unknown" if test is None else f"{test} test examples"
+    return f"{name} {getattr(record, name)}"
+
+
+def _differences(a: ResultRecord, b: ResultRecord) -> Tuple[List[str], List[str]]:
+    """The fields in which two copies of a cell differ: those of :data:`_SHOWN` (shown with
+    their values) and the others (named only)."""
+    ja, jb = a.to_json(), b.to_json()
+    differ = [k for k in dict.fromkeys([*ja, *jb]) if ja.get(k) != jb.get(k)]
+    return [k for k in _SHOWN if k in differ], [k for k in differ if k not in _SHOWN]
+
+
+def _conflicts(loaded: LoadedResults, locs: Sequence[Located], last_wins: bool) -> List[str]:
+    """Refuse (or, with ``last_wins``, note) selected cells whose copies in different files
+    differ. Copies within one file are a rerun with ``--overwrite``: its last copy is meant."""
+    found: List[Tuple[Located, Located, List[str], List[str]]] = []
+    for loc in locs:
+        per_file: Dict[str, Located] = {}
+        for copy in loaded.copies.get(loc.record.key, ()):
+            per_file[copy.path] = copy  # the last copy of each file
+        kept = per_file.pop(loc.path, loc)
+        for other in per_file.values():
+            shown, named = _differences(other.record, kept.record)
+            if shown or named:
+                found.append((other, kept, shown, named))
+    if not found:
+        return []
+    if last_wins:
+        return [f"note: {_describe_cell(k.record)}: kept {_where(k)} (the file given last, "
+                f"--last-wins) over {_where(o)}" for o, k, _, _ in found]
+    other, kept, shown, named = found[0]
+    values = "; ".join(f"{_where(loc)}: " + ", ".join(_shown(loc.record, k) for k in shown)
+                       for loc in (other, kept)) if shown else ""
+    differ = (f" ({values}" + (f"; also {', '.join(named)} differ" if named else "") + ")"
+              if shown else f" (they differ in {', '.join(named)})")
+    more = f"; {len(found) - 1} more selected cell(s) likewise" if len(found) > 1 else ""
+    raise ResultsError(
+        f"{_describe_cell(kept.record)} is in two results files with different results: "
+        f"{_where(other)} and {_where(kept)}{differ}{more}. Which one to compare is "
+        "ambiguous: pass only the file you mean, or --last-wins to use the copy of the "
+        "file given last")
+
+
+def _describe_cell(record: ResultRecord) -> str:
+    return (f"cell {record.task} {_describe_row(row_of(record))} seed {record.seed}")
+
+
 @dataclass
 class Side:
     """One side of a comparison: its row, seeds, score and interval."""
@@ -167,9 +230,12 @@ def _require(samples: Samples, row: Row, task: str, metric: Optional[str],
 
 def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
                   metric: Optional[str] = None, resamples: int = DEFAULT_RESAMPLES,
-                  level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED) -> Comparison:
+                  level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED,
+                  last_wins: bool = False) -> Comparison:
     """Compare selection ``b`` against ``a`` (e.g. ``"layer=8"``, ``"layer=9"``) on ``task``
-    in ``results`` (paths or globs); ``metric`` defaults to the task's primary metric."""
+    in ``results`` (paths or globs); ``metric`` defaults to the task's primary metric.
+    A selected cell that two files hold with different contents raises
+    :class:`ResultsError` unless ``last_wins`` (then the last file's copy, with a note)."""
     sel_a, sel_b = parse_selector(a, "--a"), parse_selector(b, "--b")
     if metric is not None and metric not in METRICS:
         raise OptionError(f"--metric: unknown metric {metric!r}; choose from "
@@ -187,6 +253,7 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
     row_b, locs_b = _select(records, task_id, sel_b, "--b", b)
     if row_a == row_b and {l.record.seed for l in locs_a} == {l.record.seed for l in locs_b}:
         raise OptionError(f"--a {a!r} and --b {b!r} select the same cells")
+    notes = _conflicts(loaded, locs_a + locs_b, last_wins)
     samples = Samples(locs_a + locs_b)
     got_a = _require(samples, row_a, task_id, metric, "--a")
     got_b = _require(samples, row_b, task_id, metric, "--b")
@@ -205,7 +272,8 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
                                                      level=level, seed=seed))
     side_b = Side(row_b, got_b.seeds, bootstrap_ci(got_b.sample, resamples=resamples,
                                                      level=level, seed=seed))
-    out = Comparison(task_id, got_a.sample.metric, got_a.sample.n, side_a, side_b, diff)
+    out = Comparison(task_id, got_a.sample.metric, got_a.sample.n, side_a, side_b, diff,
+                     notes=notes)
     if got_a.sample.metric == "accuracy":
         common = sorted(set(got_a.seeds) & set(got_b.seeds))
         gold = got_a.sample.gold

@@ -60,11 +60,14 @@ class ParsedFile:
 
 @dataclass
 class LoadedResults:
-    """Validated records (duplicates resolved, last wins) and the notices raised on the way."""
+    """Validated records (duplicates resolved, last wins) and the notices raised on the way.
+    ``copies``: every copy of each cell read more than once, in reading order (the last one
+    is in ``records``), for a caller that must not pick one silently (``compare``)."""
 
     records: List[Located] = field(default_factory=list)
     notices: List[Notice] = field(default_factory=list)
     sources: List[str] = field(default_factory=list)
+    copies: Dict[CellKey, List[Located]] = field(default_factory=dict)
 
 
 def _not_results(path: str, line: int, exc: Exception) -> ResultsFileError:
@@ -177,6 +180,7 @@ def load_results(paths: Union[PathLike, Sequence[PathLike]]) -> LoadedResults:
                                 f"{previous.path}:{previous.line}); the last one is kept")
                 log.info("%s", notice)
                 out.notices.append(notice)
+                out.copies.setdefault(loc.record.key, [previous]).append(loc)
             by_key[loc.record.key] = loc  # re-inserted: keeps last-seen order
     out.records = list(by_key.values())
     return out
