@@ -175,3 +175,61 @@ def test_new_results_files_respect_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "r.jsonl").stat().st_mode & 0o777 == 0o664
+
+
+# ---- issue 23 fields: control cells, MDL, degenerate ----------------------------------------
+
+def test_a_control_cell_coexists_with_its_ordinary_cell(tmp_path):
+    control = rec(0).replace(control={"kind": "permuted-labels", "seed": 1111})
+    assert cell_key(control) != cell_key(rec(0))
+    assert cell_key(rec(0)) == ("toy:A", 0, "cls", 1111, "senteval", "m", "r")
+    store = ResultsStore(tmp_path / "r.jsonl")
+    assert len(store.append([rec(0), control])) == 2
+    assert store.append([control]) == []  # done: the control's identity includes its kind
+    back = read_results(tmp_path / "r.jsonl")
+    assert [r.control_kind for r in back] == [None, "permuted-labels"]
+
+
+def test_new_fields_round_trip_and_are_left_out_when_unset():
+    mdl = {"online_bits": 10.5, "uniform_bits": 100.0, "compression": 9.52,
+           "blocks": [1, 2], "block_bits": [1.0, 9.5], "order_seed": 1111}
+    r = rec(0).replace(mdl=mdl, degenerate={"class": "pos"},
+                       control={"kind": "permuted-labels", "seed": 7})
+    obj = json.loads(json.dumps(r.to_json()))
+    assert ResultRecord.from_json(obj) == r
+    plain = rec(0).to_json()
+    assert not {"control", "mdl", "degenerate"} & set(plain)
+
+
+def test_a_results_line_written_before_the_new_fields_loads(tmp_path):
+    """A schema-1 line as estratos wrote it before issue 23 (no control/mdl/degenerate)."""
+    old = {"schema": 1, "kind": "probe", "task": "es-senteval:TASS1", "suite": "es-senteval",
+           "name": "TASS1", "group": "SC", "language": "es", "layer": 3, "pooling": "cls",
+           "seed": 1111, "protocol": "split", "fallback": None,
+           "classifier": {"name": "senteval", "nhid": 0}, "metric": "accuracy",
+           "score": 54.1, "l2": 0.0001, "dev": {"accuracy": 55.3},
+           "test": {"accuracy": 54.1}, "sizes": {"train": 10}, "epochs": 24,
+           "seconds": 1.7, "model": "m", "revision": "r", "cache": {},
+           "estratos_version": "0.1.0", "created": "2026-11-22T10:00:00Z"}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    (r,) = read_results(path)
+    assert r.control is None and r.mdl is None and r.degenerate is None
+    assert r.key == ("es-senteval:TASS1", 3, "cls", 1111, "senteval", "m", "r")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("control", {"kind": "shuffled"}, "unknown kind 'shuffled'"),
+    ("control", "yes", "'control' must be an object"),
+    ("mdl", {"online_bits": 1.0, "uniform_bits": 2.0}, "'compression' must be a finite"),
+    ("mdl", {"online_bits": 1.0, "uniform_bits": 2.0, "compression": "inf"},
+     "'compression' must be a finite"),
+    ("degenerate", True, "'degenerate' must be an object"),
+])
+def test_bad_new_fields_name_file_and_line(tmp_path, field, value, message):
+    obj = rec(0).to_json()
+    obj[field] = value
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(obj) + "\n")
+    with pytest.raises(InputError, match=rf"r\.jsonl:1: .*{message}"):
+        read_results(path)

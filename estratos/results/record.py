@@ -24,8 +24,14 @@ KINDS = ("probe", "baseline")
 SCORE_DECIMALS = 2
 
 Layer = Union[int, str, None]
-#: (task, layer, pooling, seed, classifier name, model, revision)
+#: (task, layer, pooling, seed, classifier name, model, revision), plus the control kind
+#: for a control cell (:func:`control_kind`)
 CellKey = Tuple[Any, ...]
+
+#: ``control.kind`` of a cell trained on permuted training labels (``probe --control-labels``)
+PERMUTED_LABELS = "permuted-labels"
+#: the control kinds a record may carry
+CONTROL_KINDS = (PERMUTED_LABELS,)
 
 #: metrics stored in percent in ``test``; the others are correlations stored in [-1, 1]
 _PERCENT_METRICS = ("accuracy", "f1")
@@ -55,6 +61,14 @@ def classifier_name(classifier: Any) -> Optional[str]:
     return None if classifier is None else str(classifier)
 
 
+def control_kind(control: Any) -> Optional[str]:
+    """The kind of a record's ``control`` object (None: an ordinary cell)."""
+    if isinstance(control, Mapping):
+        kind = control.get("kind")
+        return None if kind is None else str(kind)
+    return None
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ResultRecord:
     """One (task, layer spec, pooling, seed) cell of one system, as written to a results file.
@@ -67,6 +81,16 @@ class ResultRecord:
     draws as the floor a probe must beat. ``ci`` is the bootstrap interval of ``score`` over
     test examples (:mod:`estratos.results.predictions`; None when the cell has no stored
     predictions).
+
+    The optional fields of issue 23 (all left out of the JSON when unset, so older files
+    load unchanged): ``control`` marks a control cell, ``{"kind": "permuted-labels",
+    "seed": S}`` (trained on training labels permuted with a permutation drawn from seed S,
+    tested on the true labels); it is part of :attr:`key`, so a control cell and the
+    ordinary cell of the same (task, layer, seed...) coexist in one file. ``mdl`` is the
+    online code of the cell's labels (:mod:`estratos.probe.mdl`): ``{"online_bits",
+    "uniform_bits", "compression", "blocks", "block_bits", "order_seed"}``. ``degenerate``
+    is ``{"class": LABEL}`` when every test prediction is that one class (the probe never
+    left it), so reports show the cell as degenerate instead of as a score like any other.
     """
 
     kind: str
@@ -97,14 +121,24 @@ class ResultRecord:
     estratos_version: Optional[str] = None
     created: Optional[str] = None
     device: Optional[str] = None
+    control: Optional[Mapping[str, Any]] = None
+    mdl: Optional[Mapping[str, Any]] = None
+    degenerate: Optional[Mapping[str, Any]] = None
     schema: int = SCHEMA_VERSION
 
     # ------------------------------------------------------------------ identity
     @property
     def key(self) -> CellKey:
         """The identity of a cell: what resume, sharding and de-duplication compare."""
-        return (self.task, self.layer, self.pooling, self.seed,
+        base = (self.task, self.layer, self.pooling, self.seed,
                 classifier_name(self.classifier), self.model, self.revision)
+        # ordinary cells keep the 7-tuple their predictions were filed under
+        kind = control_kind(self.control)
+        return base if kind is None else base + (kind,)
+
+    @property
+    def control_kind(self) -> Optional[str]:
+        return control_kind(self.control)
 
     @property
     def classifier_name(self) -> Optional[str]:
@@ -165,9 +199,21 @@ class ResultRecord:
                                       and not isinstance(score, bool)):
             raise ResultsFileError(f"field 'score' must be a number or null, got {score!r}",
                              path, line)
-        for key in ("test", "dev", "chance", "ci"):
+        for key in ("test", "dev", "chance", "ci", "control", "mdl", "degenerate"):
             if obj.get(key) is not None and not isinstance(obj[key], dict):
                 raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
+        control = obj.get("control")
+        if control is not None and control.get("kind") not in CONTROL_KINDS:
+            raise ResultsFileError(f"field 'control': unknown kind {control.get('kind')!r} "
+                                   f"(expected one of {', '.join(CONTROL_KINDS)})", path, line)
+        mdl = obj.get("mdl")
+        if mdl is not None:
+            for key in ("online_bits", "uniform_bits", "compression"):
+                value = mdl.get(key)
+                if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                        and math.isfinite(value)):
+                    raise ResultsFileError(f"field 'mdl': {key!r} must be a finite number, "
+                                           f"got {value!r}", path, line)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in obj.items() if k in known}
         if score is not None and not math.isfinite(score):
@@ -183,7 +229,7 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "model": (str,), "seed": (int,),
 }
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device")
-_OMITTED_WHEN_NONE = ("device", "chance", "ci")
+_OMITTED_WHEN_NONE = ("device", "chance", "ci", "control", "mdl", "degenerate")
 
 
 def _plain(value: Any) -> Any:
