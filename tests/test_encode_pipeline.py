@@ -22,7 +22,7 @@ from estratos.encode import tokens as tokens_module
 from estratos.encode.batching import length_order, token_budget_batches
 from estratos.encode.devices import batch_tokens_for_memory
 from estratos.encode.hf import HFEncoder
-from estratos.encode.run import parse_batch_tokens
+from estratos.encode.options import parse_batch_tokens
 from estratos.errors import OptionError
 from estratos.text import normalize_sentence, sentence_key
 

@@ -6,7 +6,9 @@ Public API: :func:`encode_sentences` (what ``estratos encode`` calls), :class:`E
 """
 
 from estratos.encode.inputs import gather_sentences, read_sentence_file, task_sentences
-from estratos.encode.run import EncodeSummary, encode_sentences, resolve_shard
+from estratos.encode.run import encode_sentences
+from estratos.encode.shards import resolve_shard
+from estratos.encode.summary import EncodeSummary
 
 __all__ = ["EncodeSummary", "encode_sentences", "gather_sentences", "read_sentence_file", "resolve_shard",
            "task_sentences"]

@@ -13,6 +13,7 @@ import transformers  # noqa: F401
 import estratos.cache  # noqa: F401
 import estratos.encode.hf  # noqa: F401
 import estratos.encode.run  # noqa: F401
+import estratos.encode.stream  # noqa: F401
 import estratos.probe.runner  # noqa: F401
 
 
