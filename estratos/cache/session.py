@@ -23,13 +23,13 @@ import fcntl
 import logging
 import os
 import socket
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from estratos.cache import schema
 from estratos.cache.writer import CacheWriter, fsync_path
 from estratos.errors import CacheError, SettingsMismatch
+from estratos.vocab import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class WriteLock:
             if same:
                 break
             os.close(fd)  # its owner removed it between our open and our lock: try again
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = utc_now()
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode())
         self._fd = fd

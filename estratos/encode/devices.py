@@ -18,16 +18,13 @@ from typing import ContextManager, Optional
 import torch
 
 from estratos.errors import OptionError
+from estratos.options import available_cores
 
 log = logging.getLogger(__name__)
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (respects taskset / cgroup affinity)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+#: cores this process may run on (respects taskset / cgroup affinity)
+usable_cores = available_cores
 
 
 def select_device(requested: Optional[str] = None) -> torch.device:

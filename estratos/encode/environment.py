@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import platform
-from datetime import datetime, timezone
 from typing import Dict
 
 import numpy as np
+
+from estratos.vocab import utc_now
 
 
 def library_versions() -> Dict[str, str]:
@@ -22,4 +23,4 @@ def library_versions() -> Dict[str, str]:
 
 def utc_stamp() -> str:
     """Now, as the ``created`` attribute records it (UTC, seconds)."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_now()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from estratos.errors import OptionError
+from estratos.vocab import POOLINGS
 
 
 def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optional[str],
@@ -17,7 +18,7 @@ def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optio
 
         if model:
             raise OptionError("--encoder and --model: give one of them")
-        if tuple(poolings) not in ((POOLING,), ("cls", "mean")):
+        if tuple(poolings) not in ((POOLING,), POOLINGS):
             raise OptionError(f"--pooling: an --encoder function gives one vector kind, "
                               f"stored as {POOLING!r}")
         if max_length is not None:

@@ -20,10 +20,10 @@ import torch
 
 from estratos.encode import devices, tokens
 from estratos.errors import OptionError
+from estratos.vocab import POOLINGS
 
 log = logging.getLogger(__name__)
 
-POOLINGS = ("cls", "mean")
 #: longest input we ever feed (DESIGN: the model's limit, capped at 512)
 MAX_LENGTH_CAP = 512
 #: files whose bytes define a model's weights (hashed when no hub commit is known)

@@ -42,6 +42,7 @@ from estratos.encode.stream import run_stream
 from estratos.encode.summary import EncodeSummary
 from estratos.errors import EstratosError, InputError, Interrupted, OptionError
 from estratos.faultpoints import fault_point
+from estratos.vocab import POOLINGS
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ __all__ = ["EncodeSummary", "encode_sentences"]
 
 
 def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.PathLike | str, *,
-                     poolings: Sequence[str] = ("cls", "mean"), dtype: str = "float16",
+                     poolings: Sequence[str] = POOLINGS, dtype: str = "float16",
                      max_length: Optional[int] = None, batch_tokens: BatchTokens = "auto",
                      device: Optional[str] = None, shard: ShardSpec = None,
                      lowercase: bool = False, encoder: Optional[str] = None,

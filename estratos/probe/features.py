@@ -16,53 +16,9 @@ from typing import Callable, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
-from estratos.errors import OptionError
+from estratos.options import parse_layers  # noqa: F401  (re-exported: its old home)
 from estratos.tasks.types import COMBINER_SLOTS, SlotRefs, Split
-
-#: a layer spec: a hidden-state index (0 = embedding output) or "avg" (mean of all states)
-LayerSpec = Union[int, str]
-AVG = "avg"
-
-
-def parse_layers(layers: Union[str, Sequence[LayerSpec]], n_states: int) -> Tuple[LayerSpec, ...]:
-    """``--layers`` (``all`` or a comma list of indices and ``avg``) -> ordered unique specs.
-
-    ``all`` means every hidden state 0..L then ``avg``. Unknown specs and indices outside
-    0..n_states-1 raise :class:`OptionError` naming ``--layers``.
-    """
-    if isinstance(layers, str):
-        text = layers.strip()
-        if text == "all":
-            return tuple(range(n_states)) + (AVG,)
-        items: Sequence[LayerSpec] = [t.strip() for t in text.split(",")]
-    else:
-        items = list(layers)
-    out: List[LayerSpec] = []
-    for item in items:
-        if isinstance(item, str) and item.lower() == AVG:
-            spec: LayerSpec = AVG
-        elif isinstance(item, str) and item.lower() == "all":
-            for s in tuple(range(n_states)) + (AVG,):
-                if s not in out:
-                    out.append(s)
-            continue
-        else:
-            try:
-                if isinstance(item, bool) or isinstance(item, float):
-                    raise ValueError
-                spec = int(item)
-            except (TypeError, ValueError):
-                raise OptionError(f"--layers: unknown layer spec {item!r} (use all, avg or a "
-                                  f"hidden-state index 0..{n_states - 1})") from None
-            if not 0 <= spec < n_states:
-                raise OptionError(f"--layers: layer index {spec} is out of range: the cache "
-                                  f"has hidden states 0..{n_states - 1}")
-        if spec not in out:
-            out.append(spec)
-    if not out:
-        raise OptionError("--layers: no layer spec given")
-    return tuple(out)
-
+from estratos.vocab import AVG, COMBINERS as COMBINER_SHAPES, LayerSpec
 
 def layer_matrix(vectors: np.ndarray, spec: LayerSpec) -> np.ndarray:
     """(S, L+1, D) sentence vectors -> (S, D) float32 for one layer spec."""
@@ -110,8 +66,7 @@ COMBINERS: Dict[str, Callable[[List[np.ndarray]], List[np.ndarray]]] = {
     "rst": _pair4,  # [xl, xr, xl*xr, |xl-xr|] over subtree means: same algebra as pair4
 }
 #: how many sentence-vector widths each combiner's output spans
-COMBINER_WIDTH: Dict[str, int] = {"single": 1, "pair": 2, "pair4": 4, "sp": 5, "bso": 3,
-                                  "dc": 6, "rst": 4}
+COMBINER_WIDTH: Dict[str, int] = {c.name: c.width for c in COMBINER_SHAPES.values()}
 
 
 def combine(combiner: str, slots: Sequence[np.ndarray]) -> np.ndarray:

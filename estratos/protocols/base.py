@@ -21,12 +21,10 @@ from typing import (AbstractSet, Any, Callable, Dict, List, Mapping, Optional, S
 
 import numpy as np
 
+from estratos.vocab import DEFAULT_KFOLD, DEFAULT_SEED, VALIDATION_SPLIT
+
 #: name of the split a held-out part is cut from while loading
 POOL = "pool"
-#: SentEval's number of folds (``kfold`` and ``inner-kfold``)
-DEFAULT_KFOLD = 10
-#: SentEval's share of the training part held out for early stopping when there is no dev set
-VALIDATION_SPLIT = 0.05
 
 EstimatorFactory = Callable[[], Any]
 
@@ -91,7 +89,7 @@ class Inputs:
     pairs: Optional[Callable[[str], Tuple[Any, Any]]] = None
     classifier: Optional[EstimatorFactory] = None
     regressor: Optional[EstimatorFactory] = None
-    seed: int = 1111
+    seed: int = DEFAULT_SEED
     l2_grid: Sequence[float] = ()
     kfold: int = DEFAULT_KFOLD
     validation_split: float = VALIDATION_SPLIT

@@ -7,8 +7,10 @@ from typing import List, Tuple
 
 import numpy as np
 
+from estratos.vocab import DEFAULT_SEED
+
 #: SentEval fixes the folds of its nested cross-validation to this seed
-INNER_KFOLD_SEED = 1111
+INNER_KFOLD_SEED = DEFAULT_SEED
 
 
 def stratified_folds(y: np.ndarray, k: int, seed: int) -> List[Tuple[np.ndarray, np.ndarray]]:

@@ -10,18 +10,16 @@ which validates a decoded line and names the file and line of anything wrong.
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import math
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from estratos.errors import ResultsFileError
+from estratos.vocab import METRIC_INFO, SCORE_DECIMALS, utc_now
 
 #: the results schema version this estratos writes and reads (docs/contracts.md)
 SCHEMA_VERSION = 1
 #: what produced a record: a probe on cached vectors, or the TF-IDF baseline
 KINDS = ("probe", "baseline")
-#: decimals kept for ``score`` (the paper reports one; two leave room for averaging)
-SCORE_DECIMALS = 2
 
 Layer = Union[int, str, None]
 #: (task, layer, pooling, seed, classifier name, model, revision), plus the control kind
@@ -33,9 +31,6 @@ PERMUTED_LABELS = "permuted-labels"
 #: the control kinds a record may carry
 CONTROL_KINDS = (PERMUTED_LABELS,)
 
-#: metrics stored in percent in ``test``; the others are correlations stored in [-1, 1]
-_PERCENT_METRICS = ("accuracy", "f1")
-
 
 def primary_score(metric: str, test: Mapping[str, Any]) -> Optional[float]:
     """The primary test metric on the paper's scale (accuracy/F1 in %, correlations x100),
@@ -44,13 +39,9 @@ def primary_score(metric: str, test: Mapping[str, Any]) -> Optional[float]:
     value = test.get(metric)
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return None
-    factor = 1.0 if metric in _PERCENT_METRICS else 100.0
+    info = METRIC_INFO.get(metric)
+    factor = 100.0 if info is None else info.raw_scale  # other metrics: correlations
     return round(factor * float(value), SCORE_DECIMALS)
-
-
-def utc_now() -> str:
-    """The ``created`` timestamp format of results."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def classifier_name(classifier: Any) -> Optional[str]:

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from estratos.errors import OptionError
+from estratos.vocab import POOLINGS
 
 #: the steps, in the order they run for each model (the report comes once, after all models)
 STEPS: Tuple[str, ...] = ("encode", "merge", "probe", "report")
-POOLINGS: Tuple[str, ...] = ("cls", "mean")
 REPORT_SCRIPT = "report.sbatch"
 SUBMIT_SCRIPT = "submit.sh"
 LOG_DIR = "logs"

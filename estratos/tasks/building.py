@@ -18,6 +18,7 @@ from estratos.errors import InputError
 from estratos.protocols import get_protocol
 from estratos.tasks.types import COMBINER_SLOTS, SlotRefs, Split, TaskData, TaskSpec
 from estratos.text import normalize_sentence
+from estratos.vocab import DEFAULT_SEED
 
 #: seed of the permutation that picks held-out dev parts (fixed: same part on every run)
 HOLDOUT_SEED = 20240
@@ -29,7 +30,7 @@ TEST_FRACTION = 0.2
 #: test set itself (e.g. X-Probe's tree_depth va.txt == te.txt): training on it is forbidden
 MAX_POOL_TEST_OVERLAP = 0.5
 #: seed of the BSO pair shuffle
-SHUFFLE_SEED = 1111
+SHUFFLE_SEED = DEFAULT_SEED
 
 Slot = Union[str, Sequence[str]]
 

@@ -31,6 +31,7 @@ from estratos.atomic import write_atomic
 from estratos.errors import OptionError
 from estratos.tasks import lexicon_es as lx
 from estratos.text import normalize_sentence
+from estratos.vocab import DEFAULT_SEED
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +273,7 @@ _GENERATORS: Mapping[str, Callable[[_Grammar, str], List[Token]]] = {
 }
 
 
-def generate_task(name: str, n: int, seed: int = 1111) -> List[Tuple[str, str, str]]:
+def generate_task(name: str, n: int, seed: int = DEFAULT_SEED) -> List[Tuple[str, str, str]]:
     """``n`` examples ``(split, label, sentence)`` of task ``name``, balanced and stratified.
 
     Labels are drawn round-robin (so classes differ by at most one example), each sentence is
@@ -330,7 +331,7 @@ def default_dir() -> Path:
     return Path(SYNTHETIC_ES_DEFAULT_DIR).expanduser()
 
 
-def build_synthetic_es(out_dir: Optional[os.PathLike | str] = None, seed: int = 1111,
+def build_synthetic_es(out_dir: Optional[os.PathLike | str] = None, seed: int = DEFAULT_SEED,
                        n_per_task: int = 3000,
                        tasks: Optional[Iterable[str]] = None) -> Dict[str, Path]:
     """Write the synthetic-es task files into ``out_dir``; returns ``{task name: path}``.

@@ -20,14 +20,13 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from estratos.protocols import PROTOCOLS, protocol_names
+from estratos.vocab import COMBINERS, METRICS
 
-#: sentence positions each feature combiner takes (see DESIGN.md, "Feature combiners")
-COMBINER_SLOTS: Mapping[str, int] = MappingProxyType({
-    "single": 1, "pair": 2, "pair4": 2, "sp": 5, "bso": 2, "dc": 6, "rst": 2,
-})
+#: sentence positions each feature combiner takes (:data:`estratos.vocab.COMBINERS`)
+COMBINER_SLOTS: Mapping[str, int] = MappingProxyType({c.name: c.slots
+                                                     for c in COMBINERS.values()})
 __all__ = ["COMBINER_SLOTS", "PROTOCOLS", "METRICS", "GROUPS", "TaskSpec", "SlotRefs", "Split",
            "TaskData"]
-METRICS: Tuple[str, ...] = ("accuracy", "f1", "pearson", "spearman")
 GROUPS: Tuple[str, ...] = ("SC", "SPC", "SS", "LPT", "SP", "BSO", "DC", "SSP", "DR")
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from estratos.vocab import OVERRIDE_KEYS
+
 NLI = MappingProxyType({"max_epoch": 15, "epoch_size": 1, "l2_grid": "noreg"})
 DC = MappingProxyType({"nhid": 2000, "tenacity": 8, "epoch_size": 15, "l2_grid": "noreg"})
 SSP = MappingProxyType({"l2_grid": "noreg"})
@@ -20,8 +22,7 @@ WORD_CONTENT = MappingProxyType({"nhid": 0})
 KFOLD10 = MappingProxyType({"kfold": 10})
 
 #: allowed keys of ``TaskSpec.classifier`` (checked for custom task files)
-CLASSIFIER_KEYS = ("nhid", "dropout", "optim", "batch_size", "tenacity", "epoch_size",
-                   "max_epoch", "l2_grid", "kfold")
+CLASSIFIER_KEYS = OVERRIDE_KEYS
 
 #: the linguistic probing tasks: (estratos name, SentEval file stem, classifier overrides)
 PROBING = (

@@ -1,0 +1,169 @@
+"""Command-line forms shared by several commands, parsed and checked in one place.
+
+Why one module: ``--seeds``, ``--layers``, ``--shard``, ``--jobs``/``--threads`` and
+``--device`` are taken by encode, probe, baseline, slurm and the demo; each parsed its own
+way drifted (slurm checked layers against a fake cache of 10**6 states). Everything here is
+standard library only, so the CLI checks options before it imports numpy, torch or
+transformers (an option error answers at once). Each function raises
+:class:`~estratos.errors.OptionError` naming the option. Task selection (``--tasks``,
+``--task-file``, ``--data-dir``) is :func:`estratos.tasks.selection.select_specs`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from estratos.errors import OptionError
+from estratos.vocab import ALL_LAYERS, AVG, DEFAULT_SEED, LayerSpec
+
+#: ``--seeds`` default as the CLI shows it
+DEFAULT_SEEDS_TEXT = str(DEFAULT_SEED)
+#: ``--shard`` value that reads the SLURM array variables
+AUTO_SHARD = "auto"
+#: a shard as given: ``"I/N"``, ``(I, N)``, ``"auto"`` or None
+ShardSpec = Union[None, str, Tuple[int, int]]
+#: ``--device`` words besides ``cuda:N``
+DEVICE_WORDS = ("auto", "cpu", "cuda", "mps")
+
+
+def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:
+    """``"1111,1,2"`` (or an int, or integers) -> (1111, 1, 2), duplicates dropped in order;
+    bad values raise :class:`OptionError` naming ``--seeds``."""
+    if isinstance(seeds, str):
+        items: List[Any] = [t for t in seeds.split(",") if t.strip()]
+    elif isinstance(seeds, Iterable):
+        items = list(seeds)
+    else:
+        items = [seeds]
+    out: List[int] = []
+    for item in items:
+        if isinstance(item, bool):
+            raise OptionError(f"--seeds: {item!r} is not an integer seed")
+        try:
+            value = int(str(item).strip())
+        except ValueError:
+            raise OptionError(f"--seeds: {item!r} is not an integer seed") from None
+        if value < 0:
+            raise OptionError(f"--seeds: seeds must be >= 0, got {value}")
+        if value not in out:
+            out.append(value)
+    if not out:
+        raise OptionError("--seeds: give at least one seed")
+    return tuple(out)
+
+
+def parse_layers(layers: Union[str, Sequence[LayerSpec]],
+                 n_states: Optional[int] = None) -> Tuple[LayerSpec, ...]:
+    """``--layers`` (``all`` or a comma list of indices and ``avg``) -> ordered unique specs.
+
+    ``all`` means every hidden state 0..L then ``avg``. With ``n_states`` None (no cache yet,
+    e.g. ``estratos slurm``) only the syntax is checked and ``all`` stays the word
+    :data:`~estratos.vocab.ALL_LAYERS`. Unknown specs and indices outside 0..n_states-1 raise
+    :class:`OptionError` naming ``--layers``.
+    """
+    every: Tuple[LayerSpec, ...] = ((ALL_LAYERS,) if n_states is None
+                                    else tuple(range(n_states)) + (AVG,))
+    if isinstance(layers, str):
+        items: Sequence[LayerSpec] = [t.strip() for t in layers.strip().split(",")]
+    else:
+        items = list(layers)
+    span = "a hidden-state index" if n_states is None else f"a hidden-state index 0..{n_states - 1}"
+    out: List[LayerSpec] = []
+    for item in items:
+        if isinstance(item, str) and item.lower() == AVG:
+            specs: Tuple[LayerSpec, ...] = (AVG,)
+        elif isinstance(item, str) and item.lower() == ALL_LAYERS:
+            specs = every
+        else:
+            try:
+                if isinstance(item, (bool, float)):
+                    raise ValueError
+                spec = int(item)
+            except (TypeError, ValueError):
+                raise OptionError(f"--layers: unknown layer spec {item!r} (use {ALL_LAYERS}, "
+                                  f"{AVG} or {span})") from None
+            if spec < 0 or (n_states is not None and spec >= n_states):
+                where = ("indices start at 0" if n_states is None
+                         else f"the cache has hidden states 0..{n_states - 1}")
+                raise OptionError(f"--layers: layer index {spec} is out of range: {where}")
+            specs = (spec,)
+        out += [s for s in specs if s not in out]
+    if not out:
+        raise OptionError("--layers: no layer spec given")
+    return tuple(out)
+
+
+def resolve_shard(shard: ShardSpec, environ: Optional[Mapping[str, str]] = None
+                  ) -> Optional[Tuple[int, int]]:
+    """``(index, count)`` with a 0-based index, or None.
+
+    ``shard`` is ``"I/N"``, a tuple, None (no sharding) or ``"auto"``: SLURM array variables
+    when set (``SLURM_ARRAY_TASK_ID`` minus ``SLURM_ARRAY_TASK_MIN``, of
+    ``SLURM_ARRAY_TASK_COUNT``), else no sharding.
+    """
+    environ = os.environ if environ is None else environ
+    if shard is None:
+        return None
+    if isinstance(shard, str) and shard == AUTO_SHARD:
+        task_id = environ.get("SLURM_ARRAY_TASK_ID")
+        if task_id is None:
+            return None
+        count = environ.get("SLURM_ARRAY_TASK_COUNT")
+        if count is None:
+            raise OptionError("--shard: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT "
+                              "is not; pass --shard I/N")
+        try:
+            index = int(task_id) - int(environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+            shard = (index, int(count))
+        except ValueError as exc:
+            raise OptionError(f"--shard: bad SLURM array variables ({exc})") from exc
+        where = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT"
+    elif isinstance(shard, str):
+        where = f"--shard {shard!r}"
+        parts = shard.split("/")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            shard = (int(parts[0]), int(parts[1]))
+        except ValueError as exc:
+            raise OptionError(f"{where}: expected I/N with integers, e.g. 0/4") from exc
+    else:
+        where = f"--shard {shard!r}"
+    index, count = int(shard[0]), int(shard[1])
+    if count < 1 or not 0 <= index < count:
+        raise OptionError(f"{where}: need N >= 1 and 0 <= I < N (shards are numbered from 0)")
+    return index, count
+
+
+def positive_int(option: str, value: Any, *, allow_none: bool = False) -> Optional[int]:
+    """``value`` as an integer >= 1 (``--jobs``, ``--threads``...); None passes with
+    ``allow_none``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise OptionError(f"{option}: must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_device(text: Optional[str], option: str = "--device") -> str:
+    """The syntax of ``--device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``),
+    lower-cased; whether the device exists is checked where torch is loaded
+    (:func:`estratos.probe.cells.resolve_probe_device`, :mod:`estratos.encode.devices`)."""
+    value = "auto" if text is None else str(text).strip().lower()
+    kind, colon, index = value.partition(":")
+    if kind not in DEVICE_WORDS or (colon and (kind not in ("cuda", "mps") or not index.isdigit())):
+        raise OptionError(f"{option}: {text!r} is not a device (use auto, cpu, cuda or cuda:N)")
+    return value
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (affinity-aware: taskset, cgroups, SLURM)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+__all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "DEVICE_WORDS", "ShardSpec", "available_cores",
+           "check_device", "parse_layers", "parse_seeds", "positive_int", "resolve_shard"]

@@ -1,0 +1,108 @@
+"""The shared vocabulary: names, defaults and formats several parts of estratos must agree on.
+
+Why one module: a pooling name, the default seed or a metric's scale written in several
+places drifts (a new pooling added to the encoder but not to the probe's choices, a seed
+default changed in one command only). Everything here is plain data with no dependency
+(standard library only), so any module may import it, the CLI included, without loading
+numpy or torch. Extend a name here, and every command, check and help text follows.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping, Tuple, Union
+
+# ---- seeds -----------------------------------------------------------------------------------
+#: the seed SentEval fixes, and estratos' default everywhere a seed is taken (probe seeds,
+#: data generators, the shuffles of a built task, inner k-fold folds)
+DEFAULT_SEED = 1111
+
+# ---- layer specs -----------------------------------------------------------------------------
+#: the layer spec "mean of every hidden state"
+AVG = "avg"
+#: ``--layers`` word for every hidden state 0..L then :data:`AVG`
+ALL_LAYERS = "all"
+#: a layer spec: a hidden-state index (0 = embedding output) or :data:`AVG`
+LayerSpec = Union[int, str]
+
+# ---- poolings --------------------------------------------------------------------------------
+#: poolings a transformers model's hidden states are reduced with, in the order encode
+#: stores them by default; a new pooling (e.g. the last token of a decoder) is added HERE
+#: (and computed in estratos.encode.hf): CLI choices, slurm checks and docs read this tuple
+POOLINGS: Tuple[str, ...] = ("cls", "mean")
+#: the one pooling of a cache made by ``encode --encoder`` (a SentEval batcher's own vectors)
+ENCODER_POOLING = "encoder"
+#: every pooling a cache may hold (what ``probe --pooling`` accepts)
+CACHE_POOLINGS: Tuple[str, ...] = POOLINGS + (ENCODER_POOLING,)
+#: the pooling probe and slurm use when none is given
+DEFAULT_POOLING = POOLINGS[0]
+
+# ---- feature combiners -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Combiner:
+    """A feature combiner's shape: ``slots`` sentence positions per example, output ``width``
+    in sentence-vector widths (the algebra itself is in :mod:`estratos.probe.features`)."""
+
+    name: str
+    slots: int
+    width: int
+
+
+#: the combiners of DESIGN.md ("Feature combiners"): single ``x``; pair ``[|x1-x2|, x1*x2]``;
+#: pair4 ``[x1, x2, x1*x2, |x1-x2|]``; sp ``[x1, x1-x2 .. x1-x5]``; bso ``[x1, x2, x1-x2]``;
+#: dc ``[x1..x6]``; rst ``[xl, xr, xl*xr, |xl-xr|]`` over subtree means
+COMBINERS: Mapping[str, Combiner] = MappingProxyType({c.name: c for c in (
+    Combiner("single", 1, 1), Combiner("pair", 2, 2), Combiner("pair4", 2, 4),
+    Combiner("sp", 5, 5), Combiner("bso", 2, 3), Combiner("dc", 6, 6), Combiner("rst", 2, 4),
+)})
+
+# ---- metrics ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric's name and scales. ``raw_scale``: the factor from the value results store in
+    ``dev``/``test`` to the paper's scale of ``score`` (accuracy and F1 are stored in percent
+    already: 1; correlations in [-1, 1]: 100). ``unit``: how tables and plots label it. The
+    computations are in :mod:`estratos.protocols.metrics` (one value) and
+    :mod:`estratos.stats.metrics` (a batch of resamples), both keyed by these names."""
+
+    name: str
+    raw_scale: float
+    unit: str
+
+
+#: the metrics a task may report (``TaskSpec.metric`` / ``extra_metrics``), in this order
+METRIC_INFO: Mapping[str, Metric] = MappingProxyType({m.name: m for m in (
+    Metric("accuracy", 1.0, "accuracy (%)"), Metric("f1", 1.0, "F1 (%)"),
+    Metric("pearson", 100.0, "Pearson r x100"), Metric("spearman", 100.0, "Spearman rho x100"),
+)})
+METRICS: Tuple[str, ...] = tuple(METRIC_INFO)
+#: decimals of a result's ``score``
+SCORE_DECIMALS = 2
+
+# ---- SentEval's classifier settings ----------------------------------------------------------
+#: the L2 grid of SentEval's PyTorch classifiers: 10**-5 .. 10**-2
+DEFAULT_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)
+#: what SentEval uses when a task sets ``noreg`` (NLI, DC, SSP, RST)
+NOREG_GRID: Tuple[float, ...] = (1e-9,)
+#: folds of SentEval's k-fold protocols
+DEFAULT_KFOLD = 10
+#: share of a training split held out for early stopping when a task has no dev split
+VALIDATION_SPLIT = 0.05
+#: the keys a task spec's ``classifier`` mapping (a task's overrides) may set
+OVERRIDE_KEYS: Tuple[str, ...] = ("nhid", "dropout", "optim", "batch_size", "tenacity",
+                                  "epoch_size", "max_epoch", "l2_grid", "kfold")
+
+# ---- timestamps ------------------------------------------------------------------------------
+#: the one timestamp format of files estratos writes (results ``created``, cache attributes)
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def utc_now() -> str:
+    """Now, in UTC, as :data:`TIMESTAMP_FORMAT` (e.g. ``2026-11-22T10:00:00Z``)."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime(TIMESTAMP_FORMAT)
