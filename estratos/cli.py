@@ -71,8 +71,10 @@ def cache_group() -> None:
 @click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
               help="Where task data lives (with --tasks): DIR or SUITE=DIR; repeatable "
                    "[default: $ESTRATOS_DATA].")
-@click.option("--dtype", type=click.Choice(["float16", "float32"]), default="float16",
-              show_default=True, help="Stored vector precision.")
+@click.option("--dtype", type=click.Choice(["float16", "bfloat16", "float32"]),
+              default="float16", show_default=True,
+              help="Stored vector precision (readers always give float32); bfloat16 has "
+                   "float32's range, for models whose hidden states overflow float16.")
 @click.option("--max-length", type=int, default=None,
               help="Truncate inputs to this many tokens [default: model limit, max 512].")
 @click.option("--batch-tokens", default="auto", show_default=True, metavar="N|auto",

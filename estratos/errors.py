@@ -62,6 +62,10 @@ class MissingSentences(CacheError):
         super().__init__(message)
 
 
+class EncodeError(EstratosError):
+    """The encoder gave what no cache may hold (NaN or infinite hidden states)."""
+
+
 class ResultsError(EstratosError):
     """A results (JSON lines) file that cannot be read as results."""
 

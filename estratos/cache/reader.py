@@ -166,7 +166,7 @@ class CacheReader:
                 raise IndexError(f"state {s} out of range [0, {self.n_states})")
         ds = self._f[schema.VECTORS][pooling]
         uniq, inverse = np.unique(rows, return_inverse=True)
-        # gather in the stored dtype (half the bytes for float16) and convert once at the end
+        # gather in the stored dtype (half the bytes for 16-bit ones) and convert once at the end
         gathered = np.empty((len(uniq), len(states), self.dim), dtype=ds.dtype)
         contiguous = len(states) > 0 and states == list(range(states[0], states[-1] + 1))
         pos = 0
@@ -188,7 +188,7 @@ class CacheReader:
         inverse = inverse.reshape(-1)
         if len(uniq) != len(rows) or (inverse != np.arange(len(rows))).any():
             gathered = gathered[inverse]  # back to the caller's order (and repeats)
-        return np.ascontiguousarray(gathered, dtype=np.float32)
+        return np.ascontiguousarray(schema.to_float32(gathered, str(self.attrs.get("dtype"))))
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:

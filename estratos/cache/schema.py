@@ -32,7 +32,17 @@ VECTORS = "vectors"
 ROW_DATASETS = (KEYS, SENTENCES, N_TOKENS, TRUNCATED)
 
 KEY_DTYPE = np.dtype(f"S{KEY_BYTES}")
-VECTOR_DTYPES = ("float16", "float32")
+#: stored vector precisions (the ``dtype`` attribute); readers always return float32
+VECTOR_DTYPES = ("float16", "bfloat16", "float32")
+#: how each precision lies on disk: HDF5 has no bfloat16, so its 16-bit words (the upper half
+#: of a float32) are stored as uint16 and the ``dtype`` attribute says what they are
+STORAGE_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16),
+                  "float32": np.dtype(np.float32)}
+#: the largest finite value of each precision (float16 overflows at hidden-state values some
+#: LLMs reach; bfloat16 has float32's range)
+DTYPE_MAX = {"float16": float(np.finfo(np.float16).max),
+             "bfloat16": float(np.finfo(np.float32).max),
+             "float32": float(np.finfo(np.float32).max)}
 #: rows per chunk of a vector dataset: one chunk holds these rows of ONE hidden state, so
 #: reading one layer never decompresses the others (DESIGN.md asks for 256..512)
 CHUNK_ROWS = 512
@@ -57,6 +67,55 @@ def shard_path(path: os.PathLike | str, index: int, count: int) -> Path:
     """The file of shard ``index`` (0-based) of ``count``: ``cache.h5`` -> ``cache.shard-1-of-3.h5``."""
     path = Path(path)
     return path.with_name(f"{path.stem}.shard-{index}-of-{count}{path.suffix}")
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype a vector dataset of precision ``dtype`` has on disk."""
+    try:
+        return STORAGE_DTYPES[dtype]
+    except KeyError:
+        raise CacheError(f"unknown vector dtype {dtype!r} (known: {', '.join(VECTOR_DTYPES)})"
+                         ) from None
+
+
+def to_storage(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Vectors as stored for precision ``dtype``; values already in the storage dtype pass
+    through. bfloat16 is float32 rounded to its upper 16 bits (to nearest, ties to even, as
+    torch rounds)."""
+    values = np.asarray(values)
+    target = storage_dtype(dtype)
+    if values.dtype == target:
+        return values
+    if dtype != "bfloat16":
+        return values.astype(target)
+    if not np.issubdtype(values.dtype, np.floating):
+        raise CacheError(f"bfloat16 vectors must be floats or bfloat16 words, got {values.dtype}")
+    words = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = (words + np.uint32(0x7FFF) + ((words >> np.uint32(16)) & np.uint32(1)))
+    nan = np.isnan(values)
+    out = (rounded >> np.uint32(16)).astype(np.uint16)
+    if nan.any():  # rounding could carry a NaN's mantissa into the exponent: keep it a NaN
+        out[nan] = np.uint16(0x7FC0)
+    return out
+
+
+def to_float32(stored: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored vectors of precision ``dtype`` as float32 (bfloat16 words widened exactly)."""
+    stored = np.asarray(stored)
+    if dtype == "bfloat16":
+        return (stored.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return stored.astype(np.float32, copy=False)
+
+
+def nonfinite_rows(stored: np.ndarray, dtype: str) -> np.ndarray:
+    """Boolean per row (first axis): does the row hold a NaN or an infinity?"""
+    stored = np.asarray(stored)
+    axes = tuple(range(1, stored.ndim))
+    if dtype == "bfloat16":  # exponent bits all ones: inf or NaN
+        bad = (stored & np.uint16(0x7F80)) == np.uint16(0x7F80)
+    else:
+        bad = ~np.isfinite(stored)
+    return bad.any(axis=axes) if axes else bad
 
 
 def keys_as_bytes(keys: np.ndarray) -> List[bytes]:

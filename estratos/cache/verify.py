@@ -76,7 +76,7 @@ def verify_cache(path: os.PathLike | str, sentences: Optional[Sequence[str]] = N
         _check_keys(f, n, report)
         for p in poolings:
             if p in f[schema.VECTORS]:
-                _check_vectors(f[schema.VECTORS][p], p, n, report)
+                _check_vectors(f[schema.VECTORS][p], p, n, str(attrs.get("dtype")), report)
 
         if sentences is not None:
             stored = set(schema.keys_as_bytes(f[schema.KEYS][:n]))
@@ -115,7 +115,7 @@ def _check_keys(f, n: int, report: VerifyReport) -> None:
                                f"{bad[:MAX_LISTED]}")
 
 
-def _check_vectors(ds, pooling: str, n: int, report: VerifyReport) -> None:
+def _check_vectors(ds, pooling: str, n: int, dtype: str, report: VerifyReport) -> None:
     corrupt, nonfinite = [], 0
     for lo in range(0, n, VERIFY_ROWS):
         hi = min(n, lo + VERIFY_ROWS)
@@ -125,7 +125,7 @@ def _check_vectors(ds, pooling: str, n: int, report: VerifyReport) -> None:
             except OSError:
                 corrupt.append((lo, hi - 1, s))
                 continue
-            nonfinite += int((~np.isfinite(block)).any(axis=1).sum())
+            nonfinite += int(schema.nonfinite_rows(block, dtype).sum())
     for lo, hi, s in corrupt[:MAX_LISTED]:
         report.problems.append(f"/vectors/{pooling} rows {lo}..{hi}, state {s}: checksum error "
                                "(corrupted chunk)")

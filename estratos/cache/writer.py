@@ -277,7 +277,7 @@ class CacheWriter:
                     f"{self.path}: the encoder gives {n_states} states x {dim} dims but the "
                     f"cache holds {ds.shape[1]} x {ds.shape[2]}")
             return ds
-        dtype = str(self._f.attrs["dtype"])
+        dtype = schema.storage_dtype(str(self._f.attrs["dtype"]))
         ds = group.create_dataset(pooling, (self._n_done, n_states, dim), dtype=dtype,
                                   maxshape=(None, n_states, dim),
                                   chunks=(schema.CHUNK_ROWS, 1, dim), fletcher32=True)
@@ -313,7 +313,7 @@ class CacheWriter:
                 raise ValueError(f"{pooling}: expected ({b}, states, dim), got {arr.shape}")
             ds = self._vector_dataset(pooling, arr.shape[1], arr.shape[2])
             ds.resize((hi,) + ds.shape[1:])
-            ds[lo:hi] = arr.astype(ds.dtype, copy=False)
+            ds[lo:hi] = schema.to_storage(arr, str(self._f.attrs["dtype"]))
             fault_point("append-write")
         self._f.flush()
         fault_point("append-flushed")

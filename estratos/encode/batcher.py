@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from estratos.cache import schema
 from estratos.errors import OptionError
 
 POOLING = "encoder"
@@ -146,7 +147,8 @@ class BatcherEncoder:
         elif out.shape[1:] != (self.n_states, self.dim):
             raise OptionError(f"--encoder: {self.target} returned {out.shape[1:]} per sentence, "
                               f"earlier batches gave {(self.n_states, self.dim)}")
-        return BatchVectors({POOLING: out.astype(dtype, copy=False)})
+        return BatchVectors({POOLING: schema.to_storage(out, dtype)},
+                            bool(np.isfinite(out).all()))
 
     def auto_batch_tokens(self) -> int:
         from estratos.encode.devices import CPU_BATCH_TOKENS
@@ -178,8 +180,10 @@ class WordCounts:
 class BatchVectors:
     """A batcher's output, already on the host."""
 
-    def __init__(self, vectors: Dict[str, np.ndarray]) -> None:
+    def __init__(self, vectors: Dict[str, np.ndarray], source_finite: bool) -> None:
         self._vectors = vectors
+        #: whether the function's own values were finite (before the cast to the stored dtype)
+        self.source_finite = source_finite
 
     def numpy(self) -> Dict[str, np.ndarray]:
         return self._vectors

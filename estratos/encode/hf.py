@@ -221,14 +221,18 @@ class HFEncoder:
             # pooling in float32, outside autocast (which would run the matmul in 16 bits)
             maskf = inputs["attention_mask"].to(torch.float32).unsqueeze(1)  # (B, 1, T)
             counts = maskf.sum(dim=2).clamp(min=1.0)  # (B, 1)
-            pooled = {}
+            pooled, finite = {}, []
             for pooling in self.poolings:
                 if pooling == "cls":
                     states = [h[:, 0].float() for h in hidden]
                 else:  # masked mean: padding gets weight 0, so the batch does not matter
                     states = [torch.bmm(maskf, h.float()).squeeze(1) / counts for h in hidden]
-                pooled[pooling] = torch.stack(states, dim=1).to(out_dtype)
-        return HostVectors(pooled, self.device)
+                full = torch.stack(states, dim=1)
+                # checked on the device, read back with the vectors: were the model's own
+                # outputs finite (before the cast to the stored precision)?
+                finite.append(torch.isfinite(full).all())
+                pooled[pooling] = full.to(out_dtype)
+        return HostVectors(pooled, self.device, torch.stack(finite).all())
 
     def auto_batch_tokens(self) -> int:
         """``--batch-tokens auto`` for this model on its device (after :meth:`load`)."""
@@ -239,8 +243,13 @@ class HostVectors:
     """Pooled vectors on their way to the host: on CUDA a non-blocking copy into pinned
     memory followed by an event; :meth:`numpy` waits for that event only."""
 
-    def __init__(self, pooled: Dict[str, torch.Tensor], device: torch.device) -> None:
+    def __init__(self, pooled: Dict[str, torch.Tensor], device: torch.device,
+                 finite: torch.Tensor) -> None:
         self._event = None
+        # numpy has no bfloat16: its 16-bit words travel as int16 and are read as uint16
+        pooled = {name: t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+                  for name, t in pooled.items()}
+        pooled["\0finite"] = finite.reshape(1)
         if device.type == "cuda":
             self._host = {}
             for name, tensor in pooled.items():
@@ -251,8 +260,16 @@ class HostVectors:
             self._event.record(torch.cuda.current_stream(device))
         else:
             self._host = {name: tensor.cpu() for name, tensor in pooled.items()}
+        self._finite = self._host.pop("\0finite")
 
     def numpy(self) -> Dict[str, np.ndarray]:
         if self._event is not None:
             self._event.synchronize()
-        return {name: tensor.numpy() for name, tensor in self._host.items()}
+        return {name: t.numpy().view(np.uint16) if t.dtype == torch.int16 else t.numpy()
+                for name, t in self._host.items()}
+
+    @property
+    def source_finite(self) -> bool:
+        """Whether the model's pooled outputs were all finite before the cast to the stored
+        precision (call after :meth:`numpy`)."""
+        return bool(self._finite.item())

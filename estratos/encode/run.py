@@ -209,14 +209,11 @@ def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
                smoothing=0.1)
     t0 = time.perf_counter()
     try:
-        n_nonfinite = run_stream(enc, writer, toks, t_texts, t_keys, order, batches,
+        run_stream(enc, writer, toks, t_texts, t_keys, order, batches,
                                 dtype=dtype, bar=bar)
     finally:
         bar.close()
     log.debug("%d batches encoded and written in %.2fs", len(batches), time.perf_counter() - t0)
-    if n_nonfinite:
-        log.warning("%d vectors contain NaN or inf (float16 overflow? try --dtype float32)",
-                    n_nonfinite)
     if n_truncated:
         log.warning("%d of %d sentences were truncated at %d tokens", n_truncated, n_encoded,
                     enc.max_length)

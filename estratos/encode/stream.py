@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Tuple
+from typing import List, Mapping, Sequence, Tuple
 
 import numpy as np
 
 from estratos.cache import schema
 from estratos.encode.pipeline import END, Stages, Stopped
+from estratos.errors import EncodeError, OptionError
 from estratos.faultpoints import fault_point
 
 log = logging.getLogger(__name__)
@@ -28,21 +29,48 @@ PIPELINE_DEPTH_CUDA = 4
 FLUSH_SECONDS = 5.0
 
 
+def refuse_nonfinite(vectors: Mapping[str, np.ndarray], dtype: str, source_finite: bool,
+                     texts: Sequence[str]) -> None:
+    """Stop the run before a batch holding NaN or inf reaches the cache.
+
+    A cache never holds a non-finite value written by us: probing would refuse those rows
+    only after the whole encode. Two causes, two fixes: the stored precision overflowed
+    (float16 ends at 65,504; hidden states of some LLMs go beyond), or the model itself
+    gave NaN/inf (whatever the precision).
+    """
+    for pooling, stored in vectors.items():
+        bad = schema.nonfinite_rows(stored, dtype)
+        if not bad.any() and source_finite:
+            continue
+        row = int(np.flatnonzero(bad)[0]) if bad.any() else 0
+        state = int(np.flatnonzero(schema.nonfinite_rows(np.swapaxes(stored[row:row + 1], 0, 1),
+                                                         dtype))[0]) if bad.any() else 0
+        example = f"hidden state {state}, {pooling} pooling, sentence {texts[row][:60]!r}"
+        if not source_finite:
+            raise EncodeError(f"the model gave NaN or infinite hidden states ({example}); "
+                              "nothing of this batch was stored. Check the model's weights and "
+                              "--model-dtype, or encode on another device")
+        raise OptionError(f"--dtype {dtype}: hidden-state values beyond {dtype}'s range "
+                          f"(+-{schema.DTYPE_MAX[dtype]:g}) at {example}; nothing of this batch "
+                          "was stored. Encode with --dtype bfloat16 (float32's range in 16 "
+                          "bits) or --dtype float32")
+
+
 def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np.ndarray,
-              batches: List[Tuple[int, int]], *, dtype: str, bar) -> int:
-    """Encode ``batches`` (ranges of ``order``) and append them in order; returns the number
-    of vectors with NaN/inf. Three stages (see docs/encode.md, "The pipeline"):
+              batches: List[Tuple[int, int]], *, dtype: str, bar) -> None:
+    """Encode ``batches`` (ranges of ``order``) and append them in order. Three stages (see
+    docs/encode.md, "The pipeline"):
 
     collate (thread): padded host arrays of the next batches, pinned on CUDA;
     compute (this thread): forward pass + pooling on the device, copy back started;
-    write (thread): waits for each batch's copy, buffers blocks of >= BLOCK_ROWS rows (or
-    FLUSH_SECONDS), appends them (n_done moves only after each flushed block).
+    write (thread): waits for each batch's copy, refuses it if it holds NaN or inf
+    (:func:`refuse_nonfinite`), buffers blocks of >= BLOCK_ROWS rows (or FLUSH_SECONDS),
+    appends them (n_done moves only after each flushed block).
     """
     depth = PIPELINE_DEPTH_CUDA if getattr(enc, "device", None) is not None and \
         enc.device.type == "cuda" else PIPELINE_DEPTH
     capped = toks.capped
     truncated = toks.truncated
-    nonfinite = [0]
 
     with Stages() as stages:
         to_compute, to_write = stages.queue(depth), stages.queue(depth)
@@ -63,8 +91,8 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
                 if item is not END:
                     rows, pending = item
                     vectors = pending.numpy()
-                    nonfinite[0] += sum(int((~np.isfinite(v)).any(axis=(1, 2)).sum())
-                                        for v in vectors.values())
+                    refuse_nonfinite(vectors, dtype, pending.source_finite,
+                                     [texts[i] for i in rows])
                     block.append((rows, vectors))
                     bar.update(len(rows))
                 n_block = sum(len(b[0]) for b in block)
@@ -96,4 +124,3 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
         except Stopped:
             pass
     stages.raise_error()
-    return nonfinite[0]
