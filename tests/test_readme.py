@@ -17,6 +17,7 @@ import glob
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -25,6 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 from estratos.cli import cli
+from estratos.slurm.plan import PROGRAM
 from estratos.tasks.synthetic import build_synthetic_es
 
 REPO = Path(__file__).resolve().parents[1]
@@ -221,6 +223,16 @@ def test_run_blocks_for_real(workdir, tiny_bert_dir, monkeypatch):
     assert any("synthetic-es:Tense" in out for out in outputs)
 
 
+SCRIPT_PROGRAM = PROGRAM + " "  # how the written job scripts call estratos
+
+
+def estratos_lines(block: Block) -> List[str]:
+    """A job script's export lines and its estratos commands, written ``estratos ...``."""
+    return [c if c.startswith("export ") else "estratos " + c[len(SCRIPT_PROGRAM):]
+            for c in block.commands
+            if c.startswith(("export ", SCRIPT_PROGRAM))]
+
+
 def test_cluster_example_for_real(workdir, tiny_bert_dir, monkeypatch):
     command = next(b for b in BLOCKS if b.mode == "slurm")
     example = next(b for b in BLOCKS if b.mode == "sbatch")
@@ -234,11 +246,14 @@ def test_cluster_example_for_real(workdir, tiny_bert_dir, monkeypatch):
     run_dir = workdir / "runs" / "es"
     written = (run_dir / "bert-base-spanish-wwm-cased.encode.sbatch").read_text()
     shown = example.text
-    for old, new in [("es-senteval,es-discoeval", tasks),
+    for old, new in [("PY=/home/me/venv/bin/python", f"PY={shlex.quote(sys.executable)}"),
+                     ("es-senteval,es-discoeval", tasks),
                      ("/home/me/data/es", "synthetic-es=/home/me/synth"), ("/home/me", str(workdir))]:
         assert old in shown, old
         shown = shown.replace(old, new)
     assert [ln.strip() for ln in written.splitlines()] == shown.splitlines()
+    # what runs of it here: its estratos commands (the interpreter in $PY is this one)
+    shown = "\n".join(estratos_lines(Block("bash", "sbatch", shown, 0, ""))) + "\n"
     # the example as an 8-task array on this machine, then the written merge script's commands
     subs = {"--model": str(tiny_bert_dir), "--data-dir": "synthetic-es=synth", "--threads": "1"}
     array = re.search(r"#SBATCH --array=(\d+)-(\d+)", example.text)
@@ -250,8 +265,7 @@ def test_cluster_example_for_real(workdir, tiny_bert_dir, monkeypatch):
     monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
     assert len(list(run_dir.glob("bert-base-spanish-wwm-cased.shard-*-of-8.h5"))) == 8
     merge = (run_dir / "bert-base-spanish-wwm-cased.merge.sbatch").read_text()
-    commands = [c for c in Block("bash", "sbatch", merge, 0, "").commands
-                if c.startswith("estratos ")]
+    commands = estratos_lines(Block("bash", "sbatch", merge, 0, ""))
     outputs = _run_commands(Block("bash", "sbatch", "\n".join(commands) + "\n", 0, ""), {},
                             monkeypatch)
     assert "merged 8 shards" in outputs[0] and ": OK" in outputs[1]

@@ -7,6 +7,7 @@ The same scripts run under a real slurmctld in tests/test_slurm_cluster.py.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -92,15 +93,30 @@ def test_single_jobs_write_the_final_files_directly(synth, tmp_path):
     assert f"--out {tmp_path}/m.jsonl" in probe and f"    {tmp_path}/m.jsonl \\" in report
 
 
-def echo_program(tmp_path: Path):
-    """A stand-in for `estratos` that logs its arguments, one list per line."""
-    log = tmp_path / "calls.txt"
-    code = ("import sys, json; open(sys.argv[1], 'a').write(json.dumps(sys.argv[2:]) + '\\n')")
-    return [sys.executable, "-c", code, str(log)], log
+def echo_python(folder: Path):
+    """A stand-in for the interpreter (in a folder with a blank) that logs its arguments,
+    one list per line."""
+    log = folder / "calls.txt"
+    fake = folder / "bin dir" / "python"
+    fake.parent.mkdir()
+    code = f"import sys, json; open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')"
+    fake.write_text(f"#!/bin/bash\nexec {shlex.quote(sys.executable)} -c {shlex.quote(code)} \"$@\"\n")
+    fake.chmod(0o755)
+    return fake, log
+
+
+def broken_estratos(folder: Path) -> str:
+    """A PATH whose first folder holds an `estratos` that fails: the scripts must not call it."""
+    bin_dir = folder / "path-bin"
+    bin_dir.mkdir()
+    (bin_dir / "estratos").write_text("#!/bin/sh\necho 'estratos: command not found' >&2\nexit 127\n")
+    (bin_dir / "estratos").chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
 
 
 def test_paths_and_values_are_quoted_for_bash(synth, tmp_path):
-    """Every word reaches estratos intact: blanks, quotes and $ in folders and values."""
+    """Every word reaches estratos intact: blanks, quotes and $ in folders and values; the
+    scripts run the interpreter they were written with, whatever `estratos` PATH finds."""
     import json
 
     odd = tmp_path / "it's a $HOME (run)"
@@ -108,14 +124,17 @@ def test_paths_and_values_are_quoted_for_bash(synth, tmp_path):
     data.symlink_to(synth)
     model = tmp_path / "my model"
     model.mkdir()
-    program, log = echo_program(tmp_path)
+    python, log = echo_python(tmp_path)
     plan = plan_pipeline([str(model)], TASKS, [f"synthetic-es={data}"], odd, encode_array=2,
-                         probe_array=2, program=program)
+                         probe_array=2, python=str(python))
     write_scripts(plan)
-    env = dict(os.environ, SLURM_ARRAY_TASK_ID="1")
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="1", PATH=broken_estratos(tmp_path))
     for job in plan.jobs:
+        assert not any(line.lstrip().startswith("estratos ") for line in job.text.splitlines())
         subprocess.run(["bash", str(plan.path(job.name))], env=env, check=True)
     calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all(call[:2] == ["-m", "estratos"] for call in calls)
+    calls = [call[2:] for call in calls]
     assert calls[0] == ["encode", "--model", str(model), "--tasks", TASKS, "--data-dir",
                         f"synthetic-es={data}", "--shard", "1/2", "--out",
                         str(odd / "my-model.h5")]
@@ -125,6 +144,34 @@ def test_paths_and_values_are_quoted_for_bash(synth, tmp_path):
     assert calls[3][calls[3].index("--shard") + 1] == "1/2"
     assert calls[4] == ["report", str(odd / "my-model.shard-*-of-2.jsonl"), "--out",
                         str(odd / "report")]
+
+
+def test_the_python_must_be_an_absolute_path(synth, tmp_path):
+    with pytest.raises(OptionError, match="python: 'python3' is not an absolute path"):
+        plan_pipeline(["m"], TASKS, [f"synthetic-es={synth}"], tmp_path / "o", python="python3")
+    plan = plan_pipeline(["m"], TASKS, [f"synthetic-es={synth}"], tmp_path / "o")
+    assert f"PY={shlex.quote(sys.executable)}  #" in plan.jobs[0].text
+
+
+@pytest.mark.parametrize("step, array", [("encode", True), ("merge", False)])
+def test_a_failing_step_says_how_to_resubmit_and_the_rest_is_cancelled(synth, tmp_path, step,
+                                                                         array):
+    """The jobs after a failed one end (``--kill-on-invalid-dep=yes`` on every job that
+    waits), and the failed job's log says which task failed and the command that resumes."""
+    out = tmp_path / "o"
+    plan = plan_pipeline(["m"], TASKS, [f"synthetic-es={synth}"], out, encode_array=2,
+                         python=str(tmp_path / "no-such-python"))
+    write_scripts(plan)
+    for job in plan.jobs:
+        assert ("#SBATCH --kill-on-invalid-dep=yes" in job.text.splitlines()) == bool(job.after)
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="1", SLURM_ARRAY_JOB_ID="41", SLURM_JOB_ID="42")
+    done = subprocess.run(["bash", str(out / f"m.{step}.sbatch")], env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 127
+    who = "array task 1 of job 41" if array else "job 42"
+    assert (f"estratos: {who} (m.{step}.sbatch) failed with exit code 127; the jobs waiting "
+            "for it are cancelled.\nFix the cause, then resubmit the chain (every step skips "
+            f"the work already done):\n    bash {out}/submit.sh\n") in done.stderr
 
 
 def test_model_slugs_are_file_names_and_unique():
@@ -253,9 +300,11 @@ def docs_examples() -> dict:
         r"<!-- cluster-example: (\S+) -->\n```bash\n(.*?)```\n", text, re.S)}
 
 
-def test_the_docs_show_what_the_command_writes(synth, tmp_path, monkeypatch):
-    import shlex
+#: the interpreter the docs' scripts show (this test's own stands in for it)
+DOCS_PYTHON = "/home/me/venv/bin/python"
 
+
+def test_the_docs_show_what_the_command_writes(synth, tmp_path, monkeypatch):
     examples = docs_examples()
     command = shlex.split(examples.pop("command"))
     assert command[:2] == ["estratos", "slurm"] and "--dry-run" in command
@@ -271,6 +320,7 @@ def test_the_docs_show_what_the_command_writes(synth, tmp_path, monkeypatch):
         written = (tmp_path / "runs" / "beto" / name).read_text()
         written = written.replace(f"--tasks {tasks}", "--tasks es-senteval,es-discoeval")
         written = written.replace(f"--data-dir synthetic-es={synth}", "--data-dir /home/me/data/es")
+        written = written.replace(f"PY={shlex.quote(sys.executable)}", f"PY={DOCS_PYTHON}")
         assert written.replace(str(tmp_path), "/home/me") == shown, name
 
 

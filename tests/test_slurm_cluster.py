@@ -2,8 +2,9 @@
 (tests/slurmcluster.py), skipped when SLURM is not installed.
 
 The pipeline (encode array of 2 -> merge + verify -> probe array -> report) must give the
-report the same commands give without SLURM, and a killed encode array task, resubmitted
-alone with ``sbatch --array=K``, must resume and let the dependency chain finish.
+report the same commands give without SLURM; a killed encode array task must end the chain
+(its dependents cancelled, nothing left in squeue), and resubmitting as its log says must
+resume it and finish the chain. The jobs must not depend on the PATH they run with.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -149,14 +151,30 @@ def test_pipeline_report_equals_the_run_without_slurm(slurm_env, workload, tmp_p
     assert all(job_id in shown for job_id in ids)
 
 
-def test_a_killed_array_task_resubmitted_alone_completes_the_chain(slurm_env, workload,
-                                                                    tmp_path):
+def ended(states: Dict[str, Tuple[str, str]]) -> bool:
+    """Every job and array task listed has ended (nothing pending or running)."""
+    return bool(states) and all(state in ENDED_BADLY | {"COMPLETED"}
+                                for state, _ in states.values())
+
+
+def test_a_failed_step_ends_the_chain_and_its_log_says_how_to_resume(slurm_env, workload,
+                                                                    tmp_path, monkeypatch):
+    """Submitted where `estratos` on PATH is broken (a venv not activated): the jobs still run
+    the interpreter that wrote them. Encode array task 1 kills itself (SIGKILL) at its first
+    batch: the merge, probe and report jobs are cancelled (the chain ends, squeue empties),
+    the task's log says to resubmit with submit.sh, and doing so resumes the task and gives
+    the report of the same pipeline run without SLURM."""
     out = tmp_path / "run"
+    broken = tmp_path / "bin"
+    broken.mkdir()
+    (broken / "estratos").write_text("#!/bin/sh\necho 'estratos: command not found' >&2\n"
+                                     "exit 127\n")
+    (broken / "estratos").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{broken}{os.pathsep}{os.environ['PATH']}")
     invoke(slurm_args(workload, out, "--dry-run"))
     slug = workload.model.name
     encode = out / f"{slug}.encode.sbatch"
     original = encode.read_text()
-    # array task 1 kills itself (SIGKILL) at its first batch: a .partial is left behind
     encode.write_text(original.replace(
         "export HDF5_USE_FILE_LOCKING=FALSE\n",
         "export HDF5_USE_FILE_LOCKING=FALSE\n"
@@ -164,18 +182,28 @@ def test_a_killed_array_task_resubmitted_alone_completes_the_chain(slurm_env, wo
     submitted = subprocess.run(["bash", str(out / "submit.sh")], env=slurm_env.env,
                                capture_output=True, text=True, check=True).stdout
     ids = re.search(r"--jobs=([\d,]+)", submitted).group(1).split(",")
-    encode_id, merge_id, report_id = ids[0], ids[1], ids[-1]
-
-    def merge_stuck(states):
-        return (states.get(f"{encode_id}_1", ("",))[0] == "FAILED"
-                and states.get(merge_id, ("", ""))[1] == "DependencyNeverSatisfied")
-    slurm_env.wait_for(ids, merge_stuck)
+    encode_id = ids[0]
+    states = slurm_env.wait_for(ids, ended)
+    assert states[f"{encode_id}_0"][0] == "COMPLETED", (states, job_logs(out))
+    assert states[f"{encode_id}_1"][0] == "FAILED", (states, job_logs(out))
+    after = {job: state for job, (state, _) in states.items() if job.split("_")[0] != encode_id}
+    assert {job.split("_")[0] for job in after} == set(ids[1:]), states  # merge, probe, report
+    assert set(after.values()) == {"CANCELLED"}, states
+    pending = slurm_env.run("squeue", "--noheader", f"--jobs={','.join(ids)}").stdout
+    assert pending.strip() == ""
     assert (out / f"{slug}.shard-1-of-2.h5.partial").exists()
+    failed_log = (out / "logs" / f"estratos-encode-{slug}-{encode_id}_1.out").read_text()
+    assert (f"estratos: array task 1 of job {encode_id} ({slug}.encode.sbatch) failed with exit "
+            "code 137; the jobs waiting for it are cancelled.") in failed_log
+    [resume] = re.findall(r"^    (bash .*)$", failed_log, re.M)
 
-    encode.write_text(original)  # the cause is fixed; rerun task 1 alone, as docs/cluster.md says
-    rerun = slurm_env.run("sbatch", "--parsable", "--array=1", str(encode)).stdout.strip()
-    slurm_env.run("scontrol", "update", f"JobId={merge_id}", f"Dependency=afterok:{rerun}")
-    slurm_env.wait_for(ids + [rerun], finished(report_id, out, allowed_failures={f"{encode_id}_1"}))
+    encode.write_text(original)  # the cause is fixed; resubmit as the log says
+    resubmitted = subprocess.run(shlex.split(resume), env=slurm_env.env, capture_output=True,
+                                 text=True, check=True).stdout
+    again = re.search(r"--jobs=([\d,]+)", resubmitted).group(1).split(",")
+    slurm_env.wait_for(again, finished(again[-1], out))
     assert not (out / f"{slug}.shard-1-of-2.h5.partial").exists()
-    assert "shard 1/2" in (out / "logs" / f"estratos-encode-{slug}-{rerun}_1.out").read_text()
+    resumed = (out / "logs" / f"estratos-encode-{slug}-{again[0]}_1.out").read_text()
+    assert "shard 1/2" in resumed and "resumed" in resumed
+    assert "already cached" in (out / "logs" / f"estratos-encode-{slug}-{again[0]}_0.out").read_text()
     assert_same_report(out / "report", workload.reference)

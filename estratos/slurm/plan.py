@@ -4,7 +4,12 @@ Why plain generated scripts: users read them, adapt them (``--dry-run``) and res
 array task by hand; the scheduler's own dependencies (``afterok``) chain the steps, so no
 process of ours waits on a login node. Every script only runs ``estratos`` commands whose
 arguments are quoted with :func:`shlex.quote`; every path is absolute, so a script works
-from any folder and on any node that sees the same file system.
+from any folder and on any node that sees the same file system. The scripts call the Python
+that wrote them (``PY=/abs/python``; ``"$PY" -m estratos ...``), never ``estratos`` by name:
+a job's PATH (a venv not activated on the compute node) cannot change what runs. A job that
+waits for others carries ``--kill-on-invalid-dep=yes``, so a failed step ends the chain
+(``squeue`` empties) instead of leaving its dependents pending forever; the failed job's log
+ends with how to resubmit (``bash submit.sh``: every step skips the work already done).
 
 Per model (one cache each): ``<slug>.encode.sbatch`` (an array of ``encode_array`` tasks,
 each running ``encode --shard "$SLURM_ARRAY_TASK_ID/N"``),
@@ -19,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,11 +205,17 @@ def _shard_option(count: int) -> List[Tuple[str, str]]:
     return [("--shard", _Shell(f'"$SLURM_ARRAY_TASK_ID/{count}"'))] if count > 1 else []
 
 
-def _command(program: Sequence[str], words: Sequence[str],
-             options: Sequence[Tuple[str, str]], positional: Sequence[str] = ()) -> str:
-    """``estratos <words>`` with one argument (already quoted) or ``--option value`` (quoted
-    here) per line."""
-    head = " ".join([*map(_q, program), *map(_q, words)])
+#: how every script calls estratos: the interpreter in ``$PY`` (set in the header), by module
+PROGRAM = '"$PY" -m estratos'
+#: the option that makes a job whose dependency failed end (cancelled) rather than wait forever
+KILL_ON_INVALID_DEP = "--kill-on-invalid-dep=yes"
+
+
+def _command(words: Sequence[str], options: Sequence[Tuple[str, str]],
+             positional: Sequence[str] = ()) -> str:
+    """``"$PY" -m estratos <words>`` with one argument (already quoted) or ``--option value``
+    (quoted here) per line."""
+    head = " ".join([PROGRAM, *map(_q, words)])
     parts = [head] + [f"    {arg}" for arg in positional]
     parts += [f"    {opt} {value if isinstance(value, _Shell) else _q(value)}"
               for opt, value in options]
@@ -212,10 +224,10 @@ def _command(program: Sequence[str], words: Sequence[str],
 
 @dataclass(frozen=True)
 class _Pipeline:
-    """What every script of one submission shares (resources, task options, the program)."""
+    """What every script of one submission shares (resources, task options, the Python)."""
 
     out: Path
-    program: Tuple[str, ...]
+    python: str
     task_options: Tuple[Tuple[str, str], ...]
     encode_array: int
     probe_array: int
@@ -226,9 +238,10 @@ class _Pipeline:
     gpus_per_task: int
     cpus_per_task: Optional[int]
 
-    def header(self, job_name: str, comments: Sequence[str], array: int = 1, gpus: int = 0,
-               cpus: Optional[int] = None) -> List[str]:
-        """The shebang, comments, ``#SBATCH`` lines and the shell settings of a script."""
+    def header(self, script: str, job_name: str, comments: Sequence[str], array: int = 1,
+               gpus: int = 0, cpus: Optional[int] = None, waits: bool = True) -> List[str]:
+        """The shebang, comments, ``#SBATCH`` lines, the shell settings and the failure
+        message of the script called ``script``; ``waits``: it has dependencies."""
         # '%' in the folder would be read as a file-name pattern: '%%' is a literal '%'
         log = (str(self.out / LOG_DIR).replace("%", "%%") + "/"
                + ("%x-%A_%a.out" if array > 1 else "%x-%j.out"))
@@ -251,20 +264,40 @@ class _Pipeline:
             lines.append(f"#SBATCH --cpus-per-task={cpus}")
         if self.time:
             lines.append(f"#SBATCH --time={self.time}")
+        if waits:
+            lines.append(f"#SBATCH {KILL_ON_INVALID_DEP}")
         lines += [f"#SBATCH {_directive(arg)}" for arg in self.sbatch_args]
         # HDF5's file locks fail on many network file systems; estratos never shares a
         # file between writers (each array task writes its own shard)
-        return lines + ["set -euo pipefail", "export HDF5_USE_FILE_LOCKING=FALSE"]
+        lines += ["set -euo pipefail", "export HDF5_USE_FILE_LOCKING=FALSE",
+                  f"PY={_q(self.python)}  # the Python that wrote this script (PATH plays no part)"]
+        return lines + _failure_message(script, array > 1, self.out / SUBMIT_SCRIPT)
 
     def command(self, words: Sequence[str], options: Sequence[Tuple[str, str]] = (),
                 positional: Sequence[str] = ()) -> str:
-        return _command(self.program, words, options, positional)
+        return _command(words, options, positional)
 
     def results(self, slug: str) -> str:
         """The results files of one model, as the report's (globbing) bash argument."""
         if self.probe_array > 1:
             return f"{_q(self.out)}/{slug}.shard-*-of-{self.probe_array}.jsonl"
         return _q(self.out / f"{slug}.jsonl")
+
+
+def _failure_message(script: str, array: bool, submit_sh: Path) -> List[str]:
+    """Bash lines that, when the script ends with a non-zero status, say so in its log and how
+    to go on: the jobs after it are cancelled (``--kill-on-invalid-dep``), and ``submit.sh``
+    resubmits the chain, every step skipping the work already done (so the failed task
+    resumes). The command is one single-quoted word: no path in it is expanded."""
+    who = ("array task $SLURM_ARRAY_TASK_ID of job $SLURM_ARRAY_JOB_ID" if array
+           else "job $SLURM_JOB_ID")
+    return (["failed() {",
+             f'  echo "estratos: {who} ({script}) failed with exit code $1;'
+             ' the jobs waiting for it are cancelled." >&2',
+             "  echo 'Fix the cause, then resubmit the chain (every step skips the work "
+             "already done):' >&2",
+             f"  echo {_q(f'    bash {_q(submit_sh)}')} >&2",
+             "}", """trap 'rc=$?; if [ "$rc" != 0 ]; then failed "$rc"; fi' EXIT"""])
 
 
 def _rerun_comment(p: _Pipeline, name: str, n: int, what: str) -> List[str]:
@@ -277,12 +310,12 @@ def _rerun_comment(p: _Pipeline, name: str, n: int, what: str) -> List[str]:
 def _encode_job(p: _Pipeline, slug: str, model: str) -> JobScript:
     cache = p.out / f"{slug}.h5"
     n = p.encode_array
-    lines = p.header(f"estratos-encode-{slug}",
+    lines = p.header(f"{slug}.encode.sbatch", f"estratos-encode-{slug}",
                      [f"estratos: encode {model} into {cache.name}"
                       + (f", shard I of {n} in array task I." if n > 1 else ".")]
                      + _rerun_comment(p, f"{slug}.encode.sbatch", n,
                                       "it resumes where it stopped"),
-                     n, p.gpus_per_task, p.cpus_per_task)
+                     n, p.gpus_per_task, p.cpus_per_task, waits=False)
     threads = [("--threads", str(p.cpus_per_task))] if p.cpus_per_task else []
     lines.append(p.command(["encode"], [("--model", model), *p.task_options, *threads,
                                         *_shard_option(n), ("--out", str(cache))]))
@@ -294,16 +327,16 @@ def _merge_job(p: _Pipeline, slug: str, model: str) -> JobScript:
     cache = p.out / f"{slug}.h5"
     n = p.encode_array
     if n > 1:
-        lines = p.header(f"estratos-merge-{slug}",
+        lines = p.header(f"{slug}.merge.sbatch", f"estratos-merge-{slug}",
                          [f"estratos: merge the {n} shards of {cache.name}, then verify it.",
                           f"Merged once: a rerun keeps {cache.name} and only verifies it."])
         shards = f"{_q(p.out)}/{slug}.shard-*-of-{n}.h5"
         lines += [f"if [ ! -e {_q(cache)} ]; then",
-                  "  " + " ".join([*map(_q, p.program), "cache", "merge", _q(cache)])
+                  "  " + " ".join([PROGRAM, "cache", "merge", _q(cache)])
                   + f" \\\n      {shards}",
                   "fi"]
     else:
-        lines = p.header(f"estratos-merge-{slug}",
+        lines = p.header(f"{slug}.merge.sbatch", f"estratos-merge-{slug}",
                          [f"estratos: verify {cache.name} (one encode job: nothing to merge)."])
     lines.append(p.command(["cache", "verify", str(cache)], p.task_options))
     return JobScript(f"{slug}.merge.sbatch", "merge", model, "\n".join(lines) + "\n", None,
@@ -315,7 +348,7 @@ def _probe_job(p: _Pipeline, slug: str, model: str) -> JobScript:
     n = p.probe_array
     target = f"{slug}.shard-I-of-{n}.jsonl, share I of the grid in array task I." if n > 1 \
         else f"{results.name}."
-    lines = p.header(f"estratos-probe-{slug}",
+    lines = p.header(f"{slug}.probe.sbatch", f"estratos-probe-{slug}",
                      [f"estratos: probe {cache.name} into {target}"]
                      + _rerun_comment(p, f"{slug}.probe.sbatch", n,
                                       "it skips the cells already done"),
@@ -330,7 +363,7 @@ def _probe_job(p: _Pipeline, slug: str, model: str) -> JobScript:
 
 def _report_job(p: _Pipeline, slugs: Sequence[str]) -> JobScript:
     what = f"one report comparing {len(slugs)} models" if len(slugs) > 1 else "the report"
-    lines = p.header("estratos-report", [f"estratos: {what}, in {REPORT_DIR}/."])
+    lines = p.header(REPORT_SCRIPT, "estratos-report", [f"estratos: {what}, in {REPORT_DIR}/."])
     lines.append(p.command(["report"], [("--out", str(p.out / REPORT_DIR))],
                            positional=[p.results(slug) for slug in slugs]))
     return JobScript(REPORT_SCRIPT, "report", None, "\n".join(lines) + "\n", None,
@@ -343,23 +376,28 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
                   classifier: str = "senteval", partition: Optional[str] = None,
                   gpus_per_task: int = 0, cpus_per_task: Optional[int] = None,
                   time: Optional[str] = None, sbatch_args: Sequence[str] = (),
-                  program: Sequence[str] = ("estratos",)) -> SlurmPlan:
+                  python: Optional[str] = None) -> SlurmPlan:
     """The job scripts for ``models`` on ``tasks`` (nothing is written or submitted).
 
     ``tasks``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier`` are the forms
     ``estratos probe`` takes. ``gpus_per_task`` and ``cpus_per_task`` go to the encode array
     (``--gres=gpu:G``: each array task is one task; ``encode --threads``); ``cpus_per_task``
     also to the probe array (``probe --jobs``). ``partition``, ``time`` and ``sbatch_args``
-    (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job. ``program``: how jobs
-    call estratos. Raises :class:`~estratos.errors.OptionError` (or the task errors of
+    (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job. ``python``: the
+    interpreter the jobs run ``-m estratos`` with (default: this one, ``sys.executable``,
+    kept as written: a venv's ``bin/python`` link must not be resolved). Raises :class:`~estratos.errors.OptionError` (or the task errors of
     :func:`estratos.tasks.select_tasks`) before anything is written.
     """
     models = [str(m) for m in models]
+    python = sys.executable if python is None else str(python)
+    if not python or not os.path.isabs(python):
+        raise OptionError(f"python: {python!r} is not an absolute path to an interpreter "
+                          "(the jobs must not depend on PATH)")
     _check_options(models, tasks, encode_array, probe_array, layers, seeds, pooling,
                    classifier, gpus_per_task, cpus_per_task, sbatch_args)
     task_options = [("--tasks", tasks)] + [("--data-dir", v)
                                            for v in _data_dir_arguments(tasks, data_dirs)]
-    p = _Pipeline(out=_absolute(out), program=tuple(program), task_options=tuple(task_options),
+    p = _Pipeline(out=_absolute(out), python=python, task_options=tuple(task_options),
                   encode_array=int(encode_array), probe_array=int(probe_array),
                   probe_options=(("--layers", layers), ("--pooling", pooling),
                                  ("--seeds", seeds), ("--classifier", classifier)),
