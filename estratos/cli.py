@@ -14,6 +14,7 @@ import click
 
 from estratos import __version__
 from estratos.errors import EstratosError, Interrupted
+from estratos.vocab import SYNTHETIC_N_PER_TASK
 
 
 class _UserError(click.ClickException):
@@ -435,10 +436,10 @@ def slurm_command(models, tasks, data_dirs, out, encode_array, probe_array, laye
               help="Output folder [default: ~/.cache/estratos/synthetic-es, where the "
                    "registry looks without --data-dir].")
 @click.option("--seed", type=int, default=1111, show_default=True, help="Generator seed.")
-@click.option("--n-per-task", type=int, default=3000, show_default=True,
-              help="Examples per task (train/dev/test = 80/10/10).")
+@click.option("--n-per-task", type=int, default=SYNTHETIC_N_PER_TASK, show_default=True,
+              help="Examples per task (train/dev/test = 80/10/10); the demo's size by default.")
 @click.option("--task", "task_names", multiple=True, metavar="NAME",
-              help="Build only this task (repeatable) [default: all eight].")
+              help="Build only this task (repeatable) [default: all nine].")
 def tasks_build_cmd(suite: str, out: Optional[str], seed: int, n_per_task: int,
                     task_names: Sequence[str]) -> None:
     """Generate a built-in suite (estratos.tasks.synthetic.build_synthetic_es)."""
@@ -485,8 +486,8 @@ def tasks_download_cmd(benchmark: str, data_dir: str, base_url: str, timeout: fl
               help="Hugging Face model id or folder [default: the packaged all-MiniLM-L6-v2].")
 @click.option("--seeds", default="1111,1,2", show_default=True,
               help="Comma-separated probe seeds.")
-@click.option("--n-per-task", type=int, default=1000, show_default=True,
-              help="Examples per synthetic task.")
+@click.option("--n-per-task", type=int, default=SYNTHETIC_N_PER_TASK, show_default=True,
+              help="Examples per synthetic task (the `tasks build` default too).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bars [default: when stderr is a terminal].")
 def demo_cmd(out: str, model: Optional[str], seeds: str, n_per_task: int,

@@ -25,13 +25,17 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from estratos.errors import OptionError
+from estratos.tasks.synthetic import (DEFAULT_N_PER_TASK, GENERATOR_VERSION, MAX_PER_TASK,
+                                      MIN_PER_TASK, build_synthetic_es)
 from estratos.vocab import DEFAULT_SEED
 
 log = logging.getLogger(__name__)
 
 DEMO_SUITE = "synthetic-es"
-#: examples per task: the demo then needs about 2.7 CPU-minutes (timings in docs/demo.md)
-DEMO_N_PER_TASK = 1000
+#: examples per task: the size `estratos tasks build` makes too (timings in docs/demo.md)
+DEMO_N_PER_TASK = DEFAULT_N_PER_TASK
+#: what the demo's report writes: the Markdown it prints and the page to open in a browser
+DEMO_REPORT_FORMATS = "md,html"
 DEMO_DATA_SEED = DEFAULT_SEED
 #: the demo's probe seeds (``estratos demo --seeds``)
 DEMO_SEEDS = (DEFAULT_SEED, 1, 2)
@@ -98,8 +102,8 @@ def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path, 
         f"estratos encode --model {q(model)} --tasks {DEMO_SUITE} {data_opt} --out {q(str(cache))}",
         f"estratos probe --cache {q(str(cache))} --tasks {DEMO_SUITE} {data_opt} --layers all "
         f"--pooling {DEMO_POOLING} {seed_opts} --out {q(str(results))}",
-        f"estratos report {q(str(results))} --out {q(str(report_dir))} --format md"
-        + (" --plot" if plot else ""),
+        f"estratos report {q(str(results))} --out {q(str(report_dir))} "
+        f"--format {DEMO_REPORT_FORMATS}" + (" --plot" if plot else ""),
     ]
 
 
@@ -138,6 +142,11 @@ def _check_same_settings(out: Path, model: str, seeds: Sequence[int], n_per_task
     made_n = info.get("n_per_task")
     if made_n is not None and (made_n != n_per_task or info.get("seed") != DEMO_DATA_SEED):
         differ.append(f"--n-per-task {made_n} (data/build_info.json), not {n_per_task}")
+    made_version = info.get("generator_version")
+    if made_version is not None and made_version != GENERATOR_VERSION:
+        differ.append(f"task sentences of generator version {made_version} "
+                      f"(data/build_info.json), not {GENERATOR_VERSION}: this estratos writes "
+                      "other sentences, so the cache and results cannot be reused")
     models = set()
     if cache_file.exists():
         try:
@@ -168,10 +177,9 @@ def _check_same_settings(out: Path, model: str, seeds: Sequence[int], n_per_task
 
 def _prepare_data(data_dir: Path, n_per_task: int) -> bool:
     """Build the task data unless the folder already holds this exact build; True if built."""
-    from estratos.tasks.synthetic import build_synthetic_es
-
     info = _build_info(data_dir)
     if (info.get("seed") == DEMO_DATA_SEED and info.get("n_per_task") == n_per_task
+            and info.get("generator_version") == GENERATOR_VERSION
             and info.get("tasks") is not None):
         return False
     build_synthetic_es(data_dir, seed=DEMO_DATA_SEED, n_per_task=n_per_task)
@@ -185,7 +193,8 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     """Build synthetic-es, encode it, probe every layer + avg x ``seeds``, write the report.
 
     ``out_dir`` receives ``data/``, ``cache.h5``, ``results.jsonl`` and ``report/``
-    (``report.md``; heatmaps under ``report/plots`` when matplotlib is installed).
+    (``report.md`` and ``report.html``; with matplotlib installed, heatmaps and layer curves
+    under ``report/plots``, also embedded in the page).
     ``model``: a Hugging Face model id or folder (default: the packaged MiniLM-L6).
     ``progress``: progress bars (None: when stderr is a terminal). ``say`` receives one line
     per step as it starts (the CLI shows them; the library itself never prints).
@@ -196,8 +205,6 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     from estratos.report import write_report
     from estratos.probe import run_probe
     from estratos.tasks import DataDirs, load_task, select_tasks
-
-    from estratos.tasks.synthetic import MAX_PER_TASK, MIN_PER_TASK
 
     tell = say or (lambda line: log.info("%s", line))
     seeds = tuple(seeds)
@@ -246,7 +253,7 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
 
     t0 = time.perf_counter()
     tell(f"[4/4] writing the report into {report_dir}")
-    report = write_report([results], report_dir, formats="md", plot=plot)
+    report = write_report([results], report_dir, formats=DEMO_REPORT_FORMATS, plot=plot)
     md = next((p for p in report.files if p.suffix == ".md"), None)
     table = md.read_text(encoding="utf-8") if md is not None else ""
     seconds["report"] = time.perf_counter() - t0

@@ -18,6 +18,9 @@ from typing import Mapping, Tuple, Union
 #: the seed SentEval fixes, and estratos' default everywhere a seed is taken (probe seeds,
 #: data generators, the shuffles of a built task, inner k-fold folds)
 DEFAULT_SEED = 1111
+#: examples per task of the built-in synthetic suite, for `estratos tasks build` and
+#: `estratos demo` alike (one size, so the README's step-by-step commands make the demo's data)
+SYNTHETIC_N_PER_TASK = 1000
 
 # ---- layer specs -----------------------------------------------------------------------------
 #: the layer spec "mean of every hidden state"

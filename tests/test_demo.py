@@ -17,7 +17,7 @@ from estratos.errors import OptionError
 from estratos.results import read_results
 
 TASKS = ("Tense", "SubjNumber", "ObjNumber", "Length", "BigramShift", "CoordinationInversion",
-         "Depth", "WordContent")
+         "OddManOut", "Depth", "WordContent")
 
 
 
@@ -33,9 +33,10 @@ def test_console_script_demo_offline(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "cache.h5").is_file()
     assert (out / "report" / "report.md").is_file()
+    assert (out / "report" / "report.html").is_file()  # the page the README says to open
     records = read_results(out / "results.jsonl")
-    # MiniLM-L6: embeddings + 6 layers + avg, 8 tasks, 3 seeds
-    assert len(records) == 8 * 8 * 3
+    # MiniLM-L6: embeddings + 6 layers + avg, 9 tasks, 3 seeds
+    assert len(records) == 8 * len(TASKS) * 3
     assert {r.name for r in records} == set(TASKS)
     assert {r.seed for r in records} == {1111, 1, 2}
     assert {r.layer for r in records} == set(range(7)) | {"avg"}
@@ -59,10 +60,13 @@ def tiny_demo(tiny_bert_dir, tmp_path_factory):
 def test_run_demo_writes_every_output(tiny_demo, tiny_bert_dir):
     out, summary = tiny_demo
     records = read_results(summary.results)
-    assert len(records) == 8 * 4  # embeddings + 2 layers + avg, one seed
+    assert len(records) == len(TASKS) * 4  # embeddings + 2 layers + avg, one seed
     assert {r.name for r in records} == set(TASKS)
     assert summary.cache == out / "cache.h5" and summary.cache.is_file()
     assert (out / "report" / "report.md") in summary.report_files
+    page = out / "report" / "report.html"
+    assert page in summary.report_files and str(page) in summary.describe()
+    assert "WordContent" in page.read_text(encoding="utf-8")
     assert "WordContent" in summary.table
     text = summary.describe()
     assert str(summary.results) in text and "estratos probe" in text

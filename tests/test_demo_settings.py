@@ -79,3 +79,21 @@ def test_an_interrupted_cache_is_judged_too(made, tiny_bert_dir, tmp_path):
     shutil.copyfile(made / "cache.h5", out / "cache.h5.partial")  # no results yet
     result = demo(out, str(tmp_path))
     assert result.exit_code == 2 and f"--model {tiny_bert_dir.resolve()}" in result.output
+
+
+def test_data_of_an_older_generator_is_named(made, tiny_bert_dir, tmp_path):
+    """A demo folder made before the task generator changed holds other sentences: its cache
+    and results must not be reused as if they were this version's."""
+    from estratos.tasks.synthetic import GENERATOR_VERSION
+
+    out = tmp_path / "old"
+    shutil.copytree(made, out)
+    info_path = out / "data" / "build_info.json"
+    info = json.loads(info_path.read_text())
+    info["generator_version"] = GENERATOR_VERSION - 1
+    info_path.write_text(json.dumps(info))
+    before = snapshot(out)
+    result = demo(out, str(tiny_bert_dir))
+    assert result.exit_code == 2, result.output
+    assert f"generator version {GENERATOR_VERSION - 1} (data/build_info.json)" in result.output
+    assert snapshot(out) == before

@@ -66,10 +66,21 @@ for _v in lx.THING_VERBS + lx.PERSON_VERBS:
             VERB_FORMS.setdefault(_v.form(_t, _num), set()).add((_t, _num))
 
 
+OPENERS = {"por fin", "sin duda", "seguramente", "por suerte", "quizás"}
+
+
 def words(sentence: str) -> List[str]:
-    assert sentence.endswith(".") and sentence[0].isupper(), sentence
-    text = sentence[:-1]
-    return (text[:1].lower() + text[1:]).split()
+    """The words of a sentence, first one lower-cased, without the final ' .' or an opener
+    (a fronted adverb, or a place phrase up to its comma)."""
+    assert sentence.endswith(" .") and sentence[0].isupper(), sentence
+    text = sentence[:-2]
+    ws = (text[:1].lower() + text[1:]).split()
+    if "," in ws:
+        ws = ws[ws.index(",") + 1:]
+    for opener in OPENERS:
+        if " ".join(ws).startswith(opener + " "):
+            ws = ws[len(opener.split()):]
+    return ws
 
 
 def agreement_ok(ws: List[str]) -> bool:
@@ -170,26 +181,45 @@ def test_agreement_and_contractions(built):
 
 
 def test_tense_labels(built):
+    other = 0
     for _, label, sentence in built["Tense"]:
-        tenses = {t for w in words(sentence) if w in VERB_FORMS for t, _ in VERB_FORMS[w]}
-        assert tenses == {label}, sentence
+        ws = words(sentence)
+        assert VERB_FORMS[ws[main_verb(ws)]] == {(label, _number(ws[main_verb(ws)]))}, sentence
+        tenses = {t for w in ws if w in VERB_FORMS for t, _ in VERB_FORMS[w]}
+        other += len(tenses) > 1
+    # the label is not written in one word: often another verb has another tense
+    assert other > 0.3 * N
+
+
+def _number(verb: str) -> str:
+    return next(iter(VERB_FORMS[verb]))[1]
+
+
+def _numbers(ws: List[str]) -> Set[str]:
+    return {number_of_noun(w) for w in ws if w in NOUN_FORMS}
 
 
 def test_subject_number_labels(built):
     want = {"NN": "sg", "NNS": "pl"}
+    other = 0
     for _, label, sentence in built["SubjNumber"]:
         ws = words(sentence)
         assert number_of_noun(ws[1]) == want[label], sentence
         verb = ws[main_verb(ws)]
         assert {n for _, n in VERB_FORMS[verb]} == {want[label]}, sentence
+        other += len(_numbers(ws)) > 1
+    assert other > 0.5 * N  # most sentences hold a noun of the other number
 
 
 def test_object_number_labels(built):
     want = {"NN": "sg", "NNS": "pl"}
+    other = 0
     for _, label, sentence in built["ObjNumber"]:
         ws = words(sentence)
         obj = next(w for w in ws[main_verb(ws) + 1:] if w in NOUN_FORMS)
         assert number_of_noun(obj) == want[label], sentence
+        other += len(_numbers(ws)) > 1
+    assert other > 0.5 * N
 
 
 def test_length_labels(built):
@@ -202,20 +232,60 @@ def test_length_labels(built):
         length_label(4)
 
 
+def pairs_of(rows: List[Tuple[str, str, str]], original: str
+             ) -> Dict[Tuple[str, Tuple[str, ...]], Dict[str, List[str]]]:
+    """Rows grouped by (split, sorted words): each group should be one original + its copy."""
+    groups: Dict[Tuple[str, Tuple[str, ...]], Dict[str, List[str]]] = {}
+    for split, label, sentence in rows:
+        key = (split, tuple(sorted(sentence.split())))
+        groups.setdefault(key, {}).setdefault(label, []).append(sentence)
+    return groups
+
+
+@pytest.mark.parametrize("name, original, altered", [
+    ("BigramShift", "O", "I"), ("CoordinationInversion", "O", "I"), ("OddManOut", "O", "C")])
+def test_word_order_tasks_are_minimal_pairs(built, name, original, altered):
+    """Every altered sentence has its original, with the very same words, in its split."""
+    groups = pairs_of(built[name], original)
+    assert len(groups) == N // 2, name
+    for members in groups.values():
+        assert {k: len(v) for k, v in members.items()} == {original: 1, altered: 1}, members
+    # so each split's classes have the same bag of words (as str.split() counts them)
+    for split in ("tr", "va", "te"):
+        bags = {label: Counter(w for s, l, t in built[name] if s == split and l == label
+                               for w in t.split()) for label in (original, altered)}
+        assert bags[original] == bags[altered], (name, split)
+
+
 def test_bigram_shift_labels(built):
-    for _, label, sentence in built["BigramShift"]:
-        ws = words(sentence)
-        if label == "O":
-            continue
-        # undoing one adjacent swap gives a well-formed sentence, and the words differ
-        candidates = []
-        for i in range(len(ws) - 1):
-            fixed = ws[:i] + [ws[i + 1], ws[i]] + ws[i + 2:]
-            if agreement_ok(fixed):
-                candidates.append(i)
-        assert candidates, sentence
-    texts = {s for _, _, s in built["BigramShift"]}
-    assert len(texts) == N
+    for original, shifted in _pairs(built["BigramShift"], "O", "I"):
+        a, b = original.split(), shifted.split()
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        # exactly two adjacent words swapped, never the first one
+        assert len(diff) == 2 and diff[1] == diff[0] + 1 and diff[0] > 0, (original, shifted)
+        assert (b[diff[0]], b[diff[1]]) == (a[diff[1]], a[diff[0]])
+        assert agreement_ok(words(original)), original
+
+
+def _pairs(rows: List[Tuple[str, str, str]], original: str, altered: str
+           ) -> List[Tuple[str, str]]:
+    return [(m[original][0], m[altered][0]) for m in pairs_of(rows, original).values()]
+
+
+def test_odd_man_out_labels(built):
+    animate = {n.sg for n in lx.ANIMATE} | {n.pl for n in lx.ANIMATE}
+    for original, odd in _pairs(built["OddManOut"], "O", "C"):
+        a, b = original.split(), odd.split()
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        # two nouns of different animacy, same gender and number, traded places
+        assert len(diff) == 2, (original, odd)
+        i, j = diff
+        assert (b[i], b[j]) == (a[j], a[i]) and a[i] in NOUN_FORMS and a[j] in NOUN_FORMS
+        assert (a[i] in animate) != (a[j] in animate), (original, odd)
+        assert NOUN_FORMS[a[i]] & NOUN_FORMS[a[j]], (original, odd)
+        assert agreement_ok(words(original)) and agreement_ok(words(odd)), odd
+        # in the original every subject (first noun) is animate
+        assert words(original)[1] in animate, original
 
 
 def test_coordination_inversion_labels(built):
@@ -225,13 +295,15 @@ def test_coordination_inversion_labels(built):
                      if w in CLITICS and i + 1 < len(ws) and ws[i + 1] in VERB_FORMS]
         assert len(clitic_at) == 1, sentence
         i = clitic_at[0]
-        assert (i == 0) == (label == "I"), sentence
-        # the clitic agrees with the object of the other clause (first noun after its verb)
+        verbs_before = [w for w in ws[:i] if w in VERB_FORMS]
+        # inverted: the clitic's verb phrase comes first, right after the subject
+        assert (not verbs_before) == (label == "I"), sentence
+        # the clitic agrees with the object of the other verb phrase (first noun after its verb)
         other = ws[i + 2:] if label == "I" else ws[:i]
         verb_at = next(j for j, w in enumerate(other) if w in VERB_FORMS)
         obj = next(w for w in other[verb_at + 1:] if w in NOUN_FORMS)
         assert CLITICS[ws[i]] in NOUN_FORMS[obj], sentence
-        # both verbs share tense and number
+        # both verbs share tense and number (one subject)
         verbs = [VERB_FORMS[w] for w in ws if w in VERB_FORMS]
         assert len(verbs) == 2 and verbs[0] == verbs[1], sentence
 
@@ -301,3 +373,24 @@ def test_cli_build(tmp_path):
                               "--n-per-task", "199"])
     assert res.exit_code == 2 and "--n-per-task" in res.output
     assert not (tmp_path / "t").exists()
+
+
+def test_tfidf_baseline_is_at_chance_on_word_order_tasks(tmp_path):
+    """`estratos baseline` (bag of words) through the CLI: exactly the majority rate, since
+    the two members of every pair have the same TF-IDF vector and so the same prediction."""
+    from click.testing import CliRunner
+
+    from estratos.cli import cli
+    from estratos.results import read_results
+
+    runner = CliRunner()
+    names = ["BigramShift", "CoordinationInversion", "OddManOut"]
+    res = runner.invoke(cli, ["tasks", "build", "synthetic-es", "--out", str(tmp_path / "s"),
+                              "--n-per-task", "400"] + [a for n in names for a in ("--task", n)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["baseline", "--tasks", ",".join(f"synthetic-es:{n}" for n in names),
+                              "--data-dir", f"synthetic-es={tmp_path / 's'}",
+                              "--out", str(tmp_path / "b.jsonl")])
+    assert res.exit_code == 0, res.output
+    scores = {r.name: r.score for r in read_results(tmp_path / "b.jsonl")}
+    assert scores == {n: 50.0 for n in names}

@@ -26,7 +26,7 @@ def test_suites_and_counts():
     for spec in all_specs():
         suites[spec.suite] = suites.get(spec.suite, 0) + 1
     assert suites["es-senteval"] == 21 and suites["es-discoeval"] == 11
-    assert suites["synthetic-es"] == 8
+    assert suites["synthetic-es"] == 9
     assert suites["en-discoeval"] >= 12 and suites["en-senteval"] >= 20
     assert all(spec.loader in format_names() for spec in all_specs())
 

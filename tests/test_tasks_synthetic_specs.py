@@ -13,8 +13,8 @@ def test_generated_suite_loads_through_the_registry(tmp_path):
     dirs = DataDirs.parse([f"synthetic-es={tmp_path}"])
     specs = select_tasks("synthetic-es")
     assert [s.name for s in specs] == ["Tense", "SubjNumber", "ObjNumber", "Length",
-                                       "BigramShift", "CoordinationInversion", "Depth",
-                                       "WordContent"]
+                                       "BigramShift", "CoordinationInversion", "OddManOut",
+                                       "Depth", "WordContent"]
     assert check_tasks(specs, dirs) == []
     for spec in specs:
         data = load_task(spec, dirs)

@@ -229,5 +229,27 @@ PERSON_VERBS: Tuple[Verb, ...] = (
 PREPOSITIONS: Tuple[str, ...] = ("en", "cerca de", "junto a", "delante de", "detrás de")
 CONTRACTIONS: Mapping[Tuple[str, str], str] = MappingProxyType({("de", "el"): "del",
                                                                  ("a", "el"): "al"})
+#: sentence openers that suit any tense (a fronted adverb before the subject)
+OPENING_ADVERBS: Tuple[str, ...] = ("por fin", "sin duda", "seguramente", "por suerte",
+                                    "quizás")
 #: coordinators of CoordinationInversion (clause order matters: the 2nd clause resumes the 1st)
 COORDINATORS: Tuple[str, ...] = ("y", "y luego", "y después", "y más tarde")
+
+
+def _noun_forms() -> Mapping[str, Tuple[Noun, str]]:
+    forms: Dict[str, Tuple[Noun, str]] = {}
+    for noun in ANIMATE + INANIMATE + PLACES:
+        for number in NUMBERS:
+            form = noun.form(number)
+            if form in forms:
+                raise ValueError(f"noun form {form!r} has two readings")
+            forms[form] = (noun, number)
+    return MappingProxyType(forms)
+
+
+#: noun form -> (noun, number) for the pools clauses use (WORD_CONTENT has "paraguas", the
+#: same in both numbers, and is left out): a generated sentence's nouns can be read back, so
+#: OddManOut swaps two nouns only when their gender and number agree
+NOUN_FORMS: Mapping[str, Tuple[Noun, str]] = _noun_forms()
+#: the forms of the animate nouns (people and animals)
+ANIMATE_FORMS = frozenset(n.form(num) for n in ANIMATE for num in NUMBERS)

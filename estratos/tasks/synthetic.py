@@ -2,17 +2,24 @@
 
 Why it exists: ``estratos demo`` must produce a real per-layer result offline, with no data
 download, and the real Spanish probing data is large and partly unpublished. So we generate
-sentences from a hand-written lexicon (:mod:`estratos.tasks.lexicon_es`) and templates, choosing
-the label first and then building a sentence that has it: the tense of the main verb, the
-number of the subject or object, the word count, whether two adjacent words were swapped,
-whether two coordinated clauses were swapped (the second clause resumes the first one's object
-with a clitic, so the swapped order is detectable), the nesting depth of relative clauses, and
-which one of a few target nouns appears. Gender and number agreement is always right because
-every form comes from the lexicon's agreement tables.
+sentences from a hand-written lexicon (:mod:`estratos.tasks.lexicon_es`) and templates. Gender
+and number agreement is always right because every form comes from the lexicon's agreement
+tables.
+
+A task must test what it names, not what a bag of words can read (issue 23; docs/tasks.md
+says what each task can and cannot show). Two kinds:
+
+- label first (Tense, SubjNumber, ObjNumber, Length, Depth, WordContent): the label is drawn,
+  then a sentence built to have it; in Tense and the number tasks other clauses carry other
+  tenses and numbers, so the label is not one marker word;
+- minimal pairs (BigramShift, CoordinationInversion, OddManOut): a sentence is built and
+  altered, and both go into the same split, the altered one made of exactly the original's
+  words; a bag of words cannot tell them apart, only word order can.
 
 The output is ordinary task data in the SentEval probing format, one file per task,
 ``<out_dir>/<Name>.txt`` with lines ``split<TAB>label<TAB>sentence`` (split tr/va/te, 80/10/10,
-stratified by label), so the registry, ``encode`` and ``probe`` treat it like real data.
+stratified by label; by pair for the minimal pairs), so the registry, ``encode`` and
+``probe`` treat it like real data.
 Deterministic for a seed: each task draws from its own ``random.Random`` seeded with the task
 name and the seed, so building a subset of tasks gives the same files as building all of them.
 Sentences are unique within a task (across all splits).
@@ -25,20 +32,23 @@ import logging
 import os
 import random
 from pathlib import Path
+from types import MappingProxyType
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from estratos.atomic import write_atomic
 from estratos.errors import OptionError
 from estratos.tasks import lexicon_es as lx
 from estratos.text import normalize_sentence
-from estratos.vocab import DEFAULT_SEED
+from estratos.vocab import DEFAULT_SEED, SYNTHETIC_N_PER_TASK
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 #: task names, in the order the registry declares them
 TASK_NAMES: Tuple[str, ...] = ("Tense", "SubjNumber", "ObjNumber", "Length", "BigramShift",
-                               "CoordinationInversion", "Depth", "WordContent")
+                               "CoordinationInversion", "OddManOut", "Depth", "WordContent")
+#: examples per task of `estratos tasks build` and of `estratos demo`
+DEFAULT_N_PER_TASK = SYNTHETIC_N_PER_TASK
 #: word-count bins of the Length task (inclusive), labelled "05-07" ... so they sort in order
 LENGTH_BINS: Tuple[Tuple[int, int], ...] = ((5, 7), (8, 10), (11, 13), (14, 16), (17, 19),
                                             (20, 22))
@@ -69,6 +79,7 @@ def task_labels(name: str) -> Tuple[str, ...]:
         "Length": tuple(f"{lo:02d}-{hi:02d}" for lo, hi in LENGTH_BINS),
         "BigramShift": ("I", "O"),
         "CoordinationInversion": ("I", "O"),
+        "OddManOut": ("C", "O"),
         "Depth": tuple(str(d) for d in range(MAX_DEPTH + 1)),
         "WordContent": tuple(n.sg for n in lx.WORD_CONTENT),
     }
@@ -79,9 +90,10 @@ def task_labels(name: str) -> Tuple[str, ...]:
 
 
 def render(tokens: Sequence[Token]) -> str:
-    """Words joined by spaces, first letter capitalized, a final period."""
+    """Words joined by spaces, first letter capitalized, the final period a word of its own
+    (tokenized, as in SentEval's and X-Probe's probing files)."""
     text = " ".join(word for word, _ in tokens)
-    return text[:1].upper() + text[1:] + "."
+    return text[:1].upper() + text[1:] + " ."
 
 
 def contract(tokens: Sequence[Token]) -> List[Token]:
@@ -159,14 +171,15 @@ class _Grammar:
         subj_number = self.number(subj_number)
         obj_number = self.number(obj_number)
         toks, _ = self.person(subj_number, adj_p)
+        # relative clauses take their own tense, as in real text ("el niño que vino verá...")
         if self.rng.random() < subj_rel_p:
-            toks += self.relative(subj_number, tense, 1, adj_p)
+            toks += self.relative(subj_number, self.rng.choice(lx.TENSES), 1, adj_p)
         if thing_noun is None and self.rng.random() < person_obj_p:
             verb, _ = self.verb(lx.PERSON_VERBS, tense, subj_number)
             obj, _ = self.person(obj_number, adj_p)
             toks += [verb, ("a", "A")] + obj
             if self.rng.random() < obj_rel_p:
-                toks += self.relative(obj_number, tense, 1, adj_p)
+                toks += self.relative(obj_number, self.rng.choice(lx.TENSES), 1, adj_p)
         else:
             verb, _ = self.verb(lx.THING_VERBS, tense, subj_number)
             obj, _ = self.noun_phrase(thing_pool, obj_number, adj_p, noun=thing_noun)
@@ -176,18 +189,39 @@ class _Grammar:
         return toks
 
 
-# ---- one generator per task: (grammar, label) -> tokens whose label is `label` ----------
+# ---- label-first tasks: (grammar, label) -> tokens whose label is `label` ----------------
+
+#: how often a clause of Tense, SubjNumber and ObjNumber carries other verbs and nouns than the
+#: one its label is about (relative clauses with their own tense and object; an animate object
+#: whose number is not the subject's): the label is not written in one word, as in real text
+_DISTRACTORS: Mapping[str, float] = MappingProxyType(
+    {"subj_rel_p": 0.2, "person_obj_p": 0.9, "obj_rel_p": 0.8})
+#: how often those clauses open with a fronted phrase, so the capitalized first word is not
+#: always the subject's determiner (which alone would give SubjNumber away to a bag of words)
+_OPENER_P = 0.8
+
+
+def _with_opener(g: _Grammar, clause: List[Token]) -> List[Token]:
+    """Sometimes a fronted place phrase + comma, or a tense-neutral adverb, before the clause."""
+    if g.rng.random() >= _OPENER_P:
+        return clause
+    if g.rng.random() < 0.3:
+        return [(w, "ADV") for w in g.rng.choice(lx.OPENING_ADVERBS).split()] + clause
+    return g.place_phrase() + [(",", "PUNCT")] + clause
+
 
 def _tense(g: _Grammar, label: str) -> List[Token]:
-    return g.clause(tense=label)
+    return _with_opener(g, g.clause(tense=label, **_DISTRACTORS))
 
 
 def _subj_number(g: _Grammar, label: str) -> List[Token]:
-    return g.clause(subj_number="sg" if label == "NN" else "pl")
+    return _with_opener(g, g.clause(subj_number="sg" if label == "NN" else "pl",
+                                    **_DISTRACTORS))
 
 
 def _obj_number(g: _Grammar, label: str) -> List[Token]:
-    return g.clause(obj_number="sg" if label == "NN" else "pl")
+    return _with_opener(g, g.clause(obj_number="sg" if label == "NN" else "pl",
+                                    **_DISTRACTORS))
 
 
 def _length(g: _Grammar, label: str) -> List[Token]:
@@ -206,37 +240,6 @@ def _length(g: _Grammar, label: str) -> List[Token]:
         if lo <= n <= hi:
             return toks
     raise RuntimeError(f"could not build a sentence of {label} words")  # a bug, not input
-
-
-def _bigram_shift(g: _Grammar, label: str) -> List[Token]:
-    toks = contract(g.clause())
-    if label == "O":
-        return toks
-    # swap two adjacent words; never a noun and its adjective (that order can be grammatical)
-    spots = [i for i in range(len(toks) - 1)
-             if toks[i][0] != toks[i + 1][0]
-             and {toks[i][1], toks[i + 1][1]} != {"NOUN", "ADJ"}]
-    i = g.rng.choice(spots)
-    toks[i], toks[i + 1] = toks[i + 1], toks[i]
-    return toks
-
-
-def _coordination_inversion(g: _Grammar, label: str) -> List[Token]:
-    tense = g.rng.choice(lx.TENSES)
-    subj_number = g.number()
-    obj_number = g.number()
-    first, _ = g.person(subj_number)
-    verb1, v1 = g.verb(lx.THING_VERBS, tense, subj_number)
-    obj, noun = g.noun_phrase(lx.INANIMATE, obj_number)
-    first += [verb1] + obj
-    if g.rng.random() < 0.3:
-        first += g.place_phrase()
-    verb2, _ = g.verb(lx.THING_VERBS, tense, subj_number, avoid=v1)
-    second: List[Token] = [(lx.CLITICS[(noun.gender, obj_number)], "CLITIC"), verb2]
-    if g.rng.random() < 0.3:
-        second += g.place_phrase()
-    conj = [(w, "CONJ") for w in g.rng.choice(lx.COORDINATORS).split()]
-    return first + conj + second if label == "O" else second + conj + first
 
 
 def _depth(g: _Grammar, label: str) -> List[Token]:
@@ -265,26 +268,90 @@ def _word_content(g: _Grammar, label: str) -> List[Token]:
     return g.clause(thing_noun=noun, thing_pool=lx.WORD_CONTENT)
 
 
-_GENERATORS: Mapping[str, Callable[[_Grammar, str], List[Token]]] = {
+_GENERATORS: Mapping[str, Callable[[_Grammar, str], List[Token]]] = MappingProxyType({
     "Tense": _tense, "SubjNumber": _subj_number, "ObjNumber": _obj_number,
-    "Length": _length, "BigramShift": _bigram_shift,
-    "CoordinationInversion": _coordination_inversion, "Depth": _depth,
-    "WordContent": _word_content,
-}
+    "Length": _length, "Depth": _depth, "WordContent": _word_content,
+})
 
 
-def generate_task(name: str, n: int, seed: int = DEFAULT_SEED) -> List[Tuple[str, str, str]]:
-    """``n`` examples ``(split, label, sentence)`` of task ``name``, balanced and stratified.
+# ---- minimal-pair tasks: grammar -> (original, altered) with the same words ---------------
+# A bag of words cannot tell the two members of a pair apart (same tokens, same counts, the
+# capitalized first word and the final " ." untouched), and both go to the same split, so a
+# model that only counts words sits exactly at chance; what is left to read is word order.
 
-    Labels are drawn round-robin (so classes differ by at most one example), each sentence is
-    unique within the task, and each label's examples are split 80/10/10 into tr/va/te.
-    """
+def _bigram_shift(g: _Grammar) -> Optional[Tuple[List[Token], List[Token]]]:
+    toks = contract(g.clause())
+    # two adjacent words, never the first (its capital letter would give the swap away),
+    # never a noun and its adjective (that order can be grammatical)
+    spots = [i for i in range(1, len(toks) - 1)
+             if toks[i][0] != toks[i + 1][0]
+             and {toks[i][1], toks[i + 1][1]} != {"NOUN", "ADJ"}]
+    if not spots:
+        return None
+    i = g.rng.choice(spots)
+    shifted = list(toks)
+    shifted[i], shifted[i + 1] = shifted[i + 1], shifted[i]
+    return toks, shifted
+
+
+def _coordination_inversion(g: _Grammar) -> Optional[Tuple[List[Token], List[Token]]]:
+    """'Subject V1 object [place] y (luego) CLITIC V2 [place]': the second verb phrase resumes
+    the first one's object with a clitic; inverted, the two verb phrases trade places around
+    the coordinator, so the clitic comes before the object it stands for."""
+    tense = g.rng.choice(lx.TENSES)
+    subj_number = g.number()
+    obj_number = g.number()
+    subject, _ = g.person(subj_number)
+    verb1, v1 = g.verb(lx.THING_VERBS, tense, subj_number)
+    obj, noun = g.noun_phrase(lx.INANIMATE, obj_number)
+    first = [verb1] + obj
+    if g.rng.random() < 0.3:
+        first += g.place_phrase()
+    verb2, _ = g.verb(lx.THING_VERBS, tense, subj_number, avoid=v1)
+    second: List[Token] = [(lx.CLITICS[(noun.gender, obj_number)], "CLITIC"), verb2]
+    if g.rng.random() < 0.3:
+        second += g.place_phrase()
+    conj = [(w, "CONJ") for w in g.rng.choice(lx.COORDINATORS).split()]
+    return (contract(subject + first + conj + second), contract(subject + second + conj + first))
+
+
+def _odd_man_out(g: _Grammar) -> Optional[Tuple[List[Token], List[Token]]]:
+    """Two nouns of different animacy trade places (a person where a thing or a place was,
+    and the other way round); same gender and number, so every agreement stays right and
+    only the meaning is odd ('El libro compró al niño en la plaza')."""
+    toks = contract(g.clause(pp_max=2))
+    nouns = [(i, lx.NOUN_FORMS[w]) for i, (w, tag) in enumerate(toks) if tag == "NOUN"]
+    swaps = [(i, j) for i, (a, na) in nouns for j, (b, nb) in nouns
+             if toks[i][0] in lx.ANIMATE_FORMS and toks[j][0] not in lx.ANIMATE_FORMS
+             and a.gender == b.gender and na == nb]
+    if not swaps:
+        return None
+    i, j = g.rng.choice(swaps)
+    odd = list(toks)
+    odd[i], odd[j] = odd[j], odd[i]
+    return toks, odd
+
+
+#: task -> (label of the original, label of the altered copy, pair maker)
+_PAIRED: Mapping[str, Tuple[str, str, Callable[[_Grammar], Optional[Tuple[List[Token],
+                                                                           List[Token]]]]]] = \
+    MappingProxyType({"BigramShift": ("O", "I", _bigram_shift),
+                      "CoordinationInversion": ("O", "I", _coordination_inversion),
+                      "OddManOut": ("O", "C", _odd_man_out)})
+
+
+def _split_sizes(n: int) -> Tuple[int, int, int]:
+    """(train, dev, test) counts of ``n`` items: 10 % each (at least one) for dev and test."""
+    n_va = max(1, round(n * SPLIT_FRACTIONS[1][1]))
+    n_te = max(1, round(n * SPLIT_FRACTIONS[2][1]))
+    return n - n_va - n_te, n_va, n_te
+
+
+def _label_first_rows(name: str, n: int, grammar: _Grammar, seen: set
+                      ) -> Dict[str, List[Tuple[str, str, str]]]:
+    """Labels drawn round-robin, a sentence built for each; each label split 80/10/10."""
     labels = task_labels(name)
-    _check_n(n)
-    rng = random.Random(f"synthetic-es/{name}/{seed}")
-    grammar = _Grammar(rng)
     make = _GENERATORS[name]
-    seen: set = set()
     by_label: Dict[str, List[str]] = {label: [] for label in labels}
     for i in range(n):
         label = labels[i % len(labels)]
@@ -293,20 +360,72 @@ def generate_task(name: str, n: int, seed: int = DEFAULT_SEED) -> List[Tuple[str
             if sentence not in seen:
                 break
         else:
-            raise OptionError(f"--n-per-task {n} is more than synthetic-es:{name} can make "
-                              "without repeating sentences; ask for fewer")
+            raise _too_many(name, n)
         seen.add(sentence)
         by_label[label].append(sentence)
     rows: Dict[str, List[Tuple[str, str, str]]] = {split: [] for split, _ in SPLIT_FRACTIONS}
     for label in labels:
         sentences = by_label[label]
-        n_va = max(1, round(len(sentences) * SPLIT_FRACTIONS[1][1]))
-        n_te = max(1, round(len(sentences) * SPLIT_FRACTIONS[2][1]))
-        n_tr = len(sentences) - n_va - n_te
+        n_tr, n_va, _ = _split_sizes(len(sentences))
         cuts = {"tr": sentences[:n_tr], "va": sentences[n_tr:n_tr + n_va],
                 "te": sentences[n_tr + n_va:]}
         for split, chunk in cuts.items():
             rows[split].extend((split, label, s) for s in chunk)
+    return rows
+
+
+def _paired_rows(name: str, n: int, grammar: _Grammar, seen: set
+                 ) -> Dict[str, List[Tuple[str, str, str]]]:
+    """``n // 2`` (original, altered) pairs split 80/10/10 as pairs; an odd ``n`` adds one
+    original alone to train."""
+    original, altered, make = _PAIRED[name]
+    n_pairs, extra = divmod(n, 2)
+    pairs: List[Tuple[str, str]] = []
+    while len(pairs) < n_pairs + extra:
+        for _ in range(_MAX_TRIES):
+            made = make(grammar)
+            if made is None:
+                continue
+            a, b = (normalize_sentence(render(toks)) for toks in made)
+            if a != b and a not in seen and b not in seen:
+                break
+        else:
+            raise _too_many(name, n)
+        seen.update((a, b))
+        pairs.append((a, b))
+    n_tr, n_va, _ = _split_sizes(n_pairs)
+    cuts = {"tr": pairs[:n_tr], "va": pairs[n_tr:n_tr + n_va],
+            "te": pairs[n_tr + n_va:n_pairs]}
+    rows: Dict[str, List[Tuple[str, str, str]]] = {split: [] for split, _ in SPLIT_FRACTIONS}
+    for split, chunk in cuts.items():
+        for a, b in chunk:
+            rows[split] += [(split, original, a), (split, altered, b)]
+    if extra:
+        rows["tr"].append(("tr", original, pairs[-1][0]))
+    return rows
+
+
+def _too_many(name: str, n: int) -> OptionError:
+    return OptionError(f"--n-per-task {n} is more than synthetic-es:{name} can make without "
+                       "repeating sentences; ask for fewer")
+
+
+def generate_task(name: str, n: int, seed: int = DEFAULT_SEED) -> List[Tuple[str, str, str]]:
+    """``n`` examples ``(split, label, sentence)`` of task ``name``, balanced and stratified.
+
+    Classes differ by at most one example, each sentence is unique within the task, and
+    examples are split 80/10/10 into tr/va/te (per label; per pair for the minimal-pair
+    tasks BigramShift, CoordinationInversion and OddManOut, whose two members share a split).
+    """
+    task_labels(name)
+    _check_n(n)
+    rng = random.Random(f"synthetic-es/{name}/{seed}")
+    grammar = _Grammar(rng)
+    seen: set = set()
+    if name in _PAIRED:
+        rows = _paired_rows(name, n, grammar, seen)
+    else:
+        rows = _label_first_rows(name, n, grammar, seen)
     out: List[Tuple[str, str, str]] = []
     for split, _ in SPLIT_FRACTIONS:
         rng.shuffle(rows[split])
@@ -332,7 +451,7 @@ def default_dir() -> Path:
 
 
 def build_synthetic_es(out_dir: Optional[os.PathLike | str] = None, seed: int = DEFAULT_SEED,
-                       n_per_task: int = 3000,
+                       n_per_task: int = DEFAULT_N_PER_TASK,
                        tasks: Optional[Iterable[str]] = None) -> Dict[str, Path]:
     """Write the synthetic-es task files into ``out_dir``; returns ``{task name: path}``.
 

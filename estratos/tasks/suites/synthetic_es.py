@@ -1,6 +1,6 @@
 """Synthetic Spanish probing suite (synthetic-es), written by ``estratos tasks build``.
 
-Eight linguistic probing tasks in SentEval's probing format (``split<TAB>label<TAB>sentence``,
+Nine linguistic probing tasks in SentEval's probing format (``split<TAB>label<TAB>sentence``,
 split tr/va/te), one file per task, ``<data-dir>/<Name>.txt``. The files are generated (see
 ``estratos.tasks.synthetic``); this module only declares them. Without ``--data-dir`` the
 suite is looked for in :data:`SYNTHETIC_ES_DEFAULT_DIR`.
@@ -24,7 +24,7 @@ register_suite(SuiteInfo(SUITE, "es", "synthetic Spanish probing tasks (estratos
 #: task name -> classifier overrides (WordContent stays linear, as in SentEval)
 TASKS = {
     "Tense": {}, "SubjNumber": {}, "ObjNumber": {}, "Length": {}, "BigramShift": {},
-    "CoordinationInversion": {}, "Depth": {}, "WordContent": WORD_CONTENT,
+    "CoordinationInversion": {}, "OddManOut": {}, "Depth": {}, "WordContent": WORD_CONTENT,
 }
 
 register(*(TaskSpec(suite=SUITE, name=name, group="LPT", language="es", loader="probing",
