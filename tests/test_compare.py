@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +12,7 @@ from estratos.cli import cli
 from estratos.report import build_report
 from estratos.report.intervals import StatsOptions
 from estratos.results import ResultsStore
-from estratos.results.predictions import predictions_path, write_predictions
+from estratos.results.predictions import predictions_dir, write_predictions
 
 from stats_toys import classification_cell, toy_run, write_cells
 
@@ -116,7 +117,7 @@ def test_compare_accepts_equal_copies_and_a_rerun_within_one_file(tmp_path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     _two_runs(a, n=200, created="2026-11-23T09:00:00Z")
     b.write_bytes(a.read_bytes())  # the same cells twice (a copy, or a merged file)
-    predictions_path(b).write_bytes(predictions_path(a).read_bytes())
+    shutil.copytree(predictions_dir(a), predictions_dir(b))
     code, out = _invoke("compare", a, b, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1")
     assert code == 0 and "note:" not in out, out
     # a rerun with --overwrite appends a newer copy to the same file: the last one is meant
@@ -142,9 +143,9 @@ def test_compare_refuses_different_test_sets(tmp_path):
 def test_compare_without_predictions_says_so(tmp_path):
     path = tmp_path / "run.jsonl"
     toy_run(path, layers=(0, 1), seeds=(1,), sts=False)
-    predictions_path(path).unlink()
+    shutil.rmtree(predictions_dir(path))
     code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1")
-    assert code == 1 and "no predictions file" in out and "run.predictions.h5" in out
+    assert code == 1 and "no predictions file" in out and "run.predictions/" in out
 
 
 def test_report_ci_and_significance(run, tmp_path):
@@ -172,16 +173,34 @@ def test_report_ci_of_one_seed_equals_the_recorded_interval(tmp_path):
     content = build_report([path], stats=StatsOptions(ci=True))
     [interval] = content.intervals.values()
     assert (round(interval.lo, 2), round(interval.hi, 2)) == (record.ci["lo"], record.ci["hi"])
-    predictions_path(path).unlink()  # the recorded interval still serves
+    shutil.rmtree(predictions_dir(path))  # the recorded interval still serves
     content = build_report([path], stats=StatsOptions(ci=True))
     [interval] = content.intervals.values()
     assert (interval.lo, interval.hi) == (record.ci["lo"], record.ci["hi"])
 
 
+def test_report_reuses_the_intervals_the_probe_recorded(tmp_path, monkeypatch):
+    """Intervals are computed once: a one-seed cell shows its line's ``ci``; only a mean
+    over seeds is resampled by the report."""
+    import estratos.report.intervals as intervals
+
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    toy_run(one, layers=(0, 1), seeds=(1,), sts=False)
+    toy_run(two, layers=(0, 1), seeds=(1, 2), sts=False)
+    computed = []
+    real = intervals.bootstrap_ci
+    monkeypatch.setattr(intervals, "bootstrap_ci",
+                        lambda *a, **k: computed.append(1) or real(*a, **k))
+    assert len(build_report([one], stats=StatsOptions(ci=True)).intervals) == 2
+    assert computed == []
+    assert len(build_report([two], stats=StatsOptions(ci=True)).intervals) == 2
+    assert len(computed) == 2
+
+
 def test_report_ci_without_predictions_gives_a_notice(tmp_path):
     path = tmp_path / "run.jsonl"
     toy_run(path, layers=(0, 1), seeds=(1, 2), sts=False)
-    predictions_path(path).unlink()
+    shutil.rmtree(predictions_dir(path))
     content = build_report([path], stats=StatsOptions(ci=True, significance="holm"))
     assert not content.intervals
     texts = [str(n) for n in content.notices]

@@ -12,13 +12,19 @@ import pytest
 
 from estratos.errors import ResultsError
 from estratos.results import read_results
+from estratos.results import predictions as store
 from estratos.results.predictions import (CellPredictions, PredictionsReader, check_metric,
-                                          predictions_path, write_predictions)
+                                          predictions_dir, predictions_path, write_predictions)
 
 from stats_toys import classification_cell, sts_cell, toy_run, write_cells
 
 
 def test_file_name_derives_from_the_results_file(tmp_path):
+    assert predictions_dir(tmp_path / "run.jsonl") == tmp_path / "run.predictions"
+    assert predictions_dir(tmp_path / "run.shard-1-of-4.jsonl").name == \
+        "run.shard-1-of-4.predictions"
+    assert predictions_dir("res").name == "res.predictions"
+    # the single file of earlier versions (still read)
     assert predictions_path(tmp_path / "run.jsonl") == tmp_path / "run.predictions.h5"
     assert predictions_path(tmp_path / "run.shard-1-of-4.jsonl").name == \
         "run.shard-1-of-4.predictions.h5"
@@ -55,14 +61,87 @@ def test_results_lines_carry_a_bootstrap_interval(tmp_path):
     assert '"ci"' not in (tmp_path / "plain.jsonl").read_text()
 
 
+def _files(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
 def test_test_sets_are_stored_once(tmp_path):
     import h5py
 
     toy_run(tmp_path / "run.jsonl", layers=(0, 1, 2), seeds=(1, 2), sts=True)
-    with h5py.File(predictions_path(tmp_path / "run.jsonl"), "r") as h5:
-        assert len(h5["cells"]) == 12
-        assert len(h5["tests"]) == 2  # the classification and the STS test sets
+    folder = predictions_dir(tmp_path / "run.jsonl")
+    names = _files(folder)
+    tests = [n for n in names if n.startswith("tests-")]
+    assert len(tests) == 2  # the classification and the STS test sets
+    assert names == sorted(tests + ["cells-000001.h5"])  # one write, one cells file
+    with h5py.File(folder / "cells-000001.h5", "r") as h5:
+        assert len(h5["cells"]) == 12 and "tests" not in h5
         assert h5.attrs["format"] == "estratos-predictions"
+    for name in tests:
+        with h5py.File(folder / name, "r") as h5:
+            assert list(h5["tests"]) == [name[len("tests-"):-len(".h5")]] and "cells" not in h5
+
+
+def test_each_write_adds_files_and_never_rewrites_one(tmp_path):
+    results = tmp_path / "run.jsonl"
+    folder = predictions_dir(results)
+    write_cells(results, [classification_cell(0, 1), sts_cell(0, 1)])
+    before = {n: (folder / n).read_bytes() for n in _files(folder)}
+    for layer in (1, 2):
+        write_cells(results, [classification_cell(layer, 1), sts_cell(layer, 1)])
+    assert {n: (folder / n).read_bytes() for n in before} == before
+    assert sorted(set(_files(folder)) - set(before)) == ["cells-000002.h5", "cells-000003.h5"]
+    reader = PredictionsReader()
+    for record in read_results(results):
+        assert reader.find(record, results).problem is None
+
+
+def test_a_file_of_the_earlier_single_file_layout_still_loads(tmp_path):
+    """Earlier versions kept everything in ``run.predictions.h5`` (/tests and /cells): it is
+    read first; cells written since go to the folder, and a newer copy of a cell wins."""
+    import h5py
+    import shutil
+
+    results = tmp_path / "run.jsonl"
+    write_cells(results, [classification_cell(layer, 1) for layer in (0, 1)] +
+                [sts_cell(0, 1)])
+    folder = predictions_dir(results)
+    with h5py.File(predictions_path(results), "w") as single:  # the old layout
+        single.attrs["format"], single.attrs["version"] = "estratos-predictions", 1
+        for name in _files(folder):
+            with h5py.File(folder / name, "r") as part:
+                for group in part:
+                    for item in part[group]:
+                        part.copy(part[group][item], single.require_group(group), name=item)
+    shutil.rmtree(folder)
+    store._NEXT.clear()  # a new process
+    record, preds = classification_cell(0, 1, accuracy={0: 90.0})
+    [rerun] = write_predictions(results, [record.replace(created="2026-11-23T10:00:00Z")],
+                                [preds])
+    from estratos.results import ResultsStore
+    ResultsStore(results).append([rerun], skip_done=False)
+    # the single file is only read: the folder stores the test set again for its own cells
+    assert [n.split("-")[0] for n in _files(folder)] == ["cells", "tests"]
+    records = read_results(results)
+    assert len(records) == 3
+    reader = PredictionsReader()
+    for r in records:
+        found = reader.find(r, results)
+        assert found.problem is None
+        assert round(check_metric(r, found.preds), 2) == r.score
+    assert [r.score for r in records if r.layer == 0 and r.task == "toy:A"] == [rerun.score]
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_writer(tmp_path):
+    results = tmp_path / "run.jsonl"
+    write_cells(results, [classification_cell(0, 1)])
+    folder = predictions_dir(results)
+    leftover = folder / ".cells-000002.h5.0badc0de.tmp"
+    leftover.write_bytes(b"half an HDF5 file")
+    assert PredictionsReader().find(read_results(results)[0], results).problem is None
+    store._NEXT.clear()  # the next run is a new process
+    write_cells(results, [classification_cell(1, 1)])
+    assert not leftover.exists() and "cells-000002.h5" in _files(folder)
 
 
 def test_overwrite_replaces_a_cell(tmp_path):
@@ -80,12 +159,25 @@ def test_overwrite_replaces_a_cell(tmp_path):
 
 def test_predictions_of_another_run_are_reported_not_used(tmp_path):
     results = tmp_path / "run.jsonl"
+    record, preds = classification_cell(0, 1, accuracy={0: 90.0})
+    # a run that stored its predictions but was killed before its line was written...
+    write_predictions(results, [record.replace(created="2026-11-23T11:00:00Z")], [preds])
+    # ...and a line of this cell whose own predictions are not stored
+    write_cells(results, [classification_cell(0, 1)], predictions=False)
+    [line] = read_results(results)
+    found = PredictionsReader().find(line, results)
+    assert found.preds is None and "another run of this cell" in found.problem
+
+
+def test_a_line_keeps_its_own_predictions_when_another_run_wrote_later(tmp_path):
+    """Two runs of one cell with --overwrite: whichever line is last finds its own copy."""
+    results = tmp_path / "run.jsonl"
     write_cells(results, [classification_cell(0, 1)])
     record, preds = classification_cell(0, 1, accuracy={0: 90.0})
     write_predictions(results, [record.replace(created="2026-11-23T11:00:00Z")], [preds])
     [line] = read_results(results)  # still the first run's line
     found = PredictionsReader().find(line, results)
-    assert found.preds is None and "another run of this cell" in found.problem
+    assert found.problem is None and round(check_metric(line, found.preds), 2) == line.score
 
 
 def test_missing_predictions_are_a_problem_not_an_error(tmp_path):
@@ -101,13 +193,29 @@ def test_a_damaged_predictions_file_names_itself(tmp_path):
     write_cells(results, [classification_cell(0, 1)], predictions=False)
     predictions_path(results).write_bytes(b"not hdf5 at all")
     [line] = read_results(results)
-    with pytest.raises(ResultsError, match="run.predictions.h5: not a readable"):
+    with pytest.raises(ResultsError, match="run.predictions.h5: not a readable.*move it away"):
         PredictionsReader().find(line, results)
-    record, preds = classification_cell(1, 1)
-    with pytest.raises(ResultsError, match="move it away"):
-        write_predictions(results, [record], [preds])
+    # writing never touches the old single file: new cells go to the folder
+    write_cells(results, [classification_cell(1, 1)])
     assert predictions_path(results).read_bytes() == b"not hdf5 at all"
-    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    predictions_path(results).unlink()
+    record = [r for r in read_results(results) if r.layer == 1][0]
+    assert PredictionsReader().find(record, results).problem is None
+    part = predictions_dir(results) / "cells-000001.h5"
+    part.write_bytes(part.read_bytes()[:100])  # truncated behind our back
+    with pytest.raises(ResultsError, match="cells-000001.h5: not a readable"):
+        PredictionsReader().find(record, results)
+    assert [p.name for p in predictions_dir(results).iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_file_where_the_folder_belongs_is_refused(tmp_path):
+    results = tmp_path / "run.jsonl"
+    predictions_dir(results).write_text("in the way")
+    record, preds = classification_cell(0, 1)
+    with pytest.raises(ResultsError, match="run.predictions: exists and is not a folder"):
+        write_predictions(results, [record], [preds])
+    with pytest.raises(ResultsError, match="run.predictions: exists and is not a folder"):
+        PredictionsReader().find(record, results)
 
 
 def test_file_mode_respects_the_umask(tmp_path):
@@ -116,8 +224,10 @@ def test_file_mode_respects_the_umask(tmp_path):
         toy_run(tmp_path / "run.jsonl", layers=(0,), seeds=(1,), sts=False)
     finally:
         os.umask(old)
-    mode = stat.S_IMODE(predictions_path(tmp_path / "run.jsonl").stat().st_mode)
-    assert mode == 0o640
+    folder = predictions_dir(tmp_path / "run.jsonl")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o750
+    for path in folder.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
 def test_bad_shapes_are_refused():

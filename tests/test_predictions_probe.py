@@ -8,7 +8,7 @@ import pytest
 
 from estratos.probe.runner import run_probe
 from estratos.results import read_results
-from estratos.results.predictions import PredictionsReader, check_metric, predictions_path
+from estratos.results.predictions import PredictionsReader, check_metric, predictions_dir
 from estratos.results.predictions import sample_of
 
 from probe_toys import (MemoryLoader, single_task, spec, toy_classification,
@@ -73,10 +73,12 @@ def test_resume_and_overwrite_keep_predictions_matched(tmp_path):
     loader = MemoryLoader({task.spec.id: task})
     out = tmp_path / "r.jsonl"
     run_probe(cache, [task.spec], None, out, layers="0,1", threads=1, loader=loader)
-    before = predictions_path(out).read_bytes()
+    folder = predictions_dir(out)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
     assert run_probe(cache, [task.spec], None, out, layers="0,1", threads=1,
                      loader=loader) == []
-    assert predictions_path(out).read_bytes() == before  # nothing redone, nothing rewritten
+    # nothing redone, nothing rewritten
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     run_probe(cache, [task.spec], None, out, layers="1", threads=1, loader=loader,
               overwrite=True)
     assert len(_reproduced(out)) == 2

@@ -85,6 +85,45 @@ def test_unknown_schema_and_missing_file(tmp_path):
         read_results(tmp_path / "none.jsonl")
 
 
+def _line(record):
+    return json.dumps(record.to_json()) + "\n"
+
+
+def test_an_append_reads_only_what_others_appended_since(tmp_path, monkeypatch):
+    """The store keeps what it read (offset, keys): the next append reads the new lines
+    only, still sees the cells others wrote meanwhile, and still cuts their torn line."""
+    import estratos.results.store as store_module
+
+    path = tmp_path / "r.jsonl"
+    ResultsStore(path).append([rec(i) for i in range(50)])
+    parsed = []
+    real = store_module.parse_results
+    monkeypatch.setattr(store_module, "parse_results",
+                        lambda p, data, *a, **k: parsed.append(len(data)) or
+                        real(p, data, *a, **k))
+    with open(path, "a") as fh:  # another process appends a cell, then dies mid-line
+        fh.write(_line(rec(60)) + _line(rec(61))[:30])
+    written = ResultsStore(path).append([rec(60), rec(62)])  # a new store object, same process
+    assert written == [rec(62)]  # rec(60) was written by the other process
+    assert parsed == [len(_line(rec(60))) + 30]  # not the 50 lines read before
+    assert [r.layer for r in read_results(path, latest=False)] == [*range(50), 60, 62]
+    with open(path, "a") as fh:
+        fh.write("{oops\n" + _line(rec(64)))
+    with pytest.raises(InputError, match=r"r\.jsonl:53: not a JSON line"):
+        ResultsStore(path).append([rec(63)])
+
+
+def test_a_results_file_replaced_behind_the_store_is_read_again(tmp_path):
+    path = tmp_path / "r.jsonl"
+    ResultsStore(path).append([rec(i) for i in range(5)])
+    path.write_text(_line(rec(7)) * 1 + _line(rec(0, score=9.0)) * 3)  # same size or more
+    assert ResultsStore(path).append([rec(0), rec(7), rec(8)]) == [rec(8)]
+    other = tmp_path / "other.jsonl"
+    other.write_text(_line(rec(9)))
+    other.replace(path)  # another file moved over it
+    assert ResultsStore(path).append([rec(9), rec(0)]) == [rec(0)]
+
+
 def test_kind_filter(tmp_path):
     store = ResultsStore(tmp_path / "r.jsonl")
     store.append([rec(0), rec(None, kind="baseline")])

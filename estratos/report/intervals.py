@@ -6,8 +6,10 @@ the files beside each results file (:mod:`estratos.results.predictions`). Two qu
 two numbers: the spread over seeds (± std, training randomness) and the interval over test
 examples ([lo, hi], how much the score would move on another test set of the same size).
 
-A cell without usable predictions gets no interval (a notice says which and why), except a
-one-seed cell whose results line recorded one with the same settings.
+Intervals are computed once: a one-seed cell whose results line recorded its ``ci`` with the
+report's settings (resamples, level, seed) shows that one, without reading its predictions;
+only a mean over several seeds (or other settings) is resampled here. A cell without usable
+predictions and without such a ``ci`` gets no interval (a notice says which and why).
 """
 
 from __future__ import annotations
@@ -94,14 +96,14 @@ def cell_intervals(agg: Aggregate, samples: Samples, *, resamples: int = DEFAULT
     out: Dict[CellId, Interval] = {}
     missing: Dict[CellId, str] = {}
     for (row, task) in agg.seeds:
+        recorded = samples.recorded_interval(row, task, resamples, level, seed)
+        if recorded is not None:  # computed by the probe from these predictions
+            out[(row, task)] = recorded
+            continue
         got = samples.get(row, task)
         if got is not None:
             out[(row, task)] = bootstrap_ci(got.sample, resamples=resamples, level=level,
                                             seed=seed)
-            continue
-        recorded = samples.recorded_interval(row, task, resamples, level, seed)
-        if recorded is not None:
-            out[(row, task)] = recorded
         else:
             missing[(row, task)] = samples.problems.get((row, task), "no predictions")
     return out, _problem_notice(missing, "interval")

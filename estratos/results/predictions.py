@@ -2,19 +2,28 @@
 
 Why: a confidence interval, a significance test between two layers or two models, or any
 metric not in the results line needs every test example's prediction, not one number. The
-JSON lines stay small; the predictions go to one HDF5 file per results file, named after it
-(``run.jsonl`` -> ``run.predictions.h5``, a shard ``run.shard-1-of-4.jsonl`` ->
-``run.shard-1-of-4.predictions.h5``), so a result needs nothing beyond its cell identity
+JSON lines stay small; the predictions go to a folder named after the results file
+(``run.jsonl`` -> ``run.predictions/``, a shard ``run.shard-1-of-4.jsonl`` ->
+``run.shard-1-of-4.predictions/``), so a result needs nothing beyond its cell identity
 (:attr:`ResultRecord.key`) to find its predictions.
 
-Layout (version 1)::
+Why a folder of small files: each write (one program's cells) adds new files and never
+rewrites an old one, so adding cells costs in proportion to those cells, however large the
+grid already is (the single file of earlier versions was copied whole by every write).
 
-    /                 attrs: format = "estratos-predictions", version = 1
-    /tests/<digest>   group per distinct test set: gold (n,), strata (n,) when present;
-                      attrs: strata_names (JSON list), weighting ("equal" | "size")
-    /cells/<id>       group per cell (id: sha1 of the JSON cell key): predicted (n,);
-                      attrs: key (JSON), test (its digest), created, score (NaN: undefined),
-                      metric, protocol, positive (-1: none)
+Layout: every file is an HDF5 file with root attrs ``format = "estratos-predictions"``,
+``version = 1``, holding some of these groups::
+
+    tests-<digest>.h5    /tests/<digest>: gold (n,), strata (n,) when present; attrs:
+                         strata_names (JSON list), weighting ("equal" | "size").
+                         One file per distinct test set, written by the first write using it.
+    cells-<NNNNNN>.h5    /cells/<id> per cell of one write (id: sha1 of the JSON cell key):
+                         predicted (n,); attrs: key (JSON), test (its digest), created,
+                         score (NaN: undefined), metric, protocol, positive (-1: none).
+                         Numbered in writing order; a later copy of a cell comes after.
+
+``run.predictions.h5`` (the single file earlier versions wrote: both groups in one file) is
+still read, before the folder's files, and never written again.
 
 ``predicted`` holds labels (int) for classification and scores (float64) for STS cosines and
 SICK-R, in the test split's order (``inner-kfold``: the pool's order, each example predicted
@@ -22,13 +31,16 @@ by the model of its outer fold, ``strata`` = that fold; STS: subsets one after t
 ``strata`` = the subset).
 
 Concurrency and crashes: like the results file, many processes may write. Each write holds
-the results file's ``flock`` (the results file is never replaced, so its lock is stable),
-copies the predictions file to a temporary file beside it, adds the cells there and renames
-it over the old one: readers and a killed writer only ever see a complete file. The probe
-writes predictions *before* appending the results lines, so every result line has its
-predictions; a cell whose line never got written is redone on resume and replaced. A cell
-is matched to its results line by key, ``created`` and ``score``; a mismatch (two runs
-racing on one cell with ``--overwrite``) is reported, never used.
+the results file's ``flock`` (the results file is never replaced, so its lock is stable);
+every file is written under a hidden temporary name, fsynced and renamed (a new test set's
+file before the cells that use it), then the folder is fsynced. Readers and a killed writer
+only ever see whole files; a killed writer's temporary file is removed by the next writer
+(under the lock, so it is nobody's). The probe writes predictions *before* appending the
+results lines, so every results line has its predictions; a cell whose line never got
+written is redone on resume, its predictions written again in a later file. A cell is
+matched to its results line by key, ``created`` and ``score`` (the latest copy that
+matches); no match (two runs racing on one cell with ``--overwrite``) is reported, never
+used.
 """
 
 from __future__ import annotations
@@ -39,15 +51,15 @@ import json
 import logging
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from estratos.atomic import create_beside
 from estratos.errors import ResultsError
+from estratos.faultpoints import fault_point
 from estratos.results.record import CellKey, ResultRecord
 from estratos.stats import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, Sample, bootstrap_ci
 
@@ -55,6 +67,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = "estratos-predictions"
 VERSION = 1
+#: the predictions folder's name ends so; the single file of earlier versions, so
+FOLDER_SUFFIX = ".predictions"
 SUFFIX = ".predictions.h5"
 PathLike = Union[str, os.PathLike]
 
@@ -126,11 +140,22 @@ class CellPredictions:
         return h.hexdigest()[:32]
 
 
-def predictions_path(results_path: PathLike) -> Path:
-    """The predictions file of a results file: ``run.jsonl`` -> ``run.predictions.h5``."""
+def _stem(results_path: PathLike) -> Path:
     p = Path(results_path)
-    stem = p.name[:-len(p.suffix)] if p.suffix else p.name
-    return p.with_name(stem + SUFFIX)
+    return p.with_name(p.name[:-len(p.suffix)] if p.suffix else p.name)
+
+
+def predictions_dir(results_path: PathLike) -> Path:
+    """The predictions folder of a results file: ``run.jsonl`` -> ``run.predictions/``."""
+    stem = _stem(results_path)
+    return stem.with_name(stem.name + FOLDER_SUFFIX)
+
+
+def predictions_path(results_path: PathLike) -> Path:
+    """The single predictions file earlier versions wrote beside a results file
+    (``run.jsonl`` -> ``run.predictions.h5``): still read, never written."""
+    stem = _stem(results_path)
+    return stem.with_name(stem.name + SUFFIX)
 
 
 def cell_id(key: CellKey) -> str:
@@ -161,42 +186,147 @@ def interval_of(record: ResultRecord, preds: CellPredictions, *,
 
 # --------------------------------------------------------------------------- writing
 
-def _read_all_cells(h5: Any) -> Dict[str, Any]:
-    return dict(h5["cells"]) if "cells" in h5 else {}
-
-
 def _open_error(path: Path, exc: Exception) -> ResultsError:
     return ResultsError(f"{path}: not a readable estratos predictions file ({exc}); move it "
-                        "away to write new predictions (the results lines are unaffected)")
+                        "away to read the other predictions (the results lines are "
+                        "unaffected)")
+
+
+def _tests_name(digest: str) -> str:
+    return f"tests-{digest}.h5"
+
+
+def _cells_name(number: int) -> str:
+    return f"cells-{number:06d}.h5"
+
+
+def _cells_number(name: str) -> Optional[int]:
+    """The number of a cells file's name, None for any other name."""
+    if name.startswith("cells-") and name.endswith(".h5") and name[6:-3].isdigit():
+        return int(name[6:-3])
+    return None
+
+
+def _write_test(h5: Any, digest: str, preds: CellPredictions) -> None:
+    t = h5.require_group("tests").create_group(digest)
+    gold = preds.gold
+    t.create_dataset("gold", data=gold.astype(np.float64) if gold.dtype.kind == "f"
+                     else gold.astype(np.int64))
+    if preds.strata is not None:
+        t.create_dataset("strata", data=np.asarray(preds.strata, dtype=np.int32))
+    t.attrs["strata_names"] = json.dumps(list(preds.strata_names))
+    t.attrs["weighting"] = preds.weighting
 
 
 def _write_cell(h5: Any, record: ResultRecord, preds: CellPredictions) -> None:
-    digest = preds.test_digest()
-    tests = h5.require_group("tests")
-    if digest not in tests:
-        t = tests.create_group(digest)
-        gold = preds.gold
-        t.create_dataset("gold", data=gold.astype(np.float64) if gold.dtype.kind == "f"
-                         else gold.astype(np.int64))
-        if preds.strata is not None:
-            t.create_dataset("strata", data=np.asarray(preds.strata, dtype=np.int32))
-        t.attrs["strata_names"] = json.dumps(list(preds.strata_names))
-        t.attrs["weighting"] = preds.weighting
     cells = h5.require_group("cells")
     name = cell_id(record.key)
     if name in cells:
-        del cells[name]  # --overwrite, or a cell redone after a kill
+        del cells[name]  # the same cell twice in one write: the last copy is meant
     g = cells.create_group(name)
     pred = preds.predicted
     g.create_dataset("predicted", data=pred.astype(np.float64) if pred.dtype.kind == "f"
                      else pred.astype(np.int32))
     g.attrs["key"] = json.dumps(list(record.key))
-    g.attrs["test"] = digest
+    g.attrs["test"] = preds.test_digest()
     g.attrs["created"] = record.created or ""
     g.attrs["score"] = np.nan if record.score is None else float(record.score)
     g.attrs["metric"] = record.metric
     g.attrs["protocol"] = record.protocol or ""
     g.attrs["positive"] = -1 if preds.positive is None else int(preds.positive)
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Folder:
+    """Writes the files of one predictions folder; call only under the results file's lock.
+
+    Finding the next free cells number by listing the folder would cost in proportion to the
+    files already there on every write; instead each process remembers the next number it
+    expects (:data:`_NEXT`) and steps over the few that other processes took meanwhile.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def make(self) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ResultsError(f"{self.folder}: exists and is not a folder; move it away to "
+                               "store predictions") from None
+        except OSError as exc:
+            raise ResultsError(f"{self.folder}: cannot create the predictions folder "
+                               f"({exc.strerror})") from None
+
+    def _first_number(self) -> int:
+        """1 + the highest cells number present; removes what killed writers left (their
+        temporary files: every writer holds the lock, so none of them is in use)."""
+        highest = 0
+        for entry in os.scandir(self.folder):
+            if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                os.unlink(entry.path)
+                log.info("%s: removed %s, left by a killed writer", self.folder, entry.name)
+                continue
+            number = _cells_number(entry.name)
+            if number is not None:
+                highest = max(highest, number)
+        return highest + 1
+
+    def _write_file(self, name: str, fill: Callable[[Any], None]) -> None:
+        """``name`` written whole or not at all: temporary file, fsync, rename."""
+        import h5py
+
+        target = self.folder / name
+        fd, tmp = create_beside(target)
+        os.close(fd)
+        try:
+            with h5py.File(tmp, "w", locking=False) as h5:
+                h5.attrs["format"] = FORMAT
+                h5.attrs["version"] = VERSION
+                fill(h5)
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            fault_point("predictions-file")
+            os.rename(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def write(self, pairs: Sequence[Tuple[ResultRecord, CellPredictions]]) -> Path:
+        """The test sets not stored yet, then one new cells file; returns its path."""
+        self.make()
+        tests: Dict[str, CellPredictions] = {}
+        for _, p in pairs:
+            tests.setdefault(p.test_digest(), p)
+        for digest, p in tests.items():
+            if not (self.folder / _tests_name(digest)).exists():
+                self._write_file(_tests_name(digest),
+                                 lambda h5, d=digest, p=p: _write_test(h5, d, p))
+        key = os.path.realpath(self.folder)
+        number = _NEXT.get(key) or self._first_number()
+        while (self.folder / _cells_name(number)).exists():
+            number += 1
+
+        def fill(h5: Any) -> None:
+            for r, p in pairs:
+                _write_cell(h5, r, p)
+
+        self._write_file(_cells_name(number), fill)
+        _NEXT[key] = number + 1
+        _fsync_folder(self.folder)
+        fault_point("predictions-stored")
+        return self.folder / _cells_name(number)
+
+
+#: per process: the next cells number each predictions folder (by real path) should get
+_NEXT: Dict[str, int] = {}
 
 
 def write_predictions(results_path: PathLike, records: Sequence[ResultRecord],
@@ -206,25 +336,24 @@ def write_predictions(results_path: PathLike, records: Sequence[ResultRecord],
     each with its bootstrap ``ci`` when ``with_ci`` (call before appending the records).
 
     ``predictions[i]`` belongs to ``records[i]``; None (a cell without predictions) is
-    skipped. The write is atomic and holds the results file's lock (module docstring).
+    skipped. The write adds files to the predictions folder, each atomically, under the
+    results file's lock (module docstring); its cost does not depend on what the folder
+    already holds.
     """
     if len(records) != len(predictions):
         raise ValueError(f"{len(records)} records but {len(predictions)} predictions")
-    pairs = [(r, p) for r, p in zip(records, predictions) if p is not None]
-    if not pairs:
-        return list(records)
     out = []
-    by_key = {}
+    pairs = []
     for r, p in zip(records, predictions):
         if p is not None and with_ci:
             ci = interval_of(r, p)
             r = r.replace(ci=ci) if ci is not None else r
         out.append(r)
-        by_key[r.key] = r
-    import h5py
-
+        if p is not None:
+            pairs.append((r, p))
+    if not pairs:
+        return out
     results = Path(results_path)
-    target = predictions_path(results)
     try:
         results.parent.mkdir(parents=True, exist_ok=True)
         lock = os.open(results, os.O_RDWR | os.O_CREAT, 0o666)  # as the results store does
@@ -233,32 +362,10 @@ def write_predictions(results_path: PathLike, records: Sequence[ResultRecord],
                            ) from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        fd, tmp = create_beside(target)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                if target.exists():
-                    with open(target, "rb") as src:
-                        shutil.copyfileobj(src, fh)
-            try:
-                h5 = h5py.File(tmp, "a", locking=False)
-            except OSError as exc:
-                raise _open_error(target, exc) from None
-            with h5:
-                if h5.attrs.get("format", FORMAT) != FORMAT:
-                    raise _open_error(target, ValueError("another HDF5 file"))
-                h5.attrs["format"] = FORMAT
-                h5.attrs["version"] = VERSION
-                for r, p in pairs:
-                    _write_cell(h5, by_key[r.key], p)
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        written = _Folder(predictions_dir(results)).write(pairs)
     finally:
         os.close(lock)
-    log.debug("%s: stored predictions of %d cell(s)", target, len(pairs))
+    log.debug("%s: stored predictions of %d cell(s)", written, len(pairs))
     return out
 
 
@@ -272,69 +379,117 @@ class Found:
     problem: Optional[str] = None
 
 
+_Test = Tuple[np.ndarray, Optional[np.ndarray], Tuple[str, ...], str]
+#: a stored copy of a cell: its attributes and predicted values
+_Copy = Tuple[Dict[str, Any], np.ndarray]
+
+
+@dataclass
+class _Stored:
+    """What the predictions beside one results file hold: test sets by digest, and every
+    stored copy of each cell (by cell id, oldest first)."""
+
+    tests: Dict[str, _Test]
+    cells: Dict[str, List[_Copy]]
+
+
+def _stored_files(results_path: PathLike) -> List[Path]:
+    """The predictions files of a results file, in reading order: the single file of
+    earlier versions, the folder's test sets, then its cells files by number."""
+    files = []
+    single = predictions_path(results_path)
+    if single.exists():
+        files.append(single)
+    folder = predictions_dir(results_path)
+    if folder.is_dir():
+        names = [e.name for e in os.scandir(folder) if not e.name.startswith(".")]
+        files += [folder / n for n in sorted(n for n in names if n.startswith("tests-")
+                                              and n.endswith(".h5"))]
+        numbered = sorted((_cells_number(n), n) for n in names
+                          if _cells_number(n) is not None)
+        files += [folder / n for _, n in numbered]
+    elif folder.exists():
+        raise ResultsError(f"{folder}: exists and is not a folder; estratos keeps a results "
+                           "file's predictions in a folder of that name")
+    return files
+
+
+def _read_file(path: Path, stored: _Stored) -> None:
+    import h5py
+
+    try:
+        with h5py.File(path, "r", locking=False) as h5:
+            if h5.attrs.get("format") != FORMAT:
+                raise ValueError("not an estratos predictions file")
+            if int(h5.attrs.get("version", 0)) != VERSION:
+                raise ValueError(f"predictions format version {h5.attrs.get('version')} "
+                                 f"(this estratos reads {VERSION})")
+            for digest, t in (h5["tests"].items() if "tests" in h5 else ()):
+                stored.tests[digest] = (t["gold"][()], t["strata"][()] if "strata" in t
+                                        else None, tuple(json.loads(t.attrs["strata_names"])),
+                                        str(t.attrs["weighting"]))
+            for name, g in (h5["cells"].items() if "cells" in h5 else ()):
+                attrs = {k: (v.decode() if isinstance(v, bytes) else v)
+                         for k, v in g.attrs.items()}
+                stored.cells.setdefault(name, []).append((attrs, g["predicted"][()]))
+    except (OSError, ValueError, KeyError) as exc:
+        raise _open_error(path, exc) from None
+
+
+def _same_run(attrs: Dict[str, Any], record: ResultRecord) -> bool:
+    """Whether a stored copy was written with this results line (``created`` and score)."""
+    stored = float(attrs["score"])
+    same_score = (record.score is None and math.isnan(stored)) or (
+        record.score is not None and not math.isnan(stored)
+        and abs(stored - record.score) < 1e-9)
+    return attrs["created"] == (record.created or "") and same_score
+
+
 class PredictionsReader:
-    """Reads the predictions files of results files (each opened once, read whole)."""
+    """Reads the predictions stored beside results files (each file opened once, read
+    whole)."""
 
     def __init__(self) -> None:
-        self._files: Dict[str, Optional[Dict[str, Tuple[Dict[str, Any], CellPredictions]]]] = {}
+        self._stored: Dict[str, Optional[_Stored]] = {}
         self._problems: Dict[str, str] = {}
 
-    def _load(self, results_path: str) -> Optional[Dict[str, Tuple[Dict[str, Any],
-                                                                CellPredictions]]]:
-        if results_path in self._files:
-            return self._files[results_path]
-        import h5py
-
-        target = predictions_path(results_path)
-        cells: Optional[Dict[str, Tuple[Dict[str, Any], CellPredictions]]] = None
-        if not target.exists():
-            self._problems[results_path] = f"no predictions file {target}"
+    def _load(self, results_path: str) -> Optional[_Stored]:
+        if results_path in self._stored:
+            return self._stored[results_path]
+        files = _stored_files(results_path)
+        stored: Optional[_Stored] = None
+        if not files:
+            self._problems[results_path] = (
+                f"no predictions file ({predictions_dir(results_path)}/ or "
+                f"{predictions_path(results_path)})")
         else:
-            try:
-                with h5py.File(target, "r", locking=False) as h5:
-                    if h5.attrs.get("format") != FORMAT:
-                        raise ValueError("not an estratos predictions file")
-                    if int(h5.attrs.get("version", 0)) != VERSION:
-                        raise ValueError(f"predictions format version "
-                                         f"{h5.attrs.get('version')} (this estratos reads "
-                                         f"{VERSION})")
-                    tests = {}
-                    for digest, t in (h5["tests"].items() if "tests" in h5 else ()):
-                        tests[digest] = (t["gold"][()], t["strata"][()] if "strata" in t
-                                         else None, tuple(json.loads(t.attrs["strata_names"])),
-                                         str(t.attrs["weighting"]))
-                    cells = {}
-                    for name, g in _read_all_cells(h5).items():
-                        attrs = {k: (v.decode() if isinstance(v, bytes) else v)
-                                 for k, v in g.attrs.items()}
-                        gold, strata, names, weighting = tests[attrs["test"]]
-                        positive = int(attrs["positive"])
-                        cells[name] = (attrs, CellPredictions(
-                            g["predicted"][()], gold, strata, names,
-                            None if positive < 0 else positive, weighting))
-            except (OSError, ValueError, KeyError) as exc:
-                raise _open_error(target, exc) from None
-        self._files[results_path] = cells
-        return cells
+            stored = _Stored({}, {})
+            for path in files:
+                _read_file(path, stored)
+        self._stored[results_path] = stored
+        return stored
 
     def find(self, record: ResultRecord, results_path: PathLike) -> Found:
-        """The predictions of ``record`` (read from ``results_path``'s predictions file)."""
-        cells = self._load(os.fspath(results_path))
-        if cells is None:
+        """The predictions of ``record`` (stored beside ``results_path``)."""
+        stored = self._load(os.fspath(results_path))
+        if stored is None:
             return Found(None, self._problems[os.fspath(results_path)])
-        entry = cells.get(cell_id(record.key))
-        if entry is None:
-            return Found(None, f"no predictions for this cell in "
-                               f"{predictions_path(results_path)}")
-        attrs, preds = entry
-        stored = float(attrs["score"])
-        same_score = (record.score is None and math.isnan(stored)) or (
-            record.score is not None and not math.isnan(stored)
-            and abs(stored - record.score) < 1e-9)
-        if attrs["created"] != (record.created or "") or not same_score:
-            return Found(None, f"the predictions in {predictions_path(results_path)} belong "
-                               "to another run of this cell (rerun it with --overwrite)")
-        return Found(preds)
+        copies = stored.cells.get(cell_id(record.key))
+        if not copies:
+            return Found(None, f"no predictions for this cell beside {results_path}")
+        for attrs, predicted in reversed(copies):
+            if not _same_run(attrs, record):
+                continue
+            test = stored.tests.get(attrs["test"])
+            if test is None:
+                return Found(None, f"the test set of this cell's predictions is missing "
+                                   f"beside {results_path} ({_tests_name(attrs['test'])})")
+            gold, strata, names, weighting = test
+            positive = int(attrs["positive"])
+            return Found(CellPredictions(predicted, gold, strata, names,
+                                         None if positive < 0 else positive, weighting))
+        return Found(None, f"the predictions beside {results_path} belong to another run of "
+                           "this cell (rerun it with --overwrite)")
 
 
 def read_predictions(results_path: PathLike, records: Iterable[ResultRecord]
@@ -355,6 +510,6 @@ def check_metric(record: ResultRecord, preds: CellPredictions) -> Optional[float
     return None if not math.isfinite(value) else value
 
 
-__all__ = ["CellPredictions", "Found", "PredictionsReader", "SUFFIX", "cell_id",
-           "check_metric", "interval_of", "predictions_path", "read_predictions",
-           "sample_of", "describe_test_set", "write_predictions"]
+__all__ = ["CellPredictions", "FOLDER_SUFFIX", "Found", "PredictionsReader", "SUFFIX",
+           "cell_id", "check_metric", "describe_test_set", "interval_of", "predictions_dir",
+           "predictions_path", "read_predictions", "sample_of", "write_predictions"]

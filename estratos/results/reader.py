@@ -76,9 +76,12 @@ def _not_results(path: str, line: int, exc: Exception) -> ResultsFileError:
                       "or `estratos baseline`", path, line)
 
 
-def parse_results(path: PathLike, data: bytes, first: Optional[Located] = None) -> ParsedFile:
+def parse_results(path: PathLike, data: bytes, first: Optional[Located] = None, *,
+                  lines_before: int = 0) -> ParsedFile:
     """Parse the bytes of a results file (see the module docstring for what is tolerated).
-    ``first``: the first record read before this file (names it when versions differ)."""
+    ``first``: the first record read before this file (names it when versions differ).
+    ``lines_before``: ``data`` continues a file after that many lines already read (line
+    numbers count on from there; the store reads only what was appended since)."""
     spath = os.fspath(path)
     out = ParsedFile()
     lines = data.split(b"\n")
@@ -90,7 +93,7 @@ def parse_results(path: PathLike, data: bytes, first: Optional[Located] = None) 
             if index < len(lines) - 1:
                 out.good_end = min(offset, len(data))
             continue
-        line = index + 1
+        line = lines_before + index + 1
         try:
             obj = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -103,7 +106,7 @@ def parse_results(path: PathLike, data: bytes, first: Optional[Located] = None) 
                 out.notices.append(notice)
                 out.good_end = start
                 continue
-            if not out.records:
+            if not out.records and not lines_before:
                 raise _not_results(spath, line, exc) from None
             raise ResultsFileError(f"not a JSON line ({exc})", spath, line) from None
         if isinstance(obj, dict) and "schema" in obj and obj["schema"] != SCHEMA_VERSION:

@@ -42,6 +42,12 @@ def probe_files(cache: str, task_files: list, out: str, kwargs: dict) -> None:
     probe_tasks(cache, "", out, task_files=task_files, **kwargs)
 
 
+def probe_files_at(fault: str, cache: str, task_files: list, out: str, kwargs: dict) -> None:
+    """Like :func:`probe_files`, killed at ``fault`` (``POINT[:N]``)."""
+    os.environ["ESTRATOS_FAULT"] = fault
+    probe_files(cache, task_files, out, kwargs)
+
+
 #: exit code of a child whose run ended in an estratos error (a refusal, not a crash)
 REFUSED = 3
 

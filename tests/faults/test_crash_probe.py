@@ -1,5 +1,7 @@
-"""SIGKILL ``probe`` mid-grid (after k result lines, or after seeded random delays); rerun;
-the results file may end in a cut line only; after the rerun it has no duplicated or torn line and equals an uninterrupted run's."""
+"""SIGKILL ``probe`` mid-grid (after k result lines, after seeded random delays, or at the
+named points of a predictions write); rerun; the results file may end in a cut line only,
+every whole line has its predictions; after the rerun it has no duplicated or torn line,
+equals an uninterrupted run's, and every line's predictions reproduce its score."""
 
 from __future__ import annotations
 
@@ -12,12 +14,19 @@ import pytest
 
 import _forkrun
 import probekit
+from crashkit import run_child
 from estratos.results import read_results
+from estratos.results.predictions import PredictionsReader, check_metric, predictions_dir
 from estratos.probe.runner import probe_tasks
 
 #: (--jobs, kill once the file holds this many lines): one process appends each task's 15
 #: cells at once (one unit: 5 layer specs x 3 seeds); two processes run smaller units
 AFTER_LINES = [(1, 1), (2, 1), (2, 6), (2, 12), (2, 20)]
+#: named points of a predictions write (each task is one write: its test set's file, then its
+#: cells file): the first task's cells file not yet renamed; the second task's test set not
+#: yet renamed (the first task's lines are written); each task's files stored, lines not yet
+PREDICTION_POINTS = ["predictions-file:2", "predictions-file:3", "predictions-stored:1",
+                     "predictions-stored:2"]
 #: and after seeded random delays, as fractions of an uninterrupted run's duration
 RANDOM_KILLS = [round(random.Random(7 + i).uniform(0.05, 0.95), 3) for i in range(3)]
 
@@ -41,12 +50,26 @@ def _torn_only_at_the_end(out) -> bool:
                for line in out.read_bytes().splitlines(keepends=True)[:-1])
 
 
+def _every_line_has_its_predictions(out) -> int:
+    """Each whole results line finds predictions that reproduce its score; returns the count."""
+    reader = PredictionsReader()
+    records = read_results(out)
+    for record in records:
+        found = reader.find(record, out)
+        assert found.problem is None, f"{record.key}: {found.problem}"
+        assert abs(check_metric(record, found.preds) - record.score) < 0.011, record.key
+    return len(records)
+
+
 def _resume_and_compare(figures, cache, files, ref, out):
     if out.exists():
         assert _torn_only_at_the_end(out), "a line before the last is torn"
         read_results(out)  # every whole line parses; a cut last one is skipped
+        _every_line_has_its_predictions(out)
     probe_tasks(cache, "", out, task_files=files, **probekit.PROBE_KWARGS)
     assert _whole_lines(out)
+    assert _every_line_has_its_predictions(out) == probekit.n_cells()
+    assert not [p.name for p in predictions_dir(out).iterdir() if p.name.endswith(".tmp")]
     got, want = probekit.outcome(out), probekit.outcome(ref)
     lost = len(set(want) - set(got))
     figures.add("rows_lost", lost)
@@ -72,6 +95,24 @@ def test_kill_after_k_result_lines_then_rerun(jobs, lines, probe_grid, tmp_path,
     assert probekit.count_lines(out) < probekit.n_cells()
     figures.note(kind="probe-kill", point=f"after {lines} lines, --jobs {jobs}",
                  lines=probekit.count_lines(out))
+    _resume_and_compare(figures, cache, files, ref, out)
+
+
+@pytest.mark.parametrize("fault", PREDICTION_POINTS)
+def test_kill_while_storing_predictions_then_rerun(fault, probe_grid, tmp_path, forkserver,
+                                                   figures):
+    """A kill inside a predictions write loses no earlier cell and leaves no line without
+    its predictions; the rerun removes the killed write's temporary file."""
+    cache, files, ref, _ = probe_grid
+    out = tmp_path / "r.jsonl"
+    figures.add("crash_points_tried")
+    code = run_child(forkserver, _forkrun.probe_files_at,
+                     (fault, str(cache), files, str(out), probekit.PROBE_KWARGS))
+    assert code == -9, f"{fault}: the point was never reached (exit {code})"
+    lines = probekit.count_lines(out)
+    assert lines == (0 if fault in ("predictions-file:2", "predictions-stored:1")
+                     else probekit.n_cells() // 2)
+    figures.note(kind="probe-kill", point=fault, lines=lines)
     _resume_and_compare(figures, cache, files, ref, out)
 
 
