@@ -47,17 +47,14 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
-from estratos import __version__
 from estratos.errors import OptionError
 from estratos.probe.features import COMBINERS
 from estratos.probe.settings import (DEFAULT_L2_GRID, RecordedEstimator, parse_seeds,
                                      task_overrides)
 from estratos.protocols import (DEFAULT_KFOLD, VALIDATION_SPLIT, CellOutcome, Inputs,
                                 get_protocol, positive_class)
-from estratos.probe.predictions import outcome_predictions
-from estratos.results import ResultRecord, ResultsStore, primary_score
-from estratos.results.predictions import write_predictions
-from estratos.results.record import utc_now
+from estratos.probe.records import System, cell_record, store_cells
+from estratos.results import ResultRecord, ResultsStore
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 
 log = logging.getLogger(__name__)
@@ -265,6 +262,10 @@ def evaluate_task(data: TaskData, seed: int = 1111, *,
     return _evaluate(data, seed, l2_grid)[0]
 
 
+#: what produced baseline cells (no cache, no device: the baseline reads text only)
+BASELINE_SYSTEM = System(kind="baseline", model=BASELINE_MODEL, revision=BASELINE_REVISION)
+
+
 def _evaluate(data: TaskData, seed: int, l2_grid: Sequence[float]
               ) -> Tuple[ResultRecord, CellOutcome]:
     spec = data.spec
@@ -274,22 +275,11 @@ def _evaluate(data: TaskData, seed: int, l2_grid: Sequence[float]
     with threadpool_limits(limits=1):
         outcome = evaluate_outcome(data, seed, l2_grid=l2_grid)
     seconds = time.perf_counter() - start
-    score = primary_score(spec.metric, outcome.test)
+    record = cell_record(data, outcome, BASELINE_SYSTEM, layer=None, pooling=None, seed=seed,
+                         classifier=classifier_record(data, l2_grid), seconds=seconds)
     log.info("baseline %s seed %d: %s %s (%.1fs)", spec.id, seed, spec.metric,
-             "n/a" if score is None else f"{score:.2f}", seconds)
-    return ResultRecord(
-        kind="baseline", task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
-        language=spec.language, layer=None, pooling=None, seed=int(seed),
-        protocol=data.protocol, fallback=data.fallback,
-        classifier=classifier_record(data, l2_grid), metric=spec.metric, score=score,
-        l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=data.sizes,
-        epochs=outcome.epochs, seconds=round(seconds, 3), model=BASELINE_MODEL,
-        revision=BASELINE_REVISION, cache=None, estratos_version=__version__,
-        created=utc_now()), outcome
-
-
-def _key(spec: TaskSpec, seed: int) -> Tuple[Any, ...]:
-    return (spec.id, None, None, seed, CLASSIFIER_NAME, BASELINE_MODEL, BASELINE_REVISION)
+             "n/a" if record.score is None else f"{record.score:.2f}", seconds)
+    return record, outcome
 
 
 def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
@@ -312,16 +302,16 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
     done = set() if overwrite else store.done_keys()
     written: List[ResultRecord] = []
     for spec in specs:
-        todo = [s for s in seeds if _key(spec, s) not in done]
+        todo = [s for s in seeds if BASELINE_SYSTEM.key(spec.id, None, None, s,
+                                                        CLASSIFIER_NAME) not in done]
         if not todo:
             log.info("baseline %s: every seed already in %s; skipped", spec.id, out)
             continue
         data = loader(spec, data_dirs)
         for seed in todo:
             record, outcome = _evaluate(data, seed, DEFAULT_L2_GRID)
-            # predictions first (with the record's ci): a line never lacks its predictions
-            [record] = write_predictions(out, [record], [outcome_predictions(data, outcome)])
-            written += store.append([record], skip_done=not overwrite)
+            written += store_cells(out, data, [record], [outcome], overwrite=overwrite,
+                                   store=store)
     return written
 
 

@@ -30,23 +30,19 @@ from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequ
 
 import numpy as np
 
-from estratos import __version__
 from estratos import errors as _errors
 from estratos.errors import CacheError, EstratosError, MissingSentences, OptionError
 from estratos.probe.cells import (chance_levels, classifier_record, evaluate_cells,
                                   resolve_probe_device)
 from estratos.probe.classifiers import torch_runtime
 from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec, parse_layers
-from estratos.probe.predictions import outcome_predictions
+from estratos.probe.records import System, cell_record, store_cells
 from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
                                  shard_path)
 from estratos.probe.scheduler import make_executor
 from estratos.probe.settings import check_classifier, parse_seeds, resolve_classifier
-from estratos.protocols import CellOutcome
-from estratos.results import ResultRecord, ResultsStore, primary_score
-from estratos.results.predictions import write_predictions
+from estratos.results import ResultRecord, ResultsStore
 from estratos.results.reader import done_keys, expand_paths
-from estratos.results.record import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -112,23 +108,6 @@ def _layer_chunks(layers: Sequence[LayerSpec], n_examples: int, n_features: int
     per_layer = max(1, n_examples * n_features * 4)
     size = max(1, FEATURE_BUDGET_BYTES // per_layer)
     return [list(layers[i:i + size]) for i in range(0, len(layers), size)]
-
-
-def _record(task: Any, layer: LayerSpec, pooling: str, seed: int, classifier: Dict[str, Any],
-            outcome: CellOutcome, seconds: float, identity: Mapping[str, Any],
-            device: str) -> ResultRecord:
-    spec = task.spec
-    return ResultRecord(
-        kind="probe", task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
-        language=spec.language, layer=layer if layer == AVG else int(layer), pooling=pooling,
-        seed=int(seed), protocol=task.protocol, fallback=task.fallback, classifier=classifier,
-        metric=spec.metric, score=primary_score(spec.metric, outcome.test),
-        l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=dict(task.sizes),
-        chance=chance_levels(task), epochs=outcome.epochs, seconds=round(seconds, 3),
-        model=identity.get("model"), revision=identity.get("revision"),
-        cache={k: identity.get(k) for k in ("path", "dtype", "max_length", "n_states", "dim",
-                                             "tokenizer")},
-        estratos_version=__version__, created=utc_now(), device=device)
 
 
 def _spec_state(spec: Any) -> Dict[str, Any]:
@@ -244,6 +223,8 @@ class UnitRunner:
         position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
         position[AVG] = AVG
         store = ResultsStore(ctx.out)
+        system = System.of_cache(self.identity, ctx.device)
+        chance = chance_levels(task)
         n_examples = sum(len(s) for s in task.splits.values())
         n_features = COMBINER_WIDTH[spec.combiner] * vectors.shape[2]
         for chunk in _layer_chunks(list(unit.layers), n_examples, n_features):
@@ -252,15 +233,14 @@ class UnitRunner:
                                       unit.seeds, ctx.classifier, sequential=ctx.sequential,
                                       device=ctx.device)
             seconds = (time.perf_counter() - t0) / (len(chunk) * len(unit.seeds))
-            records = [_record(task, layer, ctx.pooling, seed, classifier, o, seconds,
-                               self.identity, ctx.device)
+            records = [cell_record(task, o, system, layer=layer if layer == AVG else int(layer),
+                                   pooling=ctx.pooling, seed=seed, classifier=classifier,
+                                   seconds=seconds, chance=chance)
                        for seed, per_layer in zip(unit.seeds, outcomes)
                        for layer, o in zip(chunk, per_layer)]
-            # predictions first (with each record's ci): a line never lacks its predictions
-            records = write_predictions(ctx.out, records,
-                                        [outcome_predictions(task, o)
-                                         for per_layer in outcomes for o in per_layer])
-            written = store.append(records, skip_done=not ctx.overwrite)
+            written = store_cells(ctx.out, task, records,
+                                  [o for per_layer in outcomes for o in per_layer],
+                                  overwrite=ctx.overwrite, store=store)
             log.info("%s layers %s: %d cell(s) in %.1fs", unit.task,
                      ",".join(map(str, chunk)), len(records), seconds * len(records))
             report(written)
@@ -458,9 +438,10 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
         done = done_keys([out_path] + expand_paths(list(resume_from)) if resume_from
                          else [out_path])
 
+    system = System.of_cache(identity)
+
     def key(task: str, layer: LayerSpec, seed: int) -> tuple:
-        return (task, layer, pooling, seed, classifier, identity.get("model"),
-                identity.get("revision"))
+        return system.key(task, layer, pooling, seed, classifier)
 
     pending = _pending_cells(ids, layer_specs, seeds_t, key, done)
     grid_cells = len(ids) * len(layer_specs) * len(seeds_t)

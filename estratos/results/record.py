@@ -52,6 +52,17 @@ def classifier_name(classifier: Any) -> Optional[str]:
     return None if classifier is None else str(classifier)
 
 
+def cell_key(task: str, layer: Layer, pooling: Optional[str], seed: int,
+             classifier: Optional[str], model: str, revision: Optional[str],
+             control: Optional[str] = None) -> CellKey:
+    """The identity of a cell (what resume, sharding and de-duplication compare), from its
+    parts: the one definition, used by :attr:`ResultRecord.key` and by writers that skip
+    done cells before building a record. ``classifier``: its name; ``control``: the control
+    kind (None: an ordinary cell, which keeps the 7-tuple its predictions are filed under)."""
+    base = (task, layer, pooling, seed, classifier, model, revision)
+    return base if control is None else base + (control,)
+
+
 def control_kind(control: Any) -> Optional[str]:
     """The kind of a record's ``control`` object (None: an ordinary cell)."""
     if isinstance(control, Mapping):
@@ -121,11 +132,9 @@ class ResultRecord:
     @property
     def key(self) -> CellKey:
         """The identity of a cell: what resume, sharding and de-duplication compare."""
-        base = (self.task, self.layer, self.pooling, self.seed,
-                classifier_name(self.classifier), self.model, self.revision)
-        # ordinary cells keep the 7-tuple their predictions were filed under
-        kind = control_kind(self.control)
-        return base if kind is None else base + (kind,)
+        return cell_key(self.task, self.layer, self.pooling, self.seed,
+                        classifier_name(self.classifier), self.model, self.revision,
+                        control_kind(self.control))
 
     @property
     def control_kind(self) -> Optional[str]:

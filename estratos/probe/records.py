@@ -1,0 +1,91 @@
+"""A cell's results line and its predictions: built and stored once, for probe and baseline.
+
+Why a module of its own: the probe runner (cached vectors) and the TF-IDF baseline evaluate
+cells the same way and must write them the same way: the same record fields from a
+protocol's :class:`~estratos.protocols.CellOutcome`, the same cell identity
+(:func:`estratos.results.record.cell_key`), and predictions stored *before* the results lines
+(with each record's ``ci``), so a line never lacks its predictions. What differs between
+them is only what produced the cells, a :class:`System`. Torch-free, so the baseline does not
+load torch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Sequence, Union
+
+from estratos import __version__
+from estratos.probe.predictions import outcome_predictions
+from estratos.protocols import CellOutcome
+from estratos.results import ResultRecord, ResultsStore, primary_score
+from estratos.results.predictions import write_predictions
+from estratos.results.record import CellKey, Layer, cell_key
+from estratos.tasks.types import TaskData
+from estratos.vocab import utc_now
+
+
+#: the cache identity fields a probe's results line records (``cache``)
+CACHE_FIELDS = ("path", "dtype", "max_length", "n_states", "dim", "tokenizer")
+
+
+@dataclass(frozen=True)
+class System:
+    """What produced a run's cells: ``kind`` (``"probe"`` or ``"baseline"``), the model and
+    revision that identify it, the cache's identity (None: the baseline reads no cache) and
+    the device the probes ran on (None: not recorded)."""
+
+    kind: str
+    model: str
+    revision: Optional[str]
+    cache: Optional[Mapping[str, Any]] = None
+    device: Optional[str] = None
+
+    @classmethod
+    def of_cache(cls, identity: Mapping[str, Any], device: Optional[str] = None
+                 ) -> "System":
+        """A probe on a cache: its model and revision, and the cache fields results record
+        (``CacheReader.identity()``)."""
+        return cls(kind="probe", model=identity.get("model"), revision=identity.get("revision"),
+                   cache={k: identity.get(k) for k in CACHE_FIELDS}, device=device)
+
+    def key(self, task: str, layer: Layer, pooling: Optional[str], seed: int,
+            classifier: Optional[str]) -> CellKey:
+        """The identity of one of this system's cells (``classifier``: its name)."""
+        return cell_key(task, layer, pooling, seed, classifier, self.model, self.revision)
+
+
+def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: Layer,
+                pooling: Optional[str], seed: int, classifier: Mapping[str, Any],
+                seconds: float, chance: Optional[Mapping[str, Any]] = None,
+                **extra: Any) -> ResultRecord:
+    """The results line of one cell: ``outcome`` of ``task`` at ``layer``/``pooling``/
+    ``seed``, trained by ``classifier`` (its record object), for ``system``. ``chance``:
+    the task's chance levels (classification protocols). ``extra``: further optional
+    fields of :class:`ResultRecord` (e.g. ``control``)."""
+    spec = task.spec
+    return ResultRecord(
+        kind=system.kind, task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
+        language=spec.language, layer=layer, pooling=pooling, seed=int(seed),
+        protocol=task.protocol, fallback=task.fallback, classifier=dict(classifier),
+        metric=spec.metric, score=primary_score(spec.metric, outcome.test),
+        l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=dict(task.sizes),
+        chance=chance, epochs=outcome.epochs, seconds=round(seconds, 3),
+        model=system.model, revision=system.revision,
+        cache=None if system.cache is None else dict(system.cache),
+        estratos_version=__version__, created=utc_now(), device=system.device, **extra)
+
+
+def store_cells(out: Union[str, os.PathLike], task: TaskData,
+                records: Sequence[ResultRecord], outcomes: Sequence[CellOutcome], *,
+                overwrite: bool = False, store: Optional[ResultsStore] = None
+                ) -> List[ResultRecord]:
+    """Store the cells of one program: their predictions first (each record gains its
+    ``ci``), then their results lines; returns the records written (a cell another process
+    wrote meanwhile is skipped unless ``overwrite``)."""
+    records = write_predictions(out, records,
+                                [outcome_predictions(task, o) for o in outcomes])
+    return (store or ResultsStore(out)).append(records, skip_done=not overwrite)
+
+
+__all__ = ["CACHE_FIELDS", "System", "cell_record", "store_cells"]
