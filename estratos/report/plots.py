@@ -131,10 +131,12 @@ def system_file_part(system: System) -> str:
     return "_".join(parts)
 
 
-def system_title(system: System) -> str:
+def system_title(system: System, name: str) -> str:
+    """'NAME, mean pooling, senteval classifier': ``name`` is the report's display name of
+    the model (:meth:`Aggregate.name`); the full identity goes into the figure's caption."""
     pooling = f", {system.pooling} pooling" if system.pooling else ""
     clf = f", {system.classifier} classifier" if system.classifier else ""
-    return f"{system.label}{pooling}{clf}"
+    return f"{name}{pooling}{clf}"
 
 
 # --------------------------------------------------------------------------- drawing
@@ -142,7 +144,8 @@ def system_title(system: System) -> str:
 def _png(fig, canvas_cls) -> bytes:
     canvas_cls(fig)  # attach an Agg canvas: no pyplot, no display
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    # "tight": the saved image grows to hold every legend and label, so none is cut at an edge
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", pad_inches=0.08)
     return buf.getvalue()
 
 
@@ -173,6 +176,30 @@ def _heat_size(n_cols: int, n_rows: int, n_panels: int) -> Tuple[float, float]:
     return (max(5.0, 2.8 + 0.5 * n_cols), max(2.6, 1.1 + 0.32 * n_rows + 0.55 * n_panels))
 
 
+def colour_range(metric: str, values: np.ndarray, floors: Sequence[float]
+                 ) -> Tuple[float, float, str]:
+    """(low, high, what) of a heatmap panel's colour scale.
+
+    Anchored, not stretched over the values: a 2-point spread must not fill the whole colour
+    range. The top is the metric's best (100); the bottom is the lowest floor a probe must
+    beat among the panel's tasks (majority-class rate; 0 for correlations) or the lowest
+    value when one lies below it. Without known floors, the metric's lower bound (0).
+    """
+    finite = values[np.isfinite(values)]
+    lowest = float(finite.min()) if finite.size else 0.0
+    if metric in ("pearson", "spearman"):
+        low, what = 0.0, "r = 0"
+    elif floors:
+        low, what = float(min(floors)), "lowest majority-class floor"
+    else:
+        low, what = 0.0, "0"
+    if lowest < low:
+        low, what = lowest, "lowest value"
+    if metric in ("pearson", "spearman"):
+        low = metric_y_range([metric], low)[0] if low < 0 else low
+    return low, 100.0, what
+
+
 def heatmap_plot(agg: Aggregate, system: System) -> Any:
     """Mean score per task x layer spec, one panel and colour bar per metric (a matplotlib
     Figure, or None when the system has no per-layer results)."""
@@ -187,19 +214,21 @@ def heatmap_plot(agg: Aggregate, system: System) -> Any:
     for k, (metric, idx) in enumerate(zip(metrics, panels)):
         ax = fig.add_subplot(grid[k, 0])
         values = matrix[idx]
-        finite = values[np.isfinite(values)]
-        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-        if high - low < 1e-9:
-            low, high = low - 1.0, high + 1.0
+        floors = [datasets[i].chance[0] for i in idx if datasets[i].chance is not None]
+        low, high, what = colour_range(metric, values, floors)
         image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap=_cmap("viridis"),
                           vmin=low, vmax=high)
         _heatmap_axes(ax, [datasets[i].label for i in idx], layers)
         _annotate(ax, image, values, undefined[idx], ".1f")
-        ax.set_title(metric_label(metric), fontsize=8, loc="left")
-        fig.colorbar(image, ax=ax, label=metric_label(metric), fraction=0.04, pad=0.02)
+        # the metric and the colour scale's anchors in the panel title; the colour bar has
+        # no label of its own (stacked panels' vertical labels ran into each other)
+        ax.set_title(f"{metric_label(metric)}; colours from {low:.1f} ({what}) to "
+                     f"{high:.0f}", fontsize=8, loc="left")
+        fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).ax.tick_params(labelsize=6)
         if k == len(panels) - 1:
             ax.set_xlabel("layer (0 = embeddings; avg = mean of all hidden states)", fontsize=7)
-    fig.suptitle(f"{system_title(system)}\nmean test score over seeds per layer", fontsize=9)
+    fig.suptitle(f"{system_title(system, agg.name(system))}\nmean test score over seeds per "
+                 "layer", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -218,13 +247,22 @@ def zscore_plot(agg: Aggregate, system: System) -> Any:
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(np.ma.masked_invalid(shown), aspect="auto", cmap=_cmap("coolwarm"),
                       vmin=-bound, vmax=bound)
-    _heatmap_axes(ax, [d.label for d in datasets], layers)
+    # a z-score makes any spread look as large as any other: each task's label says how many
+    # points its layers actually span
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        spans = np.nanmax(matrix[:, layer_cols], axis=1) - np.nanmin(matrix[:, layer_cols],
+                                                                     axis=1)
+    labels = [d.label if not np.isfinite(span) else f"{d.label} (spread {span:.1f})"
+              for d, span in zip(datasets, spans)]
+    _heatmap_axes(ax, labels, layers)
     _annotate(ax, image, shown, undefined, ".1f")
     ax.set_xlabel("layer (0 = embeddings; avg = mean of all hidden states)", fontsize=7)
-    fig.colorbar(image, ax=ax, label="z-score across the task's layers", fraction=0.04,
-                 pad=0.02)
-    fig.suptitle(f"{system_title(system)}\neach task's score as a z-score across its layers",
-                 fontsize=9)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    bar.set_label("z-score across the task's layers", fontsize=7)
+    bar.ax.tick_params(labelsize=6)
+    fig.suptitle(f"{system_title(system, agg.name(system))}\neach task's score as a z-score "
+                 "across its layers (spread = max - min over layers, in points)", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -278,7 +316,8 @@ def _draw_curves(ax, agg: Aggregate, group: str, panel: _Panel, colours: Dict[Sy
             xs = np.array([x for x, _ in points], dtype=float)
             ys = np.array([st.mean for _, st in points])
             sd = np.array([st.std or 0.0 for _, st in points])
-            ax.plot(xs, ys, marker="o", markersize=3, color=colour, label=system_title(system))
+            ax.plot(xs, ys, marker="o", markersize=3, color=colour,
+                    label=system_title(system, agg.name(system)))
             ax.fill_between(xs, ys - sd, ys + sd, color=colour, alpha=0.2, linewidth=0)
             lowest = min(lowest, float((ys - sd).min()))
             drawn = True
@@ -293,7 +332,7 @@ def _draw_curves(ax, agg: Aggregate, group: str, panel: _Panel, colours: Dict[Sy
                 drawn = True
             elif r.layer is None:
                 ax.axhline(st.mean, linestyle=":", linewidth=1.5, color=colour,
-                           label=system.label)
+                           label=agg.name(system))
                 lowest = min(lowest, st.mean)
                 drawn = True
     if not drawn:
@@ -359,21 +398,27 @@ def render_figures(agg: Aggregate) -> List[RenderedFigure]:
     _, Canvas = require_matplotlib()
     figures: List[RenderedFigure] = []
     for system in agg.systems:
-        title, part = system_title(system), system_file_part(system)
+        title, part = system_title(system, agg.name(system)), system_file_part(system)
+        if agg.name(system) != system.identity:
+            title += f" (model: {system.identity})"
         metrics = ", ".join(dict.fromkeys(d.metric for d in layer_matrix(agg, system)[0]))
         fig = heatmap_plot(agg, system)
         if fig is not None:
             figures.append(RenderedFigure(
                 f"heatmap-scores_{part}.png",
                 f"{title}: mean test score over seeds of each task (rows) at each layer "
-                f"(columns), one colour scale per metric ({metrics}).", _png(fig, Canvas)))
+                f"(columns), one colour scale per metric ({metrics}), from the lowest "
+                "majority-class floor of its tasks (0 for correlations) to 100, so a small "
+                "spread stays a small change of colour.", _png(fig, Canvas)))
         fig = zscore_plot(agg, system)
         if fig is not None:
             figures.append(RenderedFigure(
                 f"heatmap-zscores_{part}.png",
                 f"{title}: each task's mean score standardized across layers 0..L (the avg "
                 "column on the same scale), so tasks of any metric share a colour map and the "
-                "figure shows where each peaks.", _png(fig, Canvas)))
+                "figure shows where each peaks; each task's spread over its layers (in points) "
+                "is beside its name, since a z-score makes a small spread look as strong as a "
+                "large one.", _png(fig, Canvas)))
     for group in agg.groups:
         fig = curves_plot(agg, group)
         if fig is not None:
@@ -381,7 +426,8 @@ def render_figures(agg: Aggregate) -> List[RenderedFigure]:
                 f"layer-curves_{re.sub(r'[^A-Za-z0-9]+', '-', group)}.png",
                 f"{group}: score vs layer per system, mean over seeds with a +- 1 sample std "
                 "band; the diamond after the last layer is the avg spec; dashed: the floor a "
-                "probe must beat (majority-class rate, 1/K, or r = 0); dotted: baselines.",
+                "probe must beat (majority-class rate, 1/K, or r = 0); dotted: baselines."
+                + (f" Models: {agg.identities()}." if agg.identities() else ""),
                 _png(fig, Canvas)))
     names: Dict[str, int] = {}
     unique = []

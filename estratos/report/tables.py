@@ -106,7 +106,7 @@ def _row_label_header(agg: Aggregate) -> Tuple[List[str], bool]:
 def _row_label_cells(agg: Aggregate, row: Row, show_clf: bool) -> List[Cell]:
     counts = agg.row_seed_counts(row) or [0]
     seeds = str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
-    cells = [Cell(row.system.label), Cell(row.system.pooling or "n/a")]
+    cells = [Cell(agg.name(row.system)), Cell(row.system.pooling or "n/a")]
     if show_clf:
         cells.append(Cell(row.system.classifier or "n/a"))
     return cells + [Cell(layer_label(row.layer)), Cell(seeds)]
@@ -141,7 +141,9 @@ def group_table(agg: Aggregate, notes: Footnotes, *,
                 cells.append(Cell(stat=stat, partial=bool(stat and stat.partial)))
         rows.append(cells)
     mark_cells(rows, range(n_labels, len(header)))
-    return Table(key, title, header, header_notes, rows)
+    models = agg.identities()
+    return Table(key, title, header, header_notes, rows,
+                 caption=f"Models: {models}" if models else "")
 
 
 #: adds test-set statistics to a dataset cell: decorate(row, task, cell) -> cell
@@ -206,9 +208,11 @@ def layer_tables(agg: Aggregate, notes: Footnotes, *, decorate: Decorate = _plai
                                  for r in rows])
         mark_cells(body, range(2, len(header)), by="row")
         pooling = f", {system.pooling} pooling" if system.pooling else ""
-        tables.append(Table(f"layers-{system.slug}", f"Per layer: {system.label}{pooling}",
+        name = agg.name(system)
+        model = f"Model: {system.identity}. " if name != system.identity else ""
+        tables.append(Table(f"layers-{system.slug}", f"Per layer: {name}{pooling}",
                             header, header_notes, body,
-                            caption="Rows: datasets; columns: layer spec (0 = embedding output, "
-                                    "avg = mean of all hidden states)"
+                            caption=f"{model}Rows: datasets; columns: layer spec (0 = embedding "
+                                    "output, avg = mean of all hidden states)"
                                     + (f". {caption}" if caption else "")))
     return tables
