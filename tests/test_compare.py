@@ -197,6 +197,18 @@ def test_report_reuses_the_intervals_the_probe_recorded(tmp_path, monkeypatch):
     assert len(computed) == 2
 
 
+def test_compare_shows_the_recorded_interval_of_a_one_seed_side(tmp_path, monkeypatch):
+    import estratos.report.compare as compare
+
+    path = tmp_path / "run.jsonl"
+    records = toy_run(path, layers=(0, 1), seeds=(1,), sts=False)
+    monkeypatch.setattr(compare, "bootstrap_ci", None)  # must not be called
+    code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1")
+    assert code == 0, out
+    ci = records[0].ci
+    assert f"{records[0].score:.2f} [{ci['lo']:.2f}, {ci['hi']:.2f}]" in out.splitlines()[1]
+
+
 def test_report_ci_without_predictions_gives_a_notice(tmp_path):
     path = tmp_path / "run.jsonl"
     toy_run(path, layers=(0, 1), seeds=(1, 2), sts=False)

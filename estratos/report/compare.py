@@ -268,10 +268,10 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
             "test examples (same task data, same fallback)")
     diff = paired_bootstrap(got_a.sample, got_b.sample, resamples=resamples, level=level,
                             seed=seed)
-    side_a = Side(row_a, got_a.seeds, bootstrap_ci(got_a.sample, resamples=resamples,
-                                                     level=level, seed=seed))
-    side_b = Side(row_b, got_b.seeds, bootstrap_ci(got_b.sample, resamples=resamples,
-                                                     level=level, seed=seed))
+    side_a = Side(row_a, got_a.seeds, _interval(samples, row_a, task_id, got_a, resamples,
+                                                level, seed))
+    side_b = Side(row_b, got_b.seeds, _interval(samples, row_b, task_id, got_b, resamples,
+                                                level, seed))
     out = Comparison(task_id, got_a.sample.metric, got_a.sample.n, side_a, side_b, diff,
                      notes=notes)
     if got_a.sample.metric == "accuracy":
@@ -285,6 +285,17 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
         if not common:
             out.notes.append("McNemar: skipped (no seed on both sides to pair predictions)")
     return out
+
+
+def _interval(samples: Samples, row: Row, task: str, got: RowSample, resamples: int,
+              level: float, seed: int) -> Interval:
+    """A side's interval: the one its results line recorded (one seed, same settings and
+    metric), else resampled from its predictions."""
+    if got.sample.metric == samples.cells[(row, task)][0].record.metric:
+        recorded = samples.recorded_interval(row, task, resamples, level, seed)
+        if recorded is not None:
+            return recorded
+    return bootstrap_ci(got.sample, resamples=resamples, level=level, seed=seed)
 
 
 def _only_seeds(got: RowSample, locs: Sequence[Located]) -> RowSample:
