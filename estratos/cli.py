@@ -91,8 +91,12 @@ def cache_group() -> None:
               help="Progress bar [default: when stderr is a terminal].")
 @click.option("--threads", type=int, default=None,
               help="CPU threads [default: OMP_NUM_THREADS if set, else all cores].")
+@click.option("--states", default="all", show_default=True, metavar="SPEC",
+              help="Hidden states to store: all, indices (0,8,16), every:K (and the last), "
+                   "last:N; the mean over all states (avg) is stored whatever is picked.")
 def encode_command(model, encoder, out, sentences_file, tasks, data_dirs, dtype, max_length,
-                   batch_tokens, device, shard, poolings, lowercase, progress, threads) -> None:
+                   batch_tokens, device, shard, poolings, lowercase, progress, threads,
+                   states) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
     from estratos.encode import encode_sentences, gather_sentences
 
@@ -100,7 +104,7 @@ def encode_command(model, encoder, out, sentences_file, tasks, data_dirs, dtype,
         gather_sentences(sentences_file, tasks, data_dirs), model, out,
         poolings=poolings or ("cls", "mean"), dtype=dtype, max_length=max_length,
         batch_tokens=batch_tokens, device=device, shard=shard or "auto", lowercase=lowercase,
-        encoder=encoder, progress=progress, threads=threads)
+        encoder=encoder, progress=progress, threads=threads, states=states)
     click.echo(summary.describe())
 
 

@@ -54,16 +54,20 @@ def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:
 
 
 def parse_layers(layers: Union[str, Sequence[LayerSpec]],
-                 n_states: Optional[int] = None) -> Tuple[LayerSpec, ...]:
+                 n_states: Optional[int] = None,
+                 stored: Optional[Sequence[int]] = None) -> Tuple[LayerSpec, ...]:
     """``--layers`` (``all`` or a comma list of indices and ``avg``) -> ordered unique specs.
 
-    ``all`` means every hidden state 0..L then ``avg``. With ``n_states`` None (no cache yet,
+    ``all`` means every hidden state the cache stores (0..L, or the ``stored`` subset an
+    ``encode --states`` cache holds) then ``avg``. With ``n_states`` None (no cache yet,
     e.g. ``estratos slurm``) only the syntax is checked and ``all`` stays the word
-    :data:`~estratos.vocab.ALL_LAYERS`. Unknown specs and indices outside 0..n_states-1 raise
-    :class:`OptionError` naming ``--layers``.
+    :data:`~estratos.vocab.ALL_LAYERS`. Unknown specs, indices outside 0..n_states-1 and
+    indices the cache does not store raise :class:`OptionError` naming ``--layers``.
     """
+    if n_states is not None and stored is None:
+        stored = range(n_states)
     every: Tuple[LayerSpec, ...] = ((ALL_LAYERS,) if n_states is None
-                                    else tuple(range(n_states)) + (AVG,))
+                                    else tuple(stored) + (AVG,))
     if isinstance(layers, str):
         items: Sequence[LayerSpec] = [t.strip() for t in layers.strip().split(",")]
     else:
@@ -87,11 +91,61 @@ def parse_layers(layers: Union[str, Sequence[LayerSpec]],
                 where = ("indices start at 0" if n_states is None
                          else f"the cache has hidden states 0..{n_states - 1}")
                 raise OptionError(f"--layers: layer index {spec} is out of range: {where}")
+            if stored is not None and spec not in stored:
+                raise OptionError(f"--layers: hidden state {spec} is not in the cache: it "
+                                  f"stores {', '.join(map(str, stored))} (encode --states) and "
+                                  f"{AVG}; pick from those or re-encode with it")
             specs = (spec,)
         out += [s for s in specs if s not in out]
     if not out:
         raise OptionError("--layers: no layer spec given")
     return tuple(out)
+
+
+def parse_states(states: Union[str, Sequence[int], None],
+                 n_states: Optional[int] = None) -> Optional[Tuple[int, ...]]:
+    """``encode --states``: which hidden states a cache stores, as sorted true indices.
+
+    A comma list of items: a hidden-state index (0 = embedding output), ``every:K`` (0, K,
+    2K, ... and always the last state L), ``last:N`` (the last N states, L-N+1..L) or
+    ``all`` (0..L, the default). With ``n_states`` (L+1) None only the syntax is checked and
+    None is returned; otherwise bad values raise :class:`OptionError` naming ``--states``.
+    The mean over ALL states (``avg``) is stored whatever is picked.
+    """
+    if states is None:
+        states = ALL_LAYERS
+    items: List[Any] = ([t.strip() for t in states.split(",")] if isinstance(states, str)
+                        else list(states))
+    if not items or items == [""]:
+        raise OptionError("--states: no hidden state given")
+    picked: List[int] = []
+    last = None if n_states is None else n_states - 1
+    for item in items:
+        text = str(item).strip().lower()
+        kind, colon, arg = text.partition(":")
+        try:
+            if isinstance(item, (bool, float)):
+                raise ValueError
+            if text == ALL_LAYERS:
+                picked += [] if last is None else list(range(last + 1))
+                continue
+            if colon and kind in ("every", "last"):
+                k = int(arg)
+                if k < 1:
+                    raise OptionError(f"--states: {item!r}: the number after {kind}: must be >= 1")
+                if last is not None:
+                    picked += (list(range(0, last + 1, k)) + [last] if kind == "every"
+                               else list(range(max(0, last + 1 - k), last + 1)))
+                continue
+            index = int(text)
+        except ValueError:
+            raise OptionError(f"--states: unknown item {item!r} (use all, a hidden-state "
+                              "index, every:K or last:N, comma-separated)") from None
+        if index < 0 or (last is not None and index > last):
+            span = "indices start at 0" if last is None else f"the model has hidden states 0..{last}"
+            raise OptionError(f"--states: hidden state {index} is out of range: {span}")
+        picked.append(index)
+    return None if n_states is None else tuple(sorted(set(picked)))
 
 
 def resolve_shard(shard: ShardSpec, environ: Optional[Mapping[str, str]] = None
@@ -166,4 +220,5 @@ def available_cores() -> int:
 
 
 __all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "DEVICE_WORDS", "ShardSpec", "available_cores",
-           "check_device", "parse_layers", "parse_seeds", "positive_int", "resolve_shard"]
+           "check_device", "parse_layers", "parse_seeds", "parse_states", "positive_int",
+           "resolve_shard"]

@@ -15,9 +15,11 @@ def cache_info(path: os.PathLike | str) -> Dict[str, Any]:
     path = Path(path)
     with schema.open_existing(path) as (f, attrs):
         n = int(attrs.get("n_done", 0))
-        vectors = {name: {"shape": list(ds.shape), "dtype": str(ds.dtype),
-                          "chunks": list(ds.chunks or ()), "fletcher32": bool(ds.fletcher32)}
-                   for name, ds in f[schema.VECTORS].items()}
+        groups = [schema.VECTORS] + ([schema.AVG_GROUP] if schema.AVG_GROUP in f else [])
+        vectors = {(name if group == schema.VECTORS else f"{group}/{name}"):
+                   {"shape": list(ds.shape), "dtype": str(ds.dtype),
+                    "chunks": list(ds.chunks or ()), "fletcher32": bool(ds.fletcher32)}
+                   for group in groups for name, ds in f[group].items()}
         n_truncated = int(f[schema.TRUNCATED][:n].sum()) if n else 0
     info = dict(attrs)
     info.update(path=str(path), size_bytes=path.stat().st_size, n_rows=n,
@@ -29,7 +31,8 @@ def cache_info(path: os.PathLike | str) -> Dict[str, Any]:
 
 def format_info(info: Dict[str, Any]) -> str:
     """``key: value`` lines, the most useful first."""
-    first = ["path", "complete", "n_rows", "n_states", "dim", "poolings", "dtype", "size_bytes",
+    first = ["path", "complete", "n_rows", "n_states", "states", "stored_avg", "dim", "poolings",
+             "dtype", "size_bytes",
              "model", "revision", "tokenizer", "max_length", "n_truncated"]
     lines = [f"{k}: {info[k]}" for k in first if k in info]
     lines += [f"{k}: {v}" for k, v in sorted(info.items()) if k not in first]

@@ -56,7 +56,7 @@ def merge_shards(out: os.PathLike | str, shards: Sequence[os.PathLike | str]) ->
     count = int(first["shard_count"])
     for p, a in infos[1:]:
         diff = schema.settings_diff(a, first)
-        for k in ("shard_count", "input_digest", "n_states", "dim"):
+        for k in ("shard_count", "input_digest", "n_states", "dim", "stored_avg"):
             if k in ("n_states", "dim") and (a.get(k) is None or first.get(k) is None):
                 continue  # an empty shard of a --encoder run never learnt its shapes
             if a.get(k) != first.get(k):
@@ -83,7 +83,7 @@ def merge_shards(out: os.PathLike | str, shards: Sequence[os.PathLike | str]) ->
     seen: set = set()
     try:
         for i in range(count):
-            _copy_rows(by_index[i], writer, seen, first["poolings"])
+            _copy_rows(by_index[i], writer, seen, first["poolings"], bool(first.get("stored_avg")))
         final = writer.finish(out)
     except BaseException:
         writer.close()
@@ -93,7 +93,8 @@ def merge_shards(out: os.PathLike | str, shards: Sequence[os.PathLike | str]) ->
     return {"path": str(final), "n_rows": writer.n_done, "shards": count}
 
 
-def _copy_rows(path: Path, writer: CacheWriter, seen: set, poolings: Sequence[str]) -> None:
+def _copy_rows(path: Path, writer: CacheWriter, seen: set, poolings: Sequence[str],
+               stored_avg: bool) -> None:
     with schema.open_h5(path, "r") as f:
         n = int(f.attrs["n_done"])
         for lo in range(0, n, COPY_ROWS):
@@ -107,9 +108,11 @@ def _copy_rows(path: Path, writer: CacheWriter, seen: set, poolings: Sequence[st
             try:
                 sentences = f[schema.SENTENCES].asstr()[lo:hi]
                 vectors = {p: f[schema.VECTORS][p][lo:hi][keep] for p in poolings}
+                averages = ({p: f[schema.AVG_GROUP][p][lo:hi][keep] for p in poolings}
+                            if stored_avg else None)
             except OSError as exc:
                 raise CacheError(f"{path}: rows {lo}..{hi - 1} unreadable ({exc}); "
                                  "re-encode this shard") from exc
             writer.append(kept, [s for s, k in zip(sentences, keep) if k],
                           f[schema.N_TOKENS][lo:hi][keep], f[schema.TRUNCATED][lo:hi][keep],
-                          vectors)
+                          vectors, averages)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import h5py
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from estratos.cache import schema
 from estratos.errors import CacheError, MissingSentences, SettingsMismatch
 from estratos.text import normalize_sentence, sentence_key
+from estratos.vocab import AVG
 
 #: two requested rows closer than this are read in one block (the rows between are discarded)
 GAP_ROWS = 256
@@ -53,6 +54,8 @@ class CacheReader:
             for p in self.poolings:
                 if p not in self._f[schema.VECTORS]:
                     raise CacheError(f"{self.path}: missing /vectors/{p}")
+                if self.has_avg and p not in self._f[schema.AVG_GROUP]:
+                    raise CacheError(f"{self.path}: missing /{schema.AVG_GROUP}/{p}")
         except BaseException:
             self.close()
             raise
@@ -68,7 +71,19 @@ class CacheReader:
 
     @property
     def n_states(self) -> int:
+        """Hidden states of the model (L+1), whether or not the cache stores them all."""
         return int(self.attrs.get("n_states", 0))
+
+    @property
+    def states(self) -> Tuple[int, ...]:
+        """The hidden states stored (true indices; every one unless encoded with ``--states``)."""
+        return schema.stored_states(self.attrs) or ()
+
+    @property
+    def has_avg(self) -> bool:
+        """Whether the mean over all hidden states is stored (read as the state ``"avg"``);
+        caches written before encode stored it lack it."""
+        return bool(self.attrs.get("stored_avg")) and schema.AVG_GROUP in self._f
 
     @property
     def dim(self) -> int:
@@ -152,34 +167,54 @@ class CacheReader:
 
     # -- vectors ------------------------------------------------------------------------------
     def read(self, rows: Sequence[int], pooling: str,
-             states: Optional[Sequence[int]] = None) -> np.ndarray:
-        """float32 (len(rows), n_states or len(states), dim), rows in the order given."""
+             states: Optional[Sequence[Union[int, str]]] = None) -> np.ndarray:
+        """float32 (len(rows), len(states), dim), rows in the order given.
+
+        ``states``: true hidden-state indices the cache stores, and ``"avg"`` (the stored
+        mean over all states) when :attr:`has_avg`; None: every stored state.
+        """
         if pooling not in self.poolings:
             raise SettingsMismatch(f"{self.path}: no pooling {pooling!r} "
                                    f"(the cache has {list(self.poolings)})")
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if len(rows) and (rows.min() < 0 or rows.max() >= self.n_rows):
             raise IndexError(f"rows out of range [0, {self.n_rows})")
-        states = list(range(self.n_states)) if states is None else [int(s) for s in states]
-        for s in states:
-            if not 0 <= s < self.n_states:
-                raise IndexError(f"state {s} out of range [0, {self.n_states})")
+        wanted = list(self.states) if states is None else list(states)
+        position = {s: i for i, s in enumerate(self.states)}
+        columns: List[int] = []
+        for s in wanted:
+            if s == AVG:
+                if not self.has_avg:
+                    raise IndexError(f"{self.path}: no stored {AVG} (a cache written before "
+                                     "encode stored it: average the states read instead)")
+                continue
+            if int(s) not in position:
+                raise IndexError(f"state {s} is not stored (the cache holds "
+                                 f"{', '.join(map(str, self.states))})")
+            columns.append(position[int(s)])
         ds = self._f[schema.VECTORS][pooling]
         uniq, inverse = np.unique(rows, return_inverse=True)
         # gather in the stored dtype (half the bytes for 16-bit ones) and convert once at the end
-        gathered = np.empty((len(uniq), len(states), self.dim), dtype=ds.dtype)
-        contiguous = len(states) > 0 and states == list(range(states[0], states[-1] + 1))
+        gathered = np.empty((len(uniq), len(wanted), self.dim), dtype=ds.dtype)
+        targets = [j for j, s in enumerate(wanted) if s != AVG]
+        avg_at = [j for j, s in enumerate(wanted) if s == AVG]
+        contiguous = (len(columns) > 0 and columns == list(range(columns[0], columns[-1] + 1))
+                      and targets == list(range(targets[0], targets[-1] + 1)))
         pos = 0
         for lo, hi in row_blocks(uniq):
             end = int(np.searchsorted(uniq, hi))
             take = uniq[pos:end] - lo
+            whole = len(take) == hi - lo
             try:
                 if contiguous:
-                    block = ds[lo:hi, states[0]:states[-1] + 1, :]
-                    gathered[pos:end] = block if len(take) == hi - lo else block[take]
+                    block = ds[lo:hi, columns[0]:columns[-1] + 1, :]
+                    gathered[pos:end, targets[0]:targets[-1] + 1] = block if whole else block[take]
                 else:
-                    for j, s in enumerate(states):
-                        gathered[pos:end, j] = ds[lo:hi, s, :][take]
+                    for j, c in zip(targets, columns):
+                        gathered[pos:end, j] = ds[lo:hi, c, :][take]
+                for j in avg_at:
+                    block = self._f[schema.AVG_GROUP][pooling][lo:hi, :]
+                    gathered[pos:end, j] = block if whole else block[take]
             except OSError as exc:  # a fletcher32 mismatch or a damaged file: never fill values
                 raise CacheError(f"{self.path}: /vectors/{pooling} rows {lo}..{hi - 1} are "
                                  f"unreadable ({exc}); the cache is corrupted: run `estratos "

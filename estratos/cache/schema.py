@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import h5py
 import numpy as np
@@ -29,6 +29,10 @@ SENTENCES = "sentences"
 N_TOKENS = "n_tokens"
 TRUNCATED = "truncated"
 VECTORS = "vectors"
+#: ``/avg/<pooling>`` (N, D): the mean over ALL hidden states (embedding output included),
+#: computed at encode time, so ``probe --layers avg`` keeps its meaning when ``--states``
+#: stores only some states; caches written before it existed lack it (``stored_avg`` unset)
+AVG_GROUP = "avg"
 ROW_DATASETS = (KEYS, SENTENCES, N_TOKENS, TRUNCATED)
 
 KEY_DTYPE = np.dtype(f"S{KEY_BYTES}")
@@ -50,7 +54,7 @@ CHUNK_ROWS = 512
 #: attributes that decide what the vectors mean; resuming, adding sentences and merging
 #: shards all require them to be identical
 SETTINGS_ATTRS = ("schema_version", "encoder", "model", "revision", "tokenizer", "max_length",
-                  "lowercase", "dtype", "poolings")
+                  "lowercase", "dtype", "poolings", "states")
 #: attributes that only exist on shard files
 SHARD_ATTRS = ("shard_index", "shard_count", "input_digest")
 
@@ -145,8 +149,9 @@ def to_python(value: Any) -> Any:
 def read_attrs(f: h5py.File) -> Dict[str, Any]:
     """Root attributes as plain Python; ``poolings`` as a tuple, ``library_versions`` a dict."""
     attrs = {k: to_python(v) for k, v in f.attrs.items()}
-    if "poolings" in attrs:
-        attrs["poolings"] = tuple(attrs["poolings"])
+    for name in ("poolings", "states"):
+        if isinstance(attrs.get(name), list):
+            attrs[name] = tuple(attrs[name])
     if isinstance(attrs.get("library_versions"), str):
         try:
             attrs["library_versions"] = json.loads(attrs["library_versions"])
@@ -158,7 +163,10 @@ def read_attrs(f: h5py.File) -> Dict[str, Any]:
 def write_attrs(f: h5py.File, attrs: Mapping[str, Any]) -> None:
     """Store attributes; tuples/lists of str become string arrays, dicts JSON text."""
     for name, value in attrs.items():
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, (list, tuple)) and value and all(
+                isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+            value = np.array(value, dtype=np.int64)  # e.g. ``states``
+        elif isinstance(value, (list, tuple)):
             value = np.array([str(v) for v in value], dtype=h5py.string_dtype())
         elif isinstance(value, dict):
             value = json.dumps(value, sort_keys=True)
@@ -185,11 +193,27 @@ def settings_of(attrs: Mapping[str, Any]) -> Dict[str, Any]:
     return {k: attrs.get(k) for k in SETTINGS_ATTRS}
 
 
+def stored_states(attrs: Mapping[str, Any]) -> Optional[Tuple[int, ...]]:
+    """The true hidden-state indices a cache's vector datasets hold, in order: its ``states``
+    attribute (``encode --states``), else every state 0..n_states-1 (caches written before
+    ``--states``), or None while an ``--encoder`` cache has not learnt its shape."""
+    states = attrs.get("states")
+    if states is not None and not isinstance(states, str) and len(states):
+        return tuple(int(s) for s in states)
+    n_states = attrs.get("n_states")
+    return tuple(range(int(n_states))) if n_states else None
+
+
 def settings_diff(have: Mapping[str, Any], want: Mapping[str, Any]) -> Dict[str, tuple]:
-    """``{name: (have, want)}`` for each settings attribute that differs."""
+    """``{name: (have, want)}`` for each settings attribute that differs (``states``: the
+    states stored, an old cache's all; not compared while either side's shape is unknown)."""
     out = {}
     for k in SETTINGS_ATTRS:
         a, b = have.get(k), want.get(k)
+        if k == "states":
+            a, b = stored_states(have), stored_states(want)
+            if a is None or b is None:
+                continue
         if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
             a = tuple(a or ())
             b = tuple(b or ())

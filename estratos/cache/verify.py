@@ -63,20 +63,23 @@ def verify_cache(path: os.PathLike | str, sentences: Optional[Sequence[str]] = N
                                    "(rerun the encode command)")
         lengths = {name: f[name].shape[0] for name in schema.ROW_DATASETS}
         poolings = attrs.get("poolings", ())
-        for p in poolings:
-            if p not in f[schema.VECTORS]:
-                report.problems.append(f"/vectors/{p} is missing")
-            else:
-                lengths[f"vectors/{p}"] = f[schema.VECTORS][p].shape[0]
+        groups = [schema.VECTORS] + ([schema.AVG_GROUP] if attrs.get("stored_avg") else [])
+        present = []
+        for group in groups:
+            for p in poolings:
+                if group not in f or p not in f[group]:
+                    report.problems.append(f"/{group}/{p} is missing")
+                else:
+                    lengths[f"{group}/{p}"] = f[group][p].shape[0]
+                    present.append((group, p))
         short = {k: v for k, v in lengths.items() if v < n}
         if short:
             report.problems.append(f"datasets shorter than n_done={n}: {short}")
             n = min([n] + list(short.values()))
 
         _check_keys(f, n, report)
-        for p in poolings:
-            if p in f[schema.VECTORS]:
-                _check_vectors(f[schema.VECTORS][p], p, n, str(attrs.get("dtype")), report)
+        for group, p in present:
+            _check_vectors(f[group][p], f"/{group}/{p}", n, str(attrs.get("dtype")), report)
 
         if sentences is not None:
             stored = set(schema.keys_as_bytes(f[schema.KEYS][:n]))
@@ -115,21 +118,22 @@ def _check_keys(f, n: int, report: VerifyReport) -> None:
                                f"{bad[:MAX_LISTED]}")
 
 
-def _check_vectors(ds, pooling: str, n: int, dtype: str, report: VerifyReport) -> None:
+def _check_vectors(ds, name: str, n: int, dtype: str, report: VerifyReport) -> None:
+    """Checksums and NaN/inf of one vector dataset: (N, states, D), or (N, D) for ``/avg``."""
     corrupt, nonfinite = [], 0
     for lo in range(0, n, VERIFY_ROWS):
         hi = min(n, lo + VERIFY_ROWS)
-        for s in range(ds.shape[1]):
+        for s in range(ds.shape[1] if ds.ndim == 3 else 1):
             try:
-                block = ds[lo:hi, s, :]
+                block = ds[lo:hi, s, :] if ds.ndim == 3 else ds[lo:hi]
             except OSError:
                 corrupt.append((lo, hi - 1, s))
                 continue
             nonfinite += int(schema.nonfinite_rows(block, dtype).sum())
     for lo, hi, s in corrupt[:MAX_LISTED]:
-        report.problems.append(f"/vectors/{pooling} rows {lo}..{hi}, state {s}: checksum error "
+        report.problems.append(f"{name} rows {lo}..{hi}, state {s}: checksum error "
                                "(corrupted chunk)")
     if len(corrupt) > MAX_LISTED:
-        report.problems.append(f"/vectors/{pooling}: {len(corrupt) - MAX_LISTED} more corrupted blocks")
+        report.problems.append(f"{name}: {len(corrupt) - MAX_LISTED} more corrupted blocks")
     if nonfinite:
-        report.problems.append(f"/vectors/{pooling}: {nonfinite} vector(s) with NaN or inf")
+        report.problems.append(f"{name}: {nonfinite} vector(s) with NaN or inf")

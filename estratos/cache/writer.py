@@ -82,6 +82,8 @@ def _copy_trusted(src: h5py.File, dst: "CacheWriter", path: Path) -> int:
             n_tokens = src[schema.N_TOKENS][lo:hi]
             truncated = src[schema.TRUNCATED][lo:hi]
             vectors = {p: src[schema.VECTORS][p][lo:hi] for p in poolings}
+            averages = ({p: src[schema.AVG_GROUP][p][lo:hi] for p in poolings}
+                        if src.attrs.get("stored_avg") else None)
         except (OSError, KeyError, ValueError) as exc:
             log.warning("%s: rows %d..%d unreadable after the interruption (%s)", path, lo,
                         hi - 1, exc)
@@ -90,7 +92,7 @@ def _copy_trusted(src: h5py.File, dst: "CacheWriter", path: Path) -> int:
             log.warning("%s: rows %d..%d do not match their keys after the interruption",
                         path, lo, hi - 1)
             return lo
-        dst.append(keys, texts, n_tokens, truncated, vectors)
+        dst.append(keys, texts, n_tokens, truncated, vectors, averages)
     return n
 
 
@@ -138,10 +140,13 @@ class CacheWriter:
             f.create_dataset(schema.TRUNCATED, (0,), dtype=np.bool_, maxshape=(None,),
                              chunks=(4096,))
             f.create_group(schema.VECTORS)
+            if attrs.get("stored_avg"):
+                f.create_group(schema.AVG_GROUP)
             writer = cls(f, path)
-            if attrs.get("n_states") and attrs.get("dim"):  # known up front: even 0 rows is valid
+            states = schema.stored_states(attrs)
+            if states and attrs.get("dim"):  # known up front: even 0 rows is valid
                 for pooling in schema.to_python(f.attrs["poolings"]):
-                    writer._vector_dataset(pooling, int(attrs["n_states"]), int(attrs["dim"]))
+                    writer._vector_dataset(pooling, len(states), int(attrs["dim"]))
             f.flush()
             # linked while still open: HDF5's lock on the file covers the new name from the
             # first instant, so a second encoder can never open it in between
@@ -263,31 +268,46 @@ class CacheWriter:
         for name in schema.ROW_DATASETS:
             if self._f[name].shape[0] != n:
                 self._f[name].resize((n,))
-        for ds in self._f[schema.VECTORS].values():
+        groups = [self._f[schema.VECTORS]] + ([self._f[schema.AVG_GROUP]]
+                                              if schema.AVG_GROUP in self._f else [])
+        for ds in (ds for group in groups for ds in group.values()):
             if ds.shape[0] != n:
                 ds.resize((n,) + ds.shape[1:])
 
     # -- writing ------------------------------------------------------------------------------
-    def _vector_dataset(self, pooling: str, n_states: int, dim: int) -> h5py.Dataset:
+    def _vector_dataset(self, pooling: str, n_stored: int, dim: int) -> h5py.Dataset:
+        """``/vectors/<pooling>`` (N, n_stored, dim), created on first use. An ``--encoder``
+        cache learns its shape here (every state stored, so ``n_states`` = ``n_stored``)."""
         group = self._f[schema.VECTORS]
         if pooling in group:
             ds = group[pooling]
-            if ds.shape[1:] != (n_states, dim):
+            if ds.shape[1:] != (n_stored, dim):
                 raise CacheError(
-                    f"{self.path}: the encoder gives {n_states} states x {dim} dims but the "
+                    f"{self.path}: the encoder gives {n_stored} states x {dim} dims but the "
                     f"cache holds {ds.shape[1]} x {ds.shape[2]}")
             return ds
         dtype = schema.storage_dtype(str(self._f.attrs["dtype"]))
-        ds = group.create_dataset(pooling, (self._n_done, n_states, dim), dtype=dtype,
-                                  maxshape=(None, n_states, dim),
+        ds = group.create_dataset(pooling, (self._n_done, n_stored, dim), dtype=dtype,
+                                  maxshape=(None, n_stored, dim),
                                   chunks=(schema.CHUNK_ROWS, 1, dim), fletcher32=True)
-        self._f.attrs["n_states"] = n_states
+        if "n_states" not in self._f.attrs:
+            self._f.attrs["n_states"] = n_stored
         self._f.attrs["dim"] = dim
+        if self._f.attrs.get("stored_avg"):
+            self._f[schema.AVG_GROUP].create_dataset(
+                pooling, (self._n_done, dim), dtype=dtype, maxshape=(None, dim),
+                chunks=(schema.CHUNK_ROWS, dim), fletcher32=True)
         return ds
 
     def append(self, keys: Sequence[bytes], sentences: Sequence[str], n_tokens: Sequence[int],
-               truncated: Sequence[bool], vectors: Mapping[str, np.ndarray]) -> None:
-        """Append a block of rows, flush, then advance ``n_done`` (and flush again)."""
+               truncated: Sequence[bool], vectors: Mapping[str, np.ndarray],
+               averages: Optional[Mapping[str, np.ndarray]] = None) -> None:
+        """Append a block of rows, flush, then advance ``n_done`` (and flush again).
+
+        ``vectors``: ``{pooling: (B, stored states, dim)}``; ``averages``: ``{pooling: (B,
+        dim)}``, the mean over all hidden states, required when the cache stores it
+        (``stored_avg``) and ignored when it does not (a cache written before it existed).
+        """
         b = len(keys)
         if b == 0:
             return
@@ -314,6 +334,14 @@ class CacheWriter:
             ds = self._vector_dataset(pooling, arr.shape[1], arr.shape[2])
             ds.resize((hi,) + ds.shape[1:])
             ds[lo:hi] = schema.to_storage(arr, str(self._f.attrs["dtype"]))
+            if self._f.attrs.get("stored_avg"):
+                avg = None if averages is None else averages.get(pooling)
+                if avg is None or avg.shape != (b, arr.shape[2]):
+                    raise ValueError(f"{pooling}: expected the ({b}, dim) mean of every state, "
+                                     f"got {None if avg is None else avg.shape}")
+                ads = self._f[schema.AVG_GROUP][pooling]
+                ads.resize((hi, ads.shape[1]))
+                ads[lo:hi] = schema.to_storage(avg, str(self._f.attrs["dtype"]))
             fault_point("append-write")
         self._f.flush()
         fault_point("append-flushed")

@@ -148,6 +148,7 @@ class BatcherEncoder:
             raise OptionError(f"--encoder: {self.target} returned {out.shape[1:]} per sentence, "
                               f"earlier batches gave {(self.n_states, self.dim)}")
         return BatchVectors({POOLING: schema.to_storage(out, dtype)},
+                            {POOLING: schema.to_storage(out.mean(axis=1), dtype)},
                             bool(np.isfinite(out).all()))
 
     def auto_batch_tokens(self) -> int:
@@ -180,8 +181,11 @@ class WordCounts:
 class BatchVectors:
     """A batcher's output, already on the host."""
 
-    def __init__(self, vectors: Dict[str, np.ndarray], source_finite: bool) -> None:
+    def __init__(self, vectors: Dict[str, np.ndarray], averages: Dict[str, np.ndarray],
+                 source_finite: bool) -> None:
         self._vectors = vectors
+        #: the mean over every state the function returned, per pooling (B, D)
+        self.averages = averages
         #: whether the function's own values were finite (before the cast to the stored dtype)
         self.source_finite = source_finite
 

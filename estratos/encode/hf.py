@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import logging
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Sequence
+from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -140,6 +140,8 @@ class HFEncoder:
                               f"AutoTokenizer/AutoModel: {exc}") from exc
         self.model = None
         self._tokenize = None
+        #: hidden states to store (true indices; None: all), set by the run from --states
+        self.states: Optional[Tuple[int, ...]] = None
         # position 0 must be the first real token and padding must sit after the sentence
         self.tokenizer.padding_side = "right"
         if self.tokenizer.pad_token is None:  # GPT-style tokenizers: padding is masked anyway
@@ -221,31 +223,40 @@ class HFEncoder:
             # pooling in float32, outside autocast (which would run the matmul in 16 bits)
             maskf = inputs["attention_mask"].to(torch.float32).unsqueeze(1)  # (B, 1, T)
             counts = maskf.sum(dim=2).clamp(min=1.0)  # (B, 1)
-            pooled, finite = {}, []
+            pooled, averages, finite = {}, {}, []
             for pooling in self.poolings:
                 if pooling == "cls":
                     states = [h[:, 0].float() for h in hidden]
                 else:  # masked mean: padding gets weight 0, so the batch does not matter
                     states = [torch.bmm(maskf, h.float()).squeeze(1) / counts for h in hidden]
-                full = torch.stack(states, dim=1)
+                full = torch.stack(states, dim=1)  # (B, L+1, D)
                 # checked on the device, read back with the vectors: were the model's own
                 # outputs finite (before the cast to the stored precision)?
                 finite.append(torch.isfinite(full).all())
+                # the paper's avg: the mean over ALL hidden states, whatever --states stores
+                averages[pooling] = full.mean(dim=1).to(out_dtype)
+                if self.states is not None:
+                    full = full[:, list(self.states)]
                 pooled[pooling] = full.to(out_dtype)
-        return HostVectors(pooled, self.device, torch.stack(finite).all())
+        return HostVectors(pooled, averages, self.device, torch.stack(finite).all())
 
     def auto_batch_tokens(self) -> int:
         """``--batch-tokens auto`` for this model on its device (after :meth:`load`)."""
         return devices.auto_batch_tokens(self.device, self.config)
 
 
+#: marks the mean over all states among the tensors copied back (not a pooling name)
+AVERAGE_PREFIX = "\0avg:"
+
+
 class HostVectors:
     """Pooled vectors on their way to the host: on CUDA a non-blocking copy into pinned
     memory followed by an event; :meth:`numpy` waits for that event only."""
 
-    def __init__(self, pooled: Dict[str, torch.Tensor], device: torch.device,
-                 finite: torch.Tensor) -> None:
+    def __init__(self, pooled: Dict[str, torch.Tensor], averages: Dict[str, torch.Tensor],
+                 device: torch.device, finite: torch.Tensor) -> None:
         self._event = None
+        pooled = {**pooled, **{AVERAGE_PREFIX + name: t for name, t in averages.items()}}
         # numpy has no bfloat16: its 16-bit words travel as int16 and are read as uint16
         pooled = {name: t.view(torch.int16) if t.dtype == torch.bfloat16 else t
                   for name, t in pooled.items()}
@@ -261,12 +272,18 @@ class HostVectors:
         else:
             self._host = {name: tensor.cpu() for name, tensor in pooled.items()}
         self._finite = self._host.pop("\0finite")
+        self.averages: Dict[str, np.ndarray] = {}
 
     def numpy(self) -> Dict[str, np.ndarray]:
+        """``{pooling: (B, stored states, D)}`` in the stored dtype; :attr:`averages` (``{pooling:
+        (B, D)}``, the mean over all states) is filled by this call."""
         if self._event is not None:
             self._event.synchronize()
-        return {name: t.numpy().view(np.uint16) if t.dtype == torch.int16 else t.numpy()
-                for name, t in self._host.items()}
+        out = {name: t.numpy().view(np.uint16) if t.dtype == torch.int16 else t.numpy()
+               for name, t in self._host.items()}
+        self.averages = {name[len(AVERAGE_PREFIX):]: out.pop(name) for name in list(out)
+                         if name.startswith(AVERAGE_PREFIX)}
+        return out
 
     @property
     def source_finite(self) -> bool:

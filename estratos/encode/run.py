@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence, Union
 
 from estratos import __version__
 from estratos.cache import schema
@@ -42,6 +42,8 @@ from estratos.encode.stream import run_stream
 from estratos.encode.summary import EncodeSummary
 from estratos.errors import EstratosError, InputError, Interrupted, OptionError
 from estratos.faultpoints import fault_point
+from estratos.options import parse_states
+from estratos.vocab import ALL_LAYERS
 from estratos.vocab import POOLINGS
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,8 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
                      device: Optional[str] = None, shard: ShardSpec = None,
                      lowercase: bool = False, encoder: Optional[str] = None,
                      progress: Optional[bool] = None,
-                     threads: Optional[int] = None) -> EncodeSummary:
+                     threads: Optional[int] = None,
+                     states: Union[str, Sequence[int], None] = ALL_LAYERS) -> EncodeSummary:
     """Encode the unique ``sentences`` with ``model`` (or ``encoder``) into the cache ``out``.
 
     Creates ``out``, resumes ``out.partial`` left by a killed run with the same arguments, or
@@ -63,11 +66,15 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     With ``shard`` (``"I/N"``, ``(I, N)`` or ``"auto"`` for SLURM arrays) the rows go to
     ``<stem>.shard-I-of-N<suffix>`` beside ``out``. ``progress``: tqdm bar (None: if stderr is
     a terminal). ``threads``: CPU threads (None: ``OMP_NUM_THREADS`` if set, else all cores).
+    ``states``: the hidden states to store (``--states``: ``all``, ``0,8,16``, ``every:4``,
+    ``last:8``; :func:`estratos.options.parse_states`); the mean over ALL states (``avg``) is
+    stored whatever is picked.
     """
     started = time.perf_counter()
     if dtype not in schema.VECTOR_DTYPES:
         raise OptionError(f"--dtype: {dtype!r} is not one of {schema.VECTOR_DTYPES}")
     batch_tokens = parse_batch_tokens(batch_tokens)
+    parse_states(states)  # the syntax, before anything is read
     poolings = tuple(dict.fromkeys(poolings))
     if not poolings:
         raise OptionError("--pooling: at least one pooling is needed")
@@ -92,7 +99,8 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
         fault_point("model-load")
         enc = build_encoder(model, encoder, device=device, max_length=max_length,
                             lowercase=lowercase, poolings=poolings, threads=threads)
-        want = {**enc.settings(), "dtype": dtype, "schema_version": schema.SCHEMA_VERSION}
+        want = {**enc.settings(), "dtype": dtype, "schema_version": schema.SCHEMA_VERSION,
+                **_stored_states(enc, states)}
         shard_attrs = ({"shard_index": shard_sel[0], "shard_count": shard_sel[1],
                         "input_digest": digest} if shard_sel else {})
         session.check_settings(want)
@@ -103,7 +111,8 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
         attrs = {**want, **enc.info(), **shard_attrs,
                  "estratos_version": __version__, "library_versions": library_versions(),
                  "created": utc_stamp(),
-                 "batch_tokens": 0 if batch_tokens == "auto" else batch_tokens}
+                 "batch_tokens": 0 if batch_tokens == "auto" else batch_tokens,
+                 "stored_avg": True}
         if enc.n_states is not None:
             attrs.update(n_states=enc.n_states, dim=enc.dim)
         try:
@@ -124,6 +133,21 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     return EncodeSummary(str(target), n_input, n_unique, len(keys), n_cached, n_resumed,
                          n_encoded, n_truncated, n_rows, enc.max_length,
                          time.perf_counter() - started, shard_sel)
+
+
+def _stored_states(enc, states: Union[str, Sequence[int], None]) -> dict:
+    """``{"states": (...)}`` the cache stores, and the encoder told to keep only those; an
+    ``--encoder`` function decides its own states (its shape is known only from its output),
+    so it takes only ``all``."""
+    if enc.n_states is None:
+        if not (states is None or (isinstance(states, str)
+                                   and states.strip().lower() == ALL_LAYERS)):
+            raise OptionError("--states: not with --encoder (the function returns the states "
+                              "it has; all are stored)")
+        return {}
+    stored = parse_states(states, enc.n_states)
+    enc.states = None if stored == tuple(range(enc.n_states)) else stored
+    return {"states": stored}
 
 
 def _interrupted(session: CacheSession) -> Interrupted:

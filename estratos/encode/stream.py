@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Mapping, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from estratos.cache import schema
 from estratos.encode.pipeline import END, Stages, Stopped
 from estratos.errors import EncodeError, OptionError
 from estratos.faultpoints import fault_point
+from estratos.vocab import AVG
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,9 @@ PIPELINE_DEPTH_CUDA = 4
 FLUSH_SECONDS = 5.0
 
 
-def refuse_nonfinite(vectors: Mapping[str, np.ndarray], dtype: str, source_finite: bool,
-                     texts: Sequence[str]) -> None:
+def refuse_nonfinite(vectors: Mapping[str, np.ndarray], averages: Mapping[str, np.ndarray],
+                     dtype: str, source_finite: bool, texts: Sequence[str],
+                     states: Optional[Sequence[int]] = None) -> None:
     """Stop the run before a batch holding NaN or inf reaches the cache.
 
     A cache never holds a non-finite value written by us: probing would refuse those rows
@@ -38,14 +40,18 @@ def refuse_nonfinite(vectors: Mapping[str, np.ndarray], dtype: str, source_finit
     (float16 ends at 65,504; hidden states of some LLMs go beyond), or the model itself
     gave NaN/inf (whatever the precision).
     """
-    for pooling, stored in vectors.items():
+    columns = [(pooling, stored) for pooling, stored in vectors.items()]
+    columns += [(pooling, avg[:, None, :]) for pooling, avg in averages.items()]
+    for i, (pooling, stored) in enumerate(columns):
         bad = schema.nonfinite_rows(stored, dtype)
-        if not bad.any() and source_finite:
+        if not bad.any() and (source_finite or i < len(columns) - 1):
             continue
         row = int(np.flatnonzero(bad)[0]) if bad.any() else 0
-        state = int(np.flatnonzero(schema.nonfinite_rows(np.swapaxes(stored[row:row + 1], 0, 1),
-                                                         dtype))[0]) if bad.any() else 0
-        example = f"hidden state {state}, {pooling} pooling, sentence {texts[row][:60]!r}"
+        at = int(np.flatnonzero(schema.nonfinite_rows(np.swapaxes(stored[row:row + 1], 0, 1),
+                                                      dtype))[0]) if bad.any() else 0
+        where = (f"the {AVG} of all hidden states" if i >= len(vectors) else
+                 f"hidden state {at if states is None else states[at]}")
+        example = f"{where}, {pooling} pooling, sentence {texts[row][:60]!r}"
         if not source_finite:
             raise EncodeError(f"the model gave NaN or infinite hidden states ({example}); "
                               "nothing of this batch was stored. Check the model's weights and "
@@ -91,9 +97,9 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
                 if item is not END:
                     rows, pending = item
                     vectors = pending.numpy()
-                    refuse_nonfinite(vectors, dtype, pending.source_finite,
-                                     [texts[i] for i in rows])
-                    block.append((rows, vectors))
+                    refuse_nonfinite(vectors, pending.averages, dtype, pending.source_finite,
+                                     [texts[i] for i in rows], getattr(enc, "states", None))
+                    block.append((rows, vectors, pending.averages))
                     bar.update(len(rows))
                 n_block = sum(len(b[0]) for b in block)
                 if block and (item is END or n_block >= BLOCK_ROWS
@@ -102,7 +108,9 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
                     writer.append([keys[i] for i in rows], [texts[i] for i in rows],
                                   capped[rows], truncated[rows],
                                   {p: np.concatenate([b[1][p] for b in block])
-                                   for p in block[0][1]})
+                                   for p in block[0][1]},
+                                  {p: np.concatenate([b[2][p] for b in block])
+                                   for p in block[0][2]})
                     log.debug("n_done=%d", writer.n_done)
                     block, last_flush = [], time.monotonic()
                 if item is END:

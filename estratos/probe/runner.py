@@ -204,6 +204,28 @@ class UnitRunner:
                          n_features=COMBINER_WIDTH[spec.combiner] * self.cache.dim,
                          missing=missing)
 
+    def _vectors(self, task_id: str, rows: np.ndarray, layers: Sequence[LayerSpec],
+                 sentences: Sequence[str]) -> Tuple[np.ndarray, List[Any]]:
+        """``(vectors, positions)``: the task's vectors of the hidden states ``layers`` need
+        (read from the cache for these layers only) and each layer spec's position along
+        their second axis. ``avg`` is the stored mean over all hidden states; a cache
+        written before encode stored it gets every state read and averaged (``"avg"``)."""
+        ctx = self.context
+        ints = sorted({int(layer) for layer in layers if layer != AVG})
+        if AVG in layers and not self.cache.has_avg:
+            states: List[Any] = list(self.cache.states)
+        else:
+            states = ints + ([AVG] if AVG in layers else [])
+        t0 = time.perf_counter()
+        vectors = self.cache.read(rows, ctx.pooling, states)
+        log.info("%s: read %d rows x %d states in %.2fs", task_id, len(rows), len(states),
+                 time.perf_counter() - t0)
+        _check_vectors(Path(ctx.cache_path), task_id, vectors, sentences, ctx.pooling)
+        position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
+        if not self.cache.has_avg:
+            position[AVG] = AVG  # evaluate_cells averages every state read
+        return vectors, [position[layer] for layer in layers]
+
     def run(self, unit: WorkUnit, report: Callable[[List[ResultRecord]], None]) -> float:
         """Train every cell of ``unit``; each program's records are appended to the results
         file, then passed to ``report``. Returns the seconds the unit took."""
@@ -212,26 +234,21 @@ class UnitRunner:
         spec, task = self._load(unit.task)
         rows = self._rows(unit.task)
         classifier = classifier_record(task, ctx.classifier)
-        states = (list(range(self.cache.n_states)) if AVG in unit.layers
-                  else sorted({int(layer) for layer in unit.layers}))
-        t0 = time.perf_counter()
-        vectors = self.cache.read(rows, ctx.pooling, states)
-        log.info("%s: read %d rows x %d states in %.2fs", unit.task, len(rows), len(states),
-                 time.perf_counter() - t0)
-        _check_vectors(Path(ctx.cache_path), unit.task, vectors, task.sentences, ctx.pooling)
-        # the vectors hold ``states`` only; "avg" always comes with every state
-        position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
-        position[AVG] = AVG
         store = ResultsStore(ctx.out)
         system = System.of_cache(self.identity, ctx.device)
         chance = chance_levels(task)
         n_examples = sum(len(s) for s in task.splits.values())
-        n_features = COMBINER_WIDTH[spec.combiner] * vectors.shape[2]
+        n_features = COMBINER_WIDTH[spec.combiner] * self.cache.dim
+        # one chunk of layer specs at a time, its vectors read for it alone: the features of a
+        # program (and the vectors behind them) stay under FEATURE_BUDGET_BYTES whatever the
+        # width and the number of hidden states (docs/probe.md, "Memory")
         for chunk in _layer_chunks(list(unit.layers), n_examples, n_features):
+            vectors, positions = self._vectors(unit.task, rows, chunk, task.sentences)
             t0 = time.perf_counter()
-            outcomes = evaluate_cells(task, vectors, [position[layer] for layer in chunk],
+            outcomes = evaluate_cells(task, vectors, positions,
                                       unit.seeds, ctx.classifier, sequential=ctx.sequential,
                                       device=ctx.device)
+            del vectors
             seconds = (time.perf_counter() - t0) / (len(chunk) * len(unit.seeds))
             records = [cell_record(task, o, system, layer=layer if layer == AVG else int(layer),
                                    pooling=ctx.pooling, seed=seed, classifier=classifier,
@@ -430,7 +447,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
         if pooling not in cache.poolings:
             raise OptionError(f"--pooling: {pooling!r} is not in the cache {cache_path} "
                               f"(it has {', '.join(cache.poolings)})")
-        layer_specs = parse_layers(layers, cache.n_states)
+        layer_specs = parse_layers(layers, cache.n_states, cache.states)
         identity = cache.identity()
         model_name = cache.attrs.get("model")
     done: Set[tuple] = set()
