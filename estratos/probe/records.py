@@ -50,9 +50,11 @@ class System:
                    cache={k: identity.get(k) for k in CACHE_FIELDS}, device=device)
 
     def key(self, task: str, layer: Layer, pooling: Optional[str], seed: int,
-            classifier: Optional[str]) -> CellKey:
-        """The identity of one of this system's cells (``classifier``: its name)."""
-        return cell_key(task, layer, pooling, seed, classifier, self.model, self.revision)
+            classifier: Optional[str], control: Optional[str] = None) -> CellKey:
+        """The identity of one of this system's cells (``classifier``: its name;
+        ``control``: the control kind of a control cell)."""
+        return cell_key(task, layer, pooling, seed, classifier, self.model, self.revision,
+                        control)
 
 
 def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: Layer,
