@@ -8,8 +8,9 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from estratos.results import ResultRecord, ResultsStore
-from estratos.results.predictions import CellPredictions, write_predictions
+from estratos.results import ResultRecord, ResultsStore, read_results
+from estratos.results.predictions import (CellPredictions, PredictionsReader, check_metric,
+                                          sample_of, write_predictions)
 from estratos.stats import metric_value
 
 #: accuracy (%) each layer is built to reach on the toy classification task
@@ -93,6 +94,24 @@ def toy_run(results: Path, *, layers=(0, 1, 2, "avg"), seeds=(1111, 2),
     if sts:
         cells += [sts_cell(layer, seed, model=model) for layer in layers for seed in seeds]
     return write_cells(results, cells)
+
+
+def reproduced(path) -> List[ResultRecord]:
+    """The results lines of ``path``, each checked against its stored predictions: the
+    primary score and the extra metrics recomputed, the score inside its ``ci``."""
+    reader = PredictionsReader()
+    records = read_results(path)
+    for record in records:
+        found = reader.find(record, path)
+        assert found.problem is None, (record.key, found.problem)
+        assert abs(check_metric(record, found.preds) - record.score) <= 0.011, record.key
+        for extra in ("f1", "spearman"):
+            if extra in (record.test or {}) and extra != record.metric:
+                value = sample_of(record, found.preds, extra).value()
+                scale = 1.0 if extra == "f1" else 100.0
+                assert abs(value - scale * record.test[extra]) <= 0.011, (record.key, extra)
+        assert record.ci["lo"] <= record.score <= record.ci["hi"]
+    return records
 
 
 def by_layer(records: Iterable[ResultRecord]) -> Dict:

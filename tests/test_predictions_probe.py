@@ -4,32 +4,13 @@ line (all five protocols), with the line's bootstrap interval."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from estratos.probe.runner import run_probe
-from estratos.results import read_results
-from estratos.results.predictions import PredictionsReader, check_metric, predictions_dir
-from estratos.results.predictions import sample_of
+from estratos.results.predictions import PredictionsReader, predictions_dir
 
+from stats_toys import reproduced as _reproduced
 from probe_toys import (MemoryLoader, single_task, spec, toy_classification,
                         toy_similarity_tasks, toy_split_task, write_cache)
-
-
-def _reproduced(path):
-    reader = PredictionsReader()
-    records = read_results(path)
-    for record in records:
-        found = reader.find(record, path)
-        assert found.problem is None, (record.task, found.problem)
-        assert check_metric(record, found.preds) == pytest.approx(record.score, abs=0.011), \
-            record.task
-        for extra in ("f1", "spearman"):
-            if extra in (record.test or {}) and extra != record.metric:
-                value = sample_of(record, found.preds, extra).value()
-                scale = 1.0 if extra == "f1" else 100.0
-                assert value == pytest.approx(scale * record.test[extra], abs=0.011)
-        assert record.ci["lo"] <= record.score <= record.ci["hi"]
-    return records
 
 
 def test_every_protocol_stores_predictions_that_reproduce_the_line(tmp_path):
