@@ -8,13 +8,17 @@ stderr and a non-zero exit code; nothing half-written is left behind by the libr
 from __future__ import annotations
 
 import logging
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import click
 
 from estratos import __version__
+from estratos.demo import DEMO_SEEDS
 from estratos.errors import EstratosError, Interrupted
-from estratos.vocab import SYNTHETIC_N_PER_TASK
+from estratos.options import DEFAULT_SEEDS_TEXT
+from estratos.probe.estimator import DEFAULT_CLASSIFIER
+from estratos.vocab import (CACHE_POOLINGS, DEFAULT_POOLING, DEFAULT_SEED, POOLINGS,
+                            SYNTHETIC_N_PER_TASK)
 
 
 class _UserError(click.ClickException):
@@ -39,6 +43,48 @@ class _Group(click.Group):
             raise _UserError(Interrupted(
                 "interrupted (Ctrl-C); every file written so far is whole: rerun the same "
                 "command to resume")) from exc
+
+
+def _task_file_option(what: str = "A custom task spec (repeatable).") -> Callable:
+    return click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
+                        help=what)
+
+
+def _data_dir_option(what: str = "Where task data lives") -> Callable:
+    return click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
+                        help=f"{what}: DIR or SUITE=DIR; repeatable [default: $ESTRATOS_DATA].")
+
+
+def _seeds_option(default: str = DEFAULT_SEEDS_TEXT,
+                  what: str = "Comma-separated seeds.") -> Callable:
+    return click.option("--seeds", default=default, show_default=True, help=what)
+
+
+class _Registered(click.Choice):
+    """A choice among registered estimators of a role, looked up when first needed (the
+    registry's module is not imported to build the command line)."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__([])
+        self.role = role
+        self._names: Optional[Sequence[str]] = None
+
+    @property  # type: ignore[override]
+    def choices(self) -> Sequence[str]:
+        if self._names is None:
+            from estratos.probe.classifiers import estimator_names
+
+            self._names = estimator_names(self.role)
+        return self._names
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:
+        self._names = list(value) or None
+
+
+def _classifier_option(what: str) -> Callable:
+    return click.option("--classifier", type=_Registered("classifier"),
+                        default=DEFAULT_CLASSIFIER, show_default=True, help=what)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,9 +115,8 @@ def cache_group() -> None:
 @click.option("--sentences", "sentences_file", metavar="FILE",
               help="UTF-8 text file, one sentence per line.")
 @click.option("--tasks", metavar="IDS", help="Encode the sentences of these tasks.")
-@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
-              help="Where task data lives (with --tasks): DIR or SUITE=DIR; repeatable "
-                   "[default: $ESTRATOS_DATA].")
+@_task_file_option("Also encode this custom task's sentences (repeatable).")
+@_data_dir_option("Where task data lives (with --tasks)")
 @click.option("--dtype", type=click.Choice(["float16", "bfloat16", "float32"]),
               default="float16", show_default=True,
               help="Stored vector precision (readers always give float32); bfloat16 has "
@@ -84,8 +129,8 @@ def cache_group() -> None:
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N, mps.")
 @click.option("--shard", metavar="I/N", default=None,
               help="Encode shard I (0-based) of N [default: SLURM array variables if set].")
-@click.option("--pooling", "poolings", multiple=True, type=click.Choice(["cls", "mean"]),
-              help="Poolings to store (repeatable) [default: cls and mean].")
+@click.option("--pooling", "poolings", multiple=True, type=click.Choice(POOLINGS),
+              help=f"Poolings to store (repeatable) [default: {' and '.join(POOLINGS)}].")
 @click.option("--lowercase", is_flag=True, help="Lower-case sentences before tokenizing.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar [default: when stderr is a terminal].")
@@ -94,15 +139,23 @@ def cache_group() -> None:
 @click.option("--states", default="all", show_default=True, metavar="SPEC",
               help="Hidden states to store: all, indices (0,8,16), every:K (and the last), "
                    "last:N; the mean over all states (avg) is stored whatever is picked.")
-def encode_command(model, encoder, out, sentences_file, tasks, data_dirs, dtype, max_length,
-                   batch_tokens, device, shard, poolings, lowercase, progress, threads,
-                   states) -> None:
+def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_dirs, dtype,
+                   max_length, batch_tokens, device, shard, poolings, lowercase, progress,
+                   threads, states) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
-    from estratos.encode import encode_sentences, gather_sentences
+    from estratos.encode.inputs import gather_sentences
+    from estratos.options import check_device, positive_int, resolve_shard
+
+    # what can be checked without the model or torch is checked first
+    check_device(device)
+    positive_int("--threads", threads, allow_none=True)
+    resolve_shard(shard or "auto")
+    sentences = gather_sentences(sentences_file, tasks, data_dirs, task_files)
+    from estratos.encode import encode_sentences  # torch and transformers: only now
 
     summary = encode_sentences(
-        gather_sentences(sentences_file, tasks, data_dirs), model, out,
-        poolings=poolings or ("cls", "mean"), dtype=dtype, max_length=max_length,
+        sentences, model, out,
+        poolings=poolings or POOLINGS, dtype=dtype, max_length=max_length,
         batch_tokens=batch_tokens, device=device, shard=shard or "auto", lowercase=lowercase,
         encoder=encoder, progress=progress, threads=threads, states=states)
     click.echo(summary.describe())
@@ -127,19 +180,19 @@ def cache_info_command(cache: str, as_json: bool) -> None:
 @click.option("--sentences", "sentences_file", metavar="FILE",
               help="Also check that these sentences (one a line) are present.")
 @click.option("--tasks", metavar="IDS", help="Also check that these tasks' sentences are present.")
-@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
-              help="Where task data lives (with --tasks): DIR or SUITE=DIR; repeatable "
-                   "[default: $ESTRATOS_DATA].")
+@_task_file_option("Also check this custom task's sentences (repeatable).")
+@_data_dir_option("Where task data lives (with --tasks)")
 @click.pass_context
-def cache_verify_command(ctx: click.Context, cache: str, sentences_file, tasks, data_dirs) -> None:
+def cache_verify_command(ctx: click.Context, cache: str, sentences_file, tasks, task_files,
+                         data_dirs) -> None:
     """Check completeness, checksums, NaNs and required sentences; exit 1 if anything is wrong
     (estratos.cache.verify_cache)."""
     from estratos.cache import verify_cache
-    from estratos.encode import gather_sentences
+    from estratos.encode.inputs import gather_sentences
 
     needed = None
-    if sentences_file is not None or tasks is not None or data_dirs:
-        needed = gather_sentences(sentences_file, tasks, data_dirs)
+    if sentences_file is not None or tasks is not None or data_dirs or task_files:
+        needed = gather_sentences(sentences_file, tasks, data_dirs, task_files)
     report = verify_cache(cache, needed)
     click.echo(report.summary())
     if not report.ok:
@@ -220,10 +273,11 @@ def tasks_check_command(ctx: click.Context, selection, data_dirs, task_files) ->
 
 # ---- probe (stage two) -------------------------------------------------------------------
 class _OnePooling(click.Choice):
-    """``cls`` or ``mean``; a comma list gets a message saying to run once per pooling."""
+    """One of the poolings a cache may hold; a comma list gets a message saying to run once
+    per pooling."""
 
     def __init__(self) -> None:
-        super().__init__(["cls", "mean"])
+        super().__init__(CACHE_POOLINGS)
 
     def convert(self, value, param, ctx):  # type: ignore[override]
         if isinstance(value, str) and "," in value:
@@ -237,20 +291,18 @@ class _OnePooling(click.Choice):
 @click.option("--cache", required=True, metavar="CACHE.h5", help="A complete cache (stage one).")
 @click.option("--tasks", metavar="IDS", default="",
               help="Task ids, suites or suite:GROUP, comma-separated.")
-@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
-              help="Data folder: DIR or SUITE=DIR; repeatable [default: $ESTRATOS_DATA].")
-@click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
-              help="A custom task spec (repeatable).")
+@_data_dir_option("Data folder")
+@_task_file_option()
 @click.option("--out", required=True, metavar="RESULTS.jsonl",
               help="Results file (appended; cells already there are skipped).")
 @click.option("--layers", default="all", show_default=True,
               help="all, or hidden-state indices and avg, comma-separated (e.g. 0,3,6,avg).")
-@click.option("--pooling", type=_OnePooling(), default="cls", show_default=True,
+@click.option("--pooling", type=_OnePooling(), default=DEFAULT_POOLING, show_default=True,
               help="Cached vectors to probe; one pooling per run (run again with the same "
                    "--out for the other).")
-@click.option("--seeds", default="1111", show_default=True, help="Comma-separated seeds.")
-@click.option("--classifier", type=click.Choice(["senteval", "lbfgs"]), default="senteval",
-              show_default=True, help="senteval (faithful) or lbfgs (fast exploration).")
+@_seeds_option()
+@_classifier_option("The probe: senteval (SentEval's, faithful to published numbers) or "
+                    "another registered estimator (lbfgs: fast exploration).")
 @click.option("--sequential", is_flag=True,
               help="Train one cell at a time (parity checks, timing).")
 @click.option("--jobs", type=int, default=1, show_default=True,
@@ -274,7 +326,7 @@ def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, see
                   sequential, jobs, threads, overwrite, expect_model, device, shard,
                   resume_from, progress) -> None:
     """Train probes for every task x layer x seed (estratos.probe.probe_tasks)."""
-    from estratos.probe.runner import probe_tasks
+    from estratos.probe.command import probe_tasks
 
     run = probe_tasks(cache, tasks, out, data_dir=data_dirs, task_files=task_files,
                       layers=layers, pooling=pooling, seeds=seeds, classifier=classifier,
@@ -361,14 +413,10 @@ def compare_command(results, task, sel_a, sel_b, metric, resamples, level, seed,
 
 @cli.command("baseline")
 @click.option("--tasks", metavar="IDS", help="Task ids, suites or suite:GROUP (as for probe).")
-@click.option("--task-file", "task_files", multiple=True, metavar="TASK.toml",
-              help="A custom task spec (repeatable).")
-@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
-              help="Where task data lives: DIR or SUITE=DIR; repeatable "
-                   "[default: $ESTRATOS_DATA].")
+@_task_file_option()
+@_data_dir_option()
 @click.option("--out", required=True, metavar="RESULTS.jsonl", help="Results file to append to.")
-@click.option("--seeds", default="1111", show_default=True,
-              help="Comma-separated seeds (folds and held-out parts).")
+@_seeds_option(what="Comma-separated seeds (folds and held-out parts).")
 @click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
 def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> None:
     """Whitespace TF-IDF + logistic regression / cosine baseline, written as results
@@ -385,8 +433,8 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> Non
 @click.argument("models", nargs=-1, metavar="MODEL...")
 @click.option("--tasks", metavar="IDS", default="",
               help="Task ids, suites or suite:GROUP, comma-separated (as for probe).")
-@click.option("--data-dir", "data_dirs", multiple=True, metavar="[SUITE=]DIR",
-              help="Where task data lives (repeatable) [default: $ESTRATOS_DATA].")
+@_task_file_option("A custom task spec (repeatable; its absolute path goes in the scripts).")
+@_data_dir_option()
 @click.option("--out", required=True, metavar="DIR",
               help="Folder for the scripts, caches, results, report/ and logs/.")
 @click.option("--encode-array", type=int, default=1, show_default=True,
@@ -394,11 +442,10 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> Non
 @click.option("--probe-array", type=int, default=1, show_default=True,
               help="Probe array tasks per model (one share of the grid each).")
 @click.option("--layers", default="all", show_default=True, help="As for probe.")
-@click.option("--seeds", default="1111", show_default=True, help="As for probe.")
-@click.option("--pooling", type=click.Choice(["cls", "mean"]), default="cls", show_default=True,
-              help="As for probe.")
-@click.option("--classifier", type=click.Choice(["senteval", "lbfgs"]), default="senteval",
+@_seeds_option(what="As for probe.")
+@click.option("--pooling", type=click.Choice(CACHE_POOLINGS), default=DEFAULT_POOLING,
               show_default=True, help="As for probe.")
+@_classifier_option("As for probe.")
 @click.option("--partition", default=None, help="sbatch --partition for every job.")
 @click.option("--gpus-per-task", type=int, default=0, show_default=True,
               help="GPUs per encode array task (--gres=gpu:G).")
@@ -410,15 +457,16 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> Non
               help="Extra sbatch option for every job, e.g. --sbatch-arg=--account=X "
                    "(repeatable).")
 @click.option("--dry-run", is_flag=True, help="Write the scripts and submit.sh; submit nothing.")
-def slurm_command(models, tasks, data_dirs, out, encode_array, probe_array, layers, seeds,
-                  pooling, classifier, partition, gpus_per_task, cpus_per_task, time_limit,
-                  sbatch_args, dry_run) -> None:
+def slurm_command(models, tasks, task_files, data_dirs, out, encode_array, probe_array,
+                  layers, seeds, pooling, classifier, partition, gpus_per_task, cpus_per_task,
+                  time_limit, sbatch_args, dry_run) -> None:
     """Run encode -> merge -> probe -> report on SLURM as dependent job arrays
     (estratos.slurm.plan_pipeline, write_scripts, submit)."""
     from estratos.slurm import find_sbatch, plan_pipeline, submit, write_scripts
     from estratos.slurm.plan import SUBMIT_SCRIPT
 
-    plan = plan_pipeline(models, tasks, data_dirs, out, encode_array=encode_array,
+    plan = plan_pipeline(models, tasks, data_dirs, out, task_files=task_files,
+                         encode_array=encode_array,
                          probe_array=probe_array, layers=layers, seeds=seeds, pooling=pooling,
                          classifier=classifier, partition=partition,
                          gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
@@ -439,7 +487,8 @@ def slurm_command(models, tasks, data_dirs, out, encode_array, probe_array, laye
 @click.option("--out", metavar="DIR", default=None,
               help="Output folder [default: ~/.cache/estratos/synthetic-es, where the "
                    "registry looks without --data-dir].")
-@click.option("--seed", type=int, default=1111, show_default=True, help="Generator seed.")
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
+              help="Generator seed.")
 @click.option("--n-per-task", type=int, default=SYNTHETIC_N_PER_TASK, show_default=True,
               help="Examples per task (train/dev/test = 80/10/10); the demo's size by default.")
 @click.option("--task", "task_names", multiple=True, metavar="NAME",
@@ -488,20 +537,21 @@ def tasks_download_cmd(benchmark: str, data_dir: str, base_url: str, timeout: fl
               help="Folder for data, cache, results and report (rerunning resumes).")
 @click.option("--model", default=None,
               help="Hugging Face model id or folder [default: the packaged all-MiniLM-L6-v2].")
-@click.option("--seeds", default="1111,1,2", show_default=True,
-              help="Comma-separated probe seeds.")
+@_seeds_option(",".join(map(str, DEMO_SEEDS)), "Comma-separated probe seeds.")
+@_task_file_option("Also encode, probe and report this custom task (repeatable).")
 @click.option("--n-per-task", type=int, default=SYNTHETIC_N_PER_TASK, show_default=True,
               help="Examples per synthetic task (the `tasks build` default too).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bars [default: when stderr is a terminal].")
-def demo_cmd(out: str, model: Optional[str], seeds: str, n_per_task: int,
-             progress: Optional[bool]) -> None:
+def demo_cmd(out: str, model: Optional[str], seeds: str, task_files: Sequence[str],
+             n_per_task: int, progress: Optional[bool]) -> None:
     """Encode, probe every layer and report on built-in Spanish tasks, offline
     (estratos.demo.run_demo)."""
     from estratos.demo import run_demo
-    from estratos.probe.runner import parse_seeds
+    from estratos.options import parse_seeds
 
-    summary = run_demo(out, model, parse_seeds(seeds), n_per_task=n_per_task,
+    summary = run_demo(out, model, parse_seeds(seeds), task_files=task_files,
+                       n_per_task=n_per_task,
                        progress=progress, say=lambda line: click.echo(line, err=True))
     click.echo(summary.table)
     click.echo(summary.describe())

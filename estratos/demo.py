@@ -91,16 +91,19 @@ def _have_matplotlib() -> bool:
 
 
 def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path, model: str,
-                  seeds: Sequence[int], n_per_task: int, plot: bool) -> List[str]:
+                  seeds: Sequence[int], n_per_task: int, plot: bool,
+                  task_files: Sequence[str] = (), task_ids: Sequence[str] = ()) -> List[str]:
     """The CLI commands equivalent to a demo run (data build, encode, probe, report)."""
     q = shlex.quote
     data_opt = f"--data-dir {q(f'{DEMO_SUITE}={data_dir}')}"
+    data_opt += "".join(f" --task-file {q(str(Path(p).resolve()))}" for p in task_files)
+    tasks = q(",".join([DEMO_SUITE, *task_ids]))
     seed_opts = "--seeds " + ",".join(str(s) for s in seeds)
     return [
         f"estratos tasks build {DEMO_SUITE} --out {q(str(data_dir))} --seed {DEMO_DATA_SEED} "
         f"--n-per-task {n_per_task}",
-        f"estratos encode --model {q(model)} --tasks {DEMO_SUITE} {data_opt} --out {q(str(cache))}",
-        f"estratos probe --cache {q(str(cache))} --tasks {DEMO_SUITE} {data_opt} --layers all "
+        f"estratos encode --model {q(model)} --tasks {tasks} {data_opt} --out {q(str(cache))}",
+        f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} --layers all "
         f"--pooling {DEMO_POOLING} {seed_opts} --out {q(str(results))}",
         f"estratos report {q(str(results))} --out {q(str(report_dir))} "
         f"--format {DEMO_REPORT_FORMATS}" + (" --plot" if plot else ""),
@@ -187,7 +190,8 @@ def _prepare_data(data_dir: Path, n_per_task: int) -> bool:
 
 
 def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
-             seeds: Sequence[int] = DEMO_SEEDS, *, n_per_task: int = DEMO_N_PER_TASK,
+             seeds: Sequence[int] = DEMO_SEEDS, *, task_files: Sequence[str] = (),
+             n_per_task: int = DEMO_N_PER_TASK,
              progress: Optional[bool] = None,
              say: Optional[Callable[[str], None]] = None) -> DemoSummary:
     """Build synthetic-es, encode it, probe every layer + avg x ``seeds``, write the report.
@@ -196,15 +200,18 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     (``report.md`` and ``report.html``; with matplotlib installed, heatmaps and layer curves
     under ``report/plots``, also embedded in the page).
     ``model``: a Hugging Face model id or folder (default: the packaged MiniLM-L6).
-    ``progress``: progress bars (None: when stderr is a terminal). ``say`` receives one line
-    per step as it starts (the CLI shows them; the library itself never prints).
+    ``task_files``: custom tasks (``--task-file``) encoded, probed and reported with the
+    built-in ones. ``progress``: progress bars (None: when stderr is a terminal). ``say``
+    receives one line per step as it starts (the CLI shows them; the library itself never
+    prints).
     """
     from tqdm import tqdm
 
     from estratos.encode import encode_sentences
     from estratos.report import write_report
     from estratos.probe import run_probe
-    from estratos.tasks import DataDirs, load_task, select_tasks
+    from estratos.tasks import load_task
+    from estratos.tasks.selection import read_task_files, select_specs
 
     tell = say or (lambda line: log.info("%s", line))
     seeds = tuple(seeds)
@@ -217,6 +224,8 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise OptionError(f"--out: {out} exists and is not a folder")
+    # a bad or clashing task file fails before any work; custom tasks join the suite's
+    tasks = ",".join([DEMO_SUITE] + [spec.id for spec in read_task_files(task_files)])
     model = model or default_model()
     _check_same_settings(out, model, seeds, n_per_task)
     data_dir, cache = out / "data", out / "cache.h5"
@@ -229,8 +238,8 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     tell(f"[1/4] building the {DEMO_SUITE} tasks ({n_per_task} examples each) in {data_dir}")
     out.mkdir(parents=True, exist_ok=True)
     _prepare_data(data_dir, n_per_task)
-    specs = select_tasks(DEMO_SUITE)
-    data_dirs = DataDirs.parse([f"{DEMO_SUITE}={data_dir}"])
+    selection = select_specs(tasks, task_files, [f"{DEMO_SUITE}={data_dir}"])
+    specs, data_dirs = selection.specs, selection.data_dirs
     sentences: Dict[str, None] = {}
     for spec in specs:
         for sentence in load_task(spec, data_dirs).sentences:
@@ -259,6 +268,6 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     seconds["report"] = time.perf_counter() - t0
 
     commands = demo_commands(data_dir, cache, results, report_dir, model, seeds, n_per_task,
-                             plot)
+                             plot, task_files, [s.id for s in specs if s.source])
     return DemoSummary(out, data_dir, cache, results, report_dir, list(report.files), table,
                        model, commands, seconds)

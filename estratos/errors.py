@@ -46,6 +46,13 @@ class TaskError(EstratosError):
     """An unknown task name or an invalid task spec."""
 
 
+class SelectionError(TaskError):
+    """A task selection (``--tasks``, ``--task-file``) that names no task, an ambiguous one
+    or clashing ones: a usage error like any other option's (exit 2)."""
+
+    exit_code = 2
+
+
 class CacheError(EstratosError):
     """A cache that is missing, incomplete, corrupted or made with other settings."""
 

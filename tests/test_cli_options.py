@@ -29,7 +29,8 @@ def test_probe_pooling_is_a_choice_like_encodes(tmp_path):
                                       "--pooling", "max"])
     assert result.exit_code == 2 and "'max' is not one of 'cls', 'mean'" in result.output
     helps = [CliRunner().invoke(cli, [cmd, "--help"]).output for cmd in ("probe", "encode")]
-    assert "--pooling [cls|mean]" in helps[0] and "[cls|mean]" in helps[1]
+    # probe also takes the vectors of an --encoder cache (estratos.vocab.CACHE_POOLINGS)
+    assert "--pooling [cls|mean|encoder]" in helps[0] and "[cls|mean]" in helps[1]
     assert "one pooling per run" in " ".join(helps[0].split())
 
 
@@ -45,12 +46,12 @@ def test_ctrl_c_outside_a_runs_own_handler_exits_130_saying_files_are_whole(monk
                                                                             tmp_path):
     """A Ctrl-C that lands while a command starts or finishes (after the run's own handler
     has returned) still exits 130 with a message, not click's bare "Aborted!"."""
-    import estratos.probe.runner as runner
+    import estratos.probe.command as command
 
     def late_interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "probe_tasks", late_interrupt)
+    monkeypatch.setattr(command, "probe_tasks", late_interrupt)
     cache = tmp_path / "c.h5"
     cache.write_bytes(b"")
     result = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--tasks", "all",

@@ -342,7 +342,8 @@ def test_a_user_error_in_a_worker_reaches_the_caller(tmp_path):
 
 
 def test_probe_tasks_and_summarize(toml_task, tmp_path):
-    from estratos.probe.runner import probe_tasks, summarize
+    from estratos.probe.command import probe_tasks
+    from estratos.probe.runner import summarize
 
     task_file, cache = toml_task
     out = tmp_path / "r.jsonl"

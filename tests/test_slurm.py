@@ -206,7 +206,7 @@ def test_bad_options_are_option_errors(synth, tmp_path, args, message):
 def test_unknown_task_and_missing_data_are_named(synth, tmp_path):
     res = run_cli(["m", "--tasks", "synthetic-es:Nope", "--data-dir", f"synthetic-es={synth}",
                    "--out", str(tmp_path / "o"), "--dry-run"])
-    assert res.exit_code == 1 and "Nope" in res.output
+    assert res.exit_code == 2 and "Nope" in res.output
     res = run_cli(["m", "--tasks", TASKS, "--data-dir", f"synthetic-es={tmp_path / 'none'}",
                    "--out", str(tmp_path / "o"), "--dry-run"])
     assert res.exit_code == 2 and "--data-dir" in res.output and "no such folder" in res.output

@@ -201,6 +201,6 @@ def test_cli_reports_bad_input_as_one_line_without_traceback(tmp_path):
 def test_unknown_task_and_bad_data_dir_options():
     runner = CliRunner()
     result = runner.invoke(cli, ["tasks", "show", "TAS1"])
-    assert result.exit_code == 1 and "closest: TASS1" in result.output
+    assert result.exit_code == 2 and "closest: TASS1" in result.output
     result = runner.invoke(cli, ["tasks", "list", "--data-dir", "es-sentevl=/x"])
     assert result.exit_code == 2 and "--data-dir" in result.output

@@ -3,12 +3,22 @@
 Public API: :func:`encode_sentences` (what ``estratos encode`` calls), :class:`EncodeSummary`,
 :func:`gather_sentences` (``--sentences FILE`` or ``--tasks IDS``: :func:`read_sentence_file`,
 :func:`task_sentences`).
+
+Names are imported on first use, so the command line can check its options (and read the
+sentences) before the encoder's heavy libraries load.
 """
 
-from estratos.encode.inputs import gather_sentences, read_sentence_file, task_sentences
-from estratos.encode.run import encode_sentences
-from estratos.encode.shards import resolve_shard
-from estratos.encode.summary import EncodeSummary
+from importlib import import_module
+from typing import Any
 
-__all__ = ["EncodeSummary", "encode_sentences", "gather_sentences", "read_sentence_file", "resolve_shard",
-           "task_sentences"]
+_EXPORTS = {
+    "gather_sentences": "inputs", "read_sentence_file": "inputs", "task_sentences": "inputs",
+    "encode_sentences": "run", "resolve_shard": "shards", "EncodeSummary": "summary",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(f"estratos.encode.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'estratos.encode' has no attribute {name!r}")

@@ -39,31 +39,36 @@ def read_sentence_file(path: os.PathLike | str) -> List[str]:
     return out
 
 
-def task_sentences(task_expr: str, data_dirs: Sequence[str]) -> List[str]:
-    """The unique sentences of the tasks ``task_expr`` selects (``--tasks IDS --data-dir DIR``).
+def task_sentences(task_expr: Optional[str], data_dirs: Sequence[str],
+                   task_files: Sequence[str] = ()) -> List[str]:
+    """The unique sentences of the selected tasks (``--tasks IDS --data-dir DIR``, plus
+    ``--task-file`` specs: :func:`estratos.tasks.selection.select_specs`).
 
     Each sentence appears once, in task order then file order.
     """
-    from estratos.tasks import DataDirs, load_task, select_tasks
+    from estratos.tasks import load_task
+    from estratos.tasks.selection import select_specs
 
-    dirs = DataDirs.parse(list(data_dirs))
-    specs = select_tasks(task_expr)
-    dirs.check(specs)
+    selection = select_specs(task_expr, task_files, data_dirs)
     seen = {}
-    for spec in specs:
-        for sentence in load_task(spec, dirs).sentences:
+    for spec in selection.specs:
+        for sentence in load_task(spec, selection.data_dirs).sentences:
             seen.setdefault(sentence, None)
     return list(seen)
 
 
 def gather_sentences(sentences_file: Optional[os.PathLike | str] = None,
                      tasks: Optional[str] = None,
-                     data_dirs: Sequence[str] = ()) -> List[str]:
-    """The sentences named by ``--sentences FILE`` or ``--tasks IDS --data-dir DIR`` (exactly one)."""
-    if (sentences_file is None) == (tasks is None):
-        raise OptionError("give exactly one of --sentences FILE and --tasks IDS")
+                     data_dirs: Sequence[str] = (),
+                     task_files: Sequence[str] = ()) -> List[str]:
+    """The sentences named by ``--sentences FILE`` or by tasks (``--tasks IDS`` and/or
+    ``--task-file TASK.toml``, with ``--data-dir DIR``): exactly one of the two."""
+    by_tasks = tasks is not None or bool(task_files)
+    if (sentences_file is None) != by_tasks:
+        raise OptionError("give exactly one of --sentences FILE and --tasks IDS "
+                          "(or --task-file TASK.toml)")
     if sentences_file is not None:
         if data_dirs:
             raise OptionError("--data-dir: only used with --tasks")
         return read_sentence_file(sentences_file)
-    return task_sentences(tasks, data_dirs)
+    return task_sentences(tasks, data_dirs, task_files)

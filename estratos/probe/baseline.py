@@ -321,16 +321,9 @@ def baseline_tasks(tasks: Optional[str], out: Union[str, os.PathLike], *,
                    overwrite: bool = False) -> List[ResultRecord]:
     """``estratos baseline`` as a function: task ids / suites (plus ``--task-file`` specs)
     and data folders in their command-line forms, then :func:`run_baseline`."""
-    from estratos.tasks import DataDirs, load_task_file, select_tasks
+    from estratos.tasks.selection import select_specs
 
-    extra = [load_task_file(p) for p in task_files]
-    if tasks and str(tasks).strip():
-        specs = select_tasks(str(tasks), extra=extra)
-    elif extra:
-        specs = extra
-    else:
-        raise OptionError("--tasks: give task ids, suites or suite:GROUP (or --task-file)")
-    dirs = DataDirs.parse(list(data_dir))
-    dirs.check(specs)
-    return run_baseline(specs, dirs, out, seeds=parse_seeds(seeds),
+    seed_list = parse_seeds(seeds)
+    selection = select_specs(tasks, task_files, data_dir)
+    return run_baseline(selection.specs, selection.data_dirs, out, seeds=seed_list,
                         overwrite=overwrite)

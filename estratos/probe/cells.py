@@ -17,11 +17,10 @@ import torch
 from sklearn.base import clone
 
 from estratos.errors import OptionError
-from estratos.probe.classifiers import RelatednessRegressor
+from estratos.probe.estimator import RecordedEstimator
 from estratos.probe.features import AVG, build_features, layer_matrix, slot_vectors
-from estratos.probe.settings import resolve_classifier
-from estratos.protocols import (CellOutcome, Inputs, OneAtATime, get_protocol, positive_class,
-                                relatedness_levels)
+from estratos.probe.settings import resolve_classifier, resolve_regressor
+from estratos.protocols import CellOutcome, Inputs, OneAtATime, get_protocol, positive_class
 from estratos.tasks.types import TaskData
 
 log = logging.getLogger(__name__)
@@ -64,25 +63,24 @@ def resolve_probe_device(text: Union[str, torch.device, None]) -> torch.device:
     raise OptionError(f"--device: {text!r} is not a device ({_DEVICE_HELP})")
 
 
-def _classifier(task: TaskData, classifier: str, **params: Any) -> Any:
+#: ``--classifier``: a registered name, or an estimator whose parameters start each task's
+Classifier = Union[str, RecordedEstimator]
+
+
+def _classifier(task: TaskData, classifier: Classifier, **params: Any) -> RecordedEstimator:
     spec = task.spec
     return resolve_classifier(spec.classifier, classifier=classifier, task=spec.id,
                               n_classes=max(1, len(task.labels)), **params)
 
 
-def _regressor(task: TaskData, **params: Any) -> RelatednessRegressor:
-    _, levels = relatedness_levels(task.spec.score_range)
-    return RelatednessRegressor(n_classes=levels, **params)
-
-
-def classifier_record(task: TaskData, classifier: str) -> Dict[str, Any]:
+def classifier_record(task: TaskData, classifier: Classifier) -> Dict[str, Any]:
     """What a result's ``classifier`` field holds for ``task`` under ``--classifier``: the
     ``record()`` (from ``get_params()``) of the estimator its protocol trains; protocols that
     train a regressor record it under the classifier's name. Raises :class:`OptionError` /
     :class:`TaskError` for an unknown classifier or a bad task override."""
     est = _classifier(task, classifier)
     if get_protocol(task.protocol).trains == "regressor":
-        return _regressor(task).record(name=est.name)
+        return resolve_regressor(task.spec.score_range).record(name=est.name)
     return est.record()
 
 
@@ -100,14 +98,16 @@ def chance_levels(task: TaskData) -> Optional[Dict[str, Any]]:
 
 
 def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePosition],
-                   seeds: Sequence[int], classifier: str, *, sequential: bool = False,
+                   seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
                    device: Union[str, torch.device] = "cpu") -> List[List[CellOutcome]]:
     """Train and evaluate the cells (layer spec x seed) of one task; outer list: seeds,
     inner: ``states`` in order.
 
     ``vectors`` are the task's sentence vectors ``(len(task.sentences), n_read, D)``;
     ``states`` are positions along its second axis (or ``"avg"``, the mean of every state
-    read). ``sequential`` trains every model alone (same numbers, for checks and timing).
+    read). ``classifier``: a registered name (``--classifier``) or an estimator whose
+    parameters the task's overrides start from. ``sequential`` trains every model alone
+    (same numbers, for checks and timing).
 
     ``device``: where the tensor programs run (:func:`resolve_probe_device`). On a GPU, the
     seeds of a protocol whose seeds share the data (``split``, ``relatedness``) train as one
@@ -158,7 +158,8 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
             labels=labels, splits=tuple(task.splits), features=features, pairs=pairs,
             classifier=factory(clone(clf).set_params(**clf_on)) if trains == "classifier"
             else None,
-            regressor=factory(_regressor(task, **on)) if trains == "regressor" else None,
+            regressor=(factory(resolve_regressor(spec.score_range, **on))
+                       if trains == "regressor" else None),
             seed=int(seed if isinstance(seed, int) else seed[0]),
             l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
             validation_split=float(params["validation_split"]), positive=positive,

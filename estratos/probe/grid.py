@@ -26,17 +26,12 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, 
 
 from estratos.cache import schema
 from estratos.errors import OptionError
+from estratos.vocab import LayerSpec
 
-LayerSpec = Union[int, str]
 #: (task id, layer spec, seed): one cell of a grid (pooling, classifier and model are fixed
 #: for a run)
 Cell = Tuple[str, LayerSpec, int]
 
-#: fixed per-example, per-model cost of one training step beyond its arithmetic (the
-#: gather, activation and optimizer overheads that dominate tiny linear probes)
-STEP_OVERHEAD = 4000.0
-#: L-BFGS iterations assumed by the estimate (they stop well before the 1000 allowed)
-LBFGS_ITERATIONS = 100
 #: with several processes, a unit is cut while it costs more than the grid's
 #: total / (jobs x SPLIT_FACTOR): the tail of a longest-first schedule then stays short
 SPLIT_FACTOR = 6
@@ -62,36 +57,23 @@ class TaskShape:
     missing: int = 0
 
 
-def cell_cost(shape: TaskShape, classifier: str, params: Mapping[str, Any]) -> float:
+def cell_cost(shape: TaskShape, estimator: Optional[Any]) -> float:
     """Estimated cost of one (layer spec, seed) cell of a task (see the module docstring).
 
-    ``classifier``: the ``--classifier`` name; ``params``: the task's estimator parameters
-    (``get_params()`` of :func:`~estratos.probe.settings.resolve_classifier`).
+    ``estimator``: what the task's protocol trains, with the task's overrides
+    (:func:`estratos.probe.settings.task_estimator`; None when it trains nothing): its
+    :meth:`~estratos.probe.estimator.RecordedEstimator.cost_per_example` and
+    :meth:`~estratos.probe.estimator.RecordedEstimator.fits_per_cell` give the cost.
     """
     from estratos.protocols import get_protocol
 
     f = shape.n_features
-    sizes = shape.sizes
     protocol = get_protocol(shape.protocol)
-    trains = protocol.trains
-    if trains is None:  # nothing trained (STS cosines): a pass over the examples
-        return float(sum(sizes.values()) * f * 4)
-    if trains == "regressor":
-        # SICK-R: Linear(F, 5), 50 passes between dev checks, stops after ~3 idle rounds
-        passes = min(1000, 50 * (3 + 2))
-        return float(sizes.get("train", 0) * passes * (6 * f * 5 + STEP_OVERHEAD))
-    c = max(2, shape.n_classes)
-    grid = len(params.get("l2_grid", (0.0,)))
-    k = int(params.get("kfold", 10))
-    if classifier == "lbfgs":
-        per_example = 2.0 * f * c * LBFGS_ITERATIONS  # full-batch BLAS: no step overhead
-    else:
-        hidden = int(params.get("nhid", 0))
-        width = f * hidden + hidden * c if hidden else f * c
-        passes = min(int(params.get("max_epoch", 200)),
-                     int(params.get("epoch_size", 4)) * (int(params.get("tenacity", 5)) + 2))
-        per_example = passes * (6.0 * width + STEP_OVERHEAD)
-    return float(protocol.examples_trained(sizes, grid, k) * per_example)
+    if estimator is None:  # nothing trained (STS cosines): a pass over the examples
+        return float(sum(shape.sizes.values()) * f * 4)
+    grid, k = estimator.fits_per_cell()
+    per_example = estimator.cost_per_example(f, max(2, shape.n_classes))
+    return float(protocol.examples_trained(shape.sizes, grid, k) * per_example)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shlex
 import sys
 import time
 from collections import OrderedDict
@@ -32,17 +33,21 @@ import numpy as np
 
 from estratos import errors as _errors
 from estratos.errors import CacheError, EstratosError, MissingSentences, OptionError
-from estratos.probe.cells import (chance_levels, classifier_record, evaluate_cells,
+from estratos.options import (available_cores, parse_layers, parse_seeds, positive_int,
+                              resolve_shard)
+from estratos.probe.cells import (Classifier, chance_levels, classifier_record, evaluate_cells,
                                   resolve_probe_device)
-from estratos.probe.classifiers import torch_runtime
-from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec, parse_layers
+from estratos.probe.estimator import DEFAULT_CLASSIFIER
+from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
 from estratos.probe.records import System, cell_record, store_cells
 from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
                                  shard_path)
+from estratos.probe.runtime import torch_runtime
 from estratos.probe.scheduler import make_executor
-from estratos.probe.settings import check_classifier, parse_seeds, resolve_classifier
+from estratos.probe.settings import check_classifier, task_estimator
 from estratos.results import ResultRecord, ResultsStore
 from estratos.results.reader import done_keys, expand_paths
+from estratos.vocab import DEFAULT_POOLING, DEFAULT_SEED
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +57,6 @@ log = logging.getLogger(__name__)
 FEATURE_BUDGET_BYTES = 1_000_000_000
 #: loaded tasks each process keeps for its next units (a unit of the same task skips the load)
 TASKS_KEPT = 2
-def available_cores() -> int:
-    """CPU cores this process may use (affinity-aware)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +67,7 @@ class GridContext:
     cache_path: str
     out: str
     pooling: str
-    classifier: str
+    classifier: Any  # a registered name or an estimator (estratos.probe.cells.Classifier)
     sequential: bool
     overwrite: bool
     threads: int
@@ -81,15 +80,22 @@ class GridContext:
 def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: Any) -> str:
     dirs = []
     for spec in specs:
+        if spec.source:  # a custom task's folder comes with its task file
+            continue
         try:
             d = str(data_dirs.for_suite(spec.suite))
         except (EstratosError, AttributeError):  # no DataDirs (tasks built in memory)
             continue
         if d not in dirs:
             dirs.append(d)
-    data = " ".join(f"--data-dir {d}" for d in dirs) or "--data-dir DIR"
+    builtin = [s for s in specs if not s.source]
+    data = " ".join(f"--data-dir {shlex.quote(d)}" for d in dirs) or (
+        "--data-dir DIR" if builtin else "")
     ids = ",".join(s.id for s in specs)
-    return f"estratos encode --model {model} --out {cache_path} --tasks {ids} {data}"
+    files = " ".join(f"--task-file {shlex.quote(s.source)}" for s in specs if s.source)
+    words = [f"estratos encode --model {shlex.quote(str(model))} --out "
+             f"{shlex.quote(str(cache_path))} --tasks {ids}", files, data]
+    return " ".join(w for w in words if w)
 
 
 def _check_vectors(cache_path: Path, spec_id: str, vectors: np.ndarray,
@@ -391,8 +397,9 @@ def _raise_failures(failures: List[Tuple[str, str, str]]) -> None:
 
 def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: Any,
               out: os.PathLike | str, *, layers: Union[str, Sequence[LayerSpec]] = "all",
-              pooling: str = "cls", seeds: Sequence[int] = (1111,),
-              classifier: str = "senteval", sequential: bool = False, jobs: int = 1,
+              pooling: str = DEFAULT_POOLING, seeds: Sequence[int] = (DEFAULT_SEED,),
+              classifier: Classifier = DEFAULT_CLASSIFIER, sequential: bool = False,
+              jobs: int = 1,
               overwrite: bool = False, expect_model: Optional[str] = None,
               threads: Optional[int] = None,
               loader: Optional[Callable[[Any, Any], Any]] = None,
@@ -420,24 +427,22 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     data built in memory; with ``jobs > 1`` it must be picklable).
     """
     from estratos.cache import open_cache
-    from estratos.encode import resolve_shard
+    from estratos.protocols import get_protocol
 
     t_start = time.monotonic()
     seeds_t = parse_seeds(seeds)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise OptionError(f"--jobs: must be a positive integer, got {jobs!r}")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise OptionError(f"--threads: must be a positive integer, got {threads!r}")
+    jobs = positive_int("--jobs", jobs)
+    threads = positive_int("--threads", threads, allow_none=True)
     specs = list(specs)
     if not specs:
         raise OptionError("--tasks: no task selected")
     ids = [spec.id for spec in specs]
     if len(set(ids)) != len(ids):
         raise OptionError(f"--tasks: a task is selected twice ({', '.join(ids)})")
-    check_classifier(classifier)
-    # bad task overrides fail before any reading; the parameters feed the cost estimates
-    params = {spec.id: resolve_classifier(spec.classifier, classifier=classifier,
-                                          task=spec.id).get_params() for spec in specs}
+    classifier_name = check_classifier(classifier)
+    # bad task overrides fail before any reading; the estimators feed the cost estimates
+    estimators = {spec.id: task_estimator(spec, get_protocol(spec.protocol), classifier)
+                  for spec in specs}
     device_name = str(resolve_probe_device(device))
     where = resolve_shard(shard)
     cache_path = Path(cache_path)
@@ -458,7 +463,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     system = System.of_cache(identity)
 
     def key(task: str, layer: LayerSpec, seed: int) -> tuple:
-        return system.key(task, layer, pooling, seed, classifier)
+        return system.key(task, layer, pooling, seed, classifier_name)
 
     pending = _pending_cells(ids, layer_specs, seeds_t, key, done)
     grid_cells = len(ids) * len(layer_specs) * len(seeds_t)
@@ -494,7 +499,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
                     f"({detail}); add them with: "
                     f"{_encode_hint(cache_path, model_name, short, data_dirs)}",
                     missing=total)
-            cost = {t: cell_cost(shapes[t], classifier, params[t]) for t in to_survey}
+            cost = {t: cell_cost(shapes[t], estimators[t]) for t in to_survey}
             if where is not None:
                 owned = shard_cells(ids, layer_specs, seeds_t, cost, where)
                 pending = _pending_cells(ids, layer_specs, seeds_t, key, done, owned)
@@ -579,37 +584,6 @@ def _interrupted(out: Path, kept: int, left: int) -> EstratosError:
         f"interrupted: {kept} new cell(s) of this run are kept in {out}, {left} still to do; "
         "run the same command again to resume (cells already in the results file are "
         "skipped)")
-
-
-def probe_tasks(cache: os.PathLike | str, tasks: str, out: os.PathLike | str, *,
-                data_dir: Sequence[str] = (), task_files: Sequence[str] = (),
-                layers: str = "all", pooling: str = "cls",
-                seeds: Union[str, Sequence[int]] = "1111",
-                classifier: str = "senteval", sequential: bool = False, jobs: int = 1,
-                overwrite: bool = False, expect_model: Optional[str] = None,
-                threads: Optional[int] = None, device: Optional[str] = "auto",
-                shard: Union[None, str, Tuple[int, int]] = None,
-                resume_from: Sequence[Union[str, os.PathLike]] = (),
-                progress: Optional[bool] = False) -> ProbeRun:
-    """``estratos probe`` as a function: resolve task ids (plus ``--task-file`` specs) and
-    data folders from their command-line forms, then :func:`run_probe`."""
-    from estratos.tasks import DataDirs, load_task_file, select_tasks
-
-    extra = [load_task_file(p) for p in task_files]
-    if not tasks or not str(tasks).strip():
-        if not extra:
-            raise OptionError("--tasks: give task ids, suites or suite:GROUP (or --task-file)")
-        specs = extra
-    else:
-        specs = select_tasks(str(tasks), extra=extra)
-    seed_list = parse_seeds(seeds)
-    dirs = DataDirs.parse(list(data_dir))
-    dirs.check(specs)
-    return run_probe(cache, specs, dirs, out, layers=layers,
-                     pooling=pooling, seeds=seed_list, classifier=classifier,
-                     sequential=sequential, jobs=jobs, overwrite=overwrite,
-                     expect_model=expect_model, threads=threads, device=device, shard=shard,
-                     resume_from=resume_from, progress=progress)
 
 
 def summarize(records: Sequence[ResultRecord], out: os.PathLike | str) -> str:

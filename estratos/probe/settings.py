@@ -2,7 +2,8 @@
 
 Why: per-task overrides (DC's 2000 hidden units, NLI's short schedule...) must never leak into
 the next task. The defaults live in one place, the estimators' constructors
-(:mod:`estratos.probe.classifiers`, scikit-learn style); a task's ``spec.classifier`` mapping
+(:mod:`estratos.probe.classifiers`, scikit-learn style, found by name in the registry of
+:mod:`estratos.probe.estimator`); a task's ``spec.classifier`` mapping
 (read-only) is validated here and applied to a NEW estimator (:func:`resolve_classifier`), so
 nothing is shared or mutated between tasks. What results record is that estimator's
 ``record()``, built from ``get_params()``.
@@ -10,41 +11,16 @@ nothing is shared or mutated between tasks. What results record is that estimato
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from sklearn.base import BaseEstimator
+from estratos.errors import TaskError
+from estratos.options import parse_seeds  # noqa: F401  (re-exported: its old home)
+from estratos.probe.classifiers import (DEFAULT_CLASSIFIER, RecordedEstimator,
+                                        RelatednessRegressor, estimator_names, get_estimator)
+from estratos.vocab import DEFAULT_L2_GRID, NOREG_GRID, OVERRIDE_KEYS  # noqa: F401
 
-from estratos.errors import OptionError, TaskError
-
-#: the L2 grid of SentEval's PyTorch classifiers: 10**-5 .. 10**-2
-DEFAULT_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2)
-#: what SentEval uses when a task sets ``noreg`` (NLI, DC, SSP, RST)
-NOREG_GRID: Tuple[float, ...] = (1e-9,)
-#: ``--classifier`` choices (estratos.probe.classifiers.CLASSIFIERS maps them to classes)
-CLASSIFIERS: Tuple[str, ...] = ("senteval", "lbfgs")
-#: the override keys a task spec (``spec.classifier``) may set
-OVERRIDE_KEYS: Tuple[str, ...] = ("nhid", "dropout", "optim", "batch_size", "tenacity",
-                                  "epoch_size", "max_epoch", "l2_grid", "kfold")
-
-
-class RecordedEstimator(BaseEstimator):
-    """scikit-learn parameters (``get_params``/``set_params``/``clone``) plus :meth:`record`,
-    the ``classifier`` object of a result record, built from ``get_params()``."""
-
-    name = ""
-    #: parameters recorded in results, in this order
-    _recorded: Tuple[str, ...] = ()
-    #: what the method fixes (not parameters) but results record, e.g. ``optim: "lbfgs"``
-    _facts: Dict[str, Any] = {}
-
-    def record(self, name: Optional[str] = None) -> Dict[str, Any]:
-        """``{"name": name or self.name, <recorded parameters>}`` (docs/contracts.md)."""
-        params = self.get_params()
-        out: Dict[str, Any] = {"name": name or self.name}
-        for key in self._recorded:
-            value = self._facts[key] if key in self._facts else params[key]
-            out[key] = [float(v) for v in value] if key == "l2_grid" else value
-        return out
+#: ``--classifier`` choices, from the estimator registry (:mod:`estratos.probe.estimator`)
+CLASSIFIERS: Tuple[str, ...] = estimator_names("classifier")
 
 
 def _as_int(task: str, key: str, value: Any, minimum: int) -> int:
@@ -71,12 +47,12 @@ def _l2_grid(task: str, value: Any) -> Tuple[float, ...]:
     return grid
 
 
-def check_classifier(classifier: str) -> str:
-    """``--classifier`` must name a known classifier (:class:`OptionError` otherwise)."""
-    if classifier not in CLASSIFIERS:
-        raise OptionError(f"--classifier: unknown classifier {classifier!r} "
-                          f"(choose from {', '.join(CLASSIFIERS)})")
-    return classifier
+def check_classifier(classifier: Union[str, RecordedEstimator]) -> str:
+    """The name of ``--classifier``: a registered classifier's name (:class:`OptionError`
+    otherwise) or an estimator's ``name``."""
+    if isinstance(classifier, str):
+        return get_estimator(classifier).name
+    return classifier.name
 
 
 def task_overrides(overrides: Optional[Mapping[str, Any]] = None, *,
@@ -113,46 +89,43 @@ def task_overrides(overrides: Optional[Mapping[str, Any]] = None, *,
 
 
 def resolve_classifier(overrides: Optional[Mapping[str, Any]] = None, *,
-                       classifier: str = "senteval", task: str = "task",
-                       **params: Any) -> Any:
-    """A NEW estimator ``classifier`` (``--classifier``) with a task's overrides applied.
+                       classifier: Union[str, RecordedEstimator] = DEFAULT_CLASSIFIER,
+                       task: str = "task", **params: Any) -> RecordedEstimator:
+    """A NEW estimator with a task's overrides applied: ``classifier`` is a registered name
+    (``--classifier``) or an estimator whose parameters are the starting point (it is not
+    changed).
 
     Overrides that the chosen estimator has no parameter for (e.g. ``nhid`` for ``lbfgs``,
     a linear model) are validated and then do not apply. ``params`` (``n_classes``, ``seed``,
     ``device``...) are set last. Raises :class:`OptionError` (unknown classifier) or
     :class:`TaskError` (bad override).
     """
-    from estratos.probe.classifiers import CLASSIFIER_CLASSES
-
-    cls = CLASSIFIER_CLASSES[check_classifier(classifier)]
+    est = (get_estimator(classifier)() if isinstance(classifier, str)
+           else classifier.fresh())
     values = task_overrides(overrides, task=task)
-    est = cls()
     known = est.get_params()
     est.set_params(**{k: v for k, v in values.items() if k in known}, **params)
     return est
 
 
-def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:
-    """``"1111,1,2"`` (or an int, or integers) -> (1111, 1, 2), duplicates dropped in order;
-    bad values raise :class:`OptionError` naming ``--seeds``."""
-    if isinstance(seeds, str):
-        items: List[Any] = [t for t in seeds.split(",") if t.strip()]
-    elif isinstance(seeds, Iterable):
-        items = list(seeds)
-    else:
-        items = [seeds]
-    out: List[int] = []
-    for item in items:
-        if isinstance(item, bool):
-            raise OptionError(f"--seeds: {item!r} is not an integer seed")
-        try:
-            value = int(str(item).strip())
-        except ValueError:
-            raise OptionError(f"--seeds: {item!r} is not an integer seed") from None
-        if value < 0:
-            raise OptionError(f"--seeds: seeds must be >= 0, got {value}")
-        if value not in out:
-            out.append(value)
-    if not out:
-        raise OptionError("--seeds: give at least one seed")
-    return tuple(out)
+def resolve_regressor(score_range: Optional[Tuple[float, float]], **params: Any
+                      ) -> RelatednessRegressor:
+    """The relatedness protocol's regressor for a task's gold ``score_range`` (its levels
+    are the integer scores of the range; task overrides do not apply to it)."""
+    from estratos.protocols import relatedness_levels
+
+    _, levels = relatedness_levels(score_range)
+    return RelatednessRegressor(n_classes=levels, **params)
+
+
+def task_estimator(spec: Any, protocol: Any, classifier: Union[str, RecordedEstimator],
+                   n_classes: Optional[int] = None) -> Optional[RecordedEstimator]:
+    """The estimator ``protocol`` trains for a task (``spec``: its :class:`TaskSpec`): the
+    chosen classifier with the task's overrides, the relatedness regressor, or None when the
+    protocol trains nothing. What cost estimates and result records are built from."""
+    if protocol.trains == "regressor":
+        return resolve_regressor(spec.score_range)
+    if protocol.trains is None:
+        return None
+    extra = {} if n_classes is None else {"n_classes": n_classes}
+    return resolve_classifier(spec.classifier, classifier=classifier, task=spec.id, **extra)

@@ -14,7 +14,8 @@ import math
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from estratos.errors import ResultsFileError
-from estratos.vocab import METRIC_INFO, SCORE_DECIMALS, utc_now
+# utc_now: re-exported from its old home
+from estratos.vocab import METRIC_INFO, SCORE_DECIMALS, utc_now  # noqa: F401
 
 #: the results schema version this estratos writes and reads (docs/contracts.md)
 SCHEMA_VERSION = 1

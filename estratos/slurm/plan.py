@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from estratos.errors import OptionError
-from estratos.vocab import POOLINGS
+from estratos.options import DEFAULT_SEEDS_TEXT, parse_layers, parse_seeds
+from estratos.probe.estimator import DEFAULT_CLASSIFIER
+from estratos.vocab import CACHE_POOLINGS, DEFAULT_POOLING
 
 #: the steps, in the order they run for each model (the report comes once, after all models)
 STEPS: Tuple[str, ...] = ("encode", "merge", "probe", "report")
@@ -149,32 +151,37 @@ def _model_argument(model: str) -> str:
     return str(_absolute(local)) if local.exists() else model
 
 
-def _data_dir_arguments(tasks: str, data_dirs: Sequence[str]) -> List[str]:
-    """``--data-dir`` values with absolute folders, after checking that every task finds its
-    data (the login node sees the cluster's file system: a typo fails now, not in a job)."""
-    from estratos.tasks import DataDirs, select_tasks
+def _task_arguments(tasks: str, task_files: Sequence[str],
+                    data_dirs: Sequence[str]) -> List[Tuple[str, str]]:
+    """``--tasks``, ``--task-file`` (absolute) and ``--data-dir`` (absolute folders) for the
+    jobs, after checking that every task finds its data (the login node sees the cluster's
+    file system: a typo fails now, not in a job)."""
+    from estratos.tasks.selection import select_specs
 
-    specs = select_tasks(tasks)
-    dirs = DataDirs.parse(list(data_dirs))
-    for spec in specs:
-        dirs.for_suite(spec.suite)
-    dirs.check(specs)
+    selection = select_specs(tasks, task_files, data_dirs)
+    dirs = selection.data_dirs
+    for spec in selection.specs:
+        if not spec.source:  # a custom task's folder comes with its task file
+            dirs.for_suite(spec.suite)
     values = [] if dirs.default is None else [str(_absolute(dirs.default))]
     values += [f"{suite}={_absolute(path)}" for suite, path in sorted(dirs.by_suite.items())]
-    return values
+    options = [("--tasks", tasks)] if tasks and str(tasks).strip() else []
+    options += [("--task-file", str(_absolute(path))) for path in task_files]
+    return options + [("--data-dir", v) for v in values]
 
 
-def _check_options(models: Sequence[str], tasks: str, encode_array: int, probe_array: int,
+def _check_options(models: Sequence[str], tasks: str, task_files: Sequence[str],
+                   encode_array: int, probe_array: int,
                    layers: str, seeds: str, pooling: str, classifier: str,
                    gpus_per_task: int, cpus_per_task: Optional[int],
                    sbatch_args: Sequence[str]) -> None:
-    from estratos.probe.features import parse_layers
-    from estratos.probe.settings import CLASSIFIERS, parse_seeds
+    from estratos.probe.classifiers import get_estimator
+    from estratos.tasks.selection import NO_TASKS
 
     if not models:
         raise OptionError("MODEL: give at least one model (Hugging Face id or local folder)")
-    if not tasks or not str(tasks).strip():
-        raise OptionError("--tasks: give task ids, suites or suite:GROUP")
+    if (not tasks or not str(tasks).strip()) and not task_files:
+        raise OptionError(NO_TASKS)
     for option, value in (("--encode-array", encode_array), ("--probe-array", probe_array)):
         if isinstance(value, bool) or int(value) < 1:
             raise OptionError(f"{option}: the array needs at least 1 task, got {value}")
@@ -182,12 +189,11 @@ def _check_options(models: Sequence[str], tasks: str, encode_array: int, probe_a
         raise OptionError(f"--gpus-per-task: must be >= 0, got {gpus_per_task}")
     if cpus_per_task is not None and int(cpus_per_task) < 1:
         raise OptionError(f"--cpus-per-task: must be >= 1, got {cpus_per_task}")
-    parse_layers(layers, 10**6)  # syntax only: the cache does not exist yet
+    parse_layers(layers)  # syntax only: the cache does not exist yet
     parse_seeds(seeds)
-    if pooling not in POOLINGS:
-        raise OptionError(f"--pooling: {pooling!r} is not one of {', '.join(POOLINGS)}")
-    if classifier not in CLASSIFIERS:
-        raise OptionError(f"--classifier: {classifier!r} is not one of {', '.join(CLASSIFIERS)}")
+    if pooling not in CACHE_POOLINGS:
+        raise OptionError(f"--pooling: {pooling!r} is not one of {', '.join(CACHE_POOLINGS)}")
+    get_estimator(classifier)
     for arg in sbatch_args:
         if not arg.startswith("-"):
             raise OptionError(f"--sbatch-arg: {arg!r} is not one sbatch option "
@@ -371,32 +377,35 @@ def _report_job(p: _Pipeline, slugs: Sequence[str]) -> JobScript:
 
 
 def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
-                  out: os.PathLike | str, *, encode_array: int = 1, probe_array: int = 1,
-                  layers: str = "all", seeds: str = "1111", pooling: str = "cls",
-                  classifier: str = "senteval", partition: Optional[str] = None,
+                  out: os.PathLike | str, *, task_files: Sequence[str] = (),
+                  encode_array: int = 1, probe_array: int = 1,
+                  layers: str = "all", seeds: str = DEFAULT_SEEDS_TEXT,
+                  pooling: str = DEFAULT_POOLING,
+                  classifier: str = DEFAULT_CLASSIFIER, partition: Optional[str] = None,
                   gpus_per_task: int = 0, cpus_per_task: Optional[int] = None,
                   time: Optional[str] = None, sbatch_args: Sequence[str] = (),
                   python: Optional[str] = None) -> SlurmPlan:
     """The job scripts for ``models`` on ``tasks`` (nothing is written or submitted).
 
-    ``tasks``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier`` are the forms
-    ``estratos probe`` takes. ``gpus_per_task`` and ``cpus_per_task`` go to the encode array
-    (``--gres=gpu:G``: each array task is one task; ``encode --threads``); ``cpus_per_task``
-    also to the probe array (``probe --jobs``). ``partition``, ``time`` and ``sbatch_args``
-    (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job. ``python``: the
-    interpreter the jobs run ``-m estratos`` with (default: this one, ``sys.executable``,
-    kept as written: a venv's ``bin/python`` link must not be resolved). Raises :class:`~estratos.errors.OptionError` (or the task errors of
-    :func:`estratos.tasks.select_tasks`) before anything is written.
+    ``tasks``/``task_files``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier``
+    are the forms ``estratos probe`` takes. ``gpus_per_task`` and ``cpus_per_task`` go to the
+    encode array (``--gres=gpu:G``: each array task is one task; ``encode --threads``);
+    ``cpus_per_task`` also to the probe array (``probe --jobs``). ``partition``, ``time`` and
+    ``sbatch_args`` (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job.
+    ``python``: the interpreter the jobs run ``-m estratos`` with (default: this one,
+    ``sys.executable``, kept as written: a venv's ``bin/python`` link must not be resolved).
+    Raises :class:`~estratos.errors.OptionError` (or the task errors of
+    :func:`estratos.tasks.selection.select_specs`) before anything is written.
     """
     models = [str(m) for m in models]
     python = sys.executable if python is None else str(python)
     if not python or not os.path.isabs(python):
         raise OptionError(f"python: {python!r} is not an absolute path to an interpreter "
                           "(the jobs must not depend on PATH)")
-    _check_options(models, tasks, encode_array, probe_array, layers, seeds, pooling,
-                   classifier, gpus_per_task, cpus_per_task, sbatch_args)
-    task_options = [("--tasks", tasks)] + [("--data-dir", v)
-                                           for v in _data_dir_arguments(tasks, data_dirs)]
+    task_files = [str(p) for p in task_files]
+    _check_options(models, tasks, task_files, encode_array, probe_array, layers, seeds,
+                   pooling, classifier, gpus_per_task, cpus_per_task, sbatch_args)
+    task_options = _task_arguments(tasks, task_files, data_dirs)
     p = _Pipeline(out=_absolute(out), python=python, task_options=tuple(task_options),
                   encode_array=int(encode_array), probe_array=int(probe_array),
                   probe_options=(("--layers", layers), ("--pooling", pooling),

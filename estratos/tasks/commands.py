@@ -7,37 +7,20 @@ cli.py only parses options and calls these, so every command is also a Python ca
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
-from estratos.errors import OptionError, TaskError
-from estratos.tasks.custom import load_task_file
-from estratos.tasks.datadirs import DataDirs
+from estratos.errors import OptionError, SelectionError
 from estratos.tasks.describe import (check_tasks, list_tasks, render_task, render_task_list,
                                      show_task, tasks_with_files)
-from estratos.tasks.registry import all_specs, get_spec, select_tasks
-from estratos.tasks.types import TaskSpec
-
-
-def _selection(expr: Optional[str], task_files: Sequence[str]) -> Tuple[List[TaskSpec], bool]:
-    """(specs, explicit): the selected specs, or every spec (and custom ones) when no expr."""
-    extra = [load_task_file(path) for path in task_files]
-    if expr:
-        return select_tasks(expr, extra), True
-    builtin = all_specs()
-    clashes = [s.id for s in extra if s.id in {x.id for x in builtin}]
-    if clashes:
-        raise TaskError(f"custom task {clashes[0]} has the id of a built-in task; give it "
-                        "another name or suite")
-    return builtin + extra, False
+from estratos.tasks.selection import select_specs
 
 
 def tasks_list_text(expr: Optional[str] = None, data_dirs: Sequence[str] = (),
                     fmt: str = "table", sizes: bool = False,
                     task_files: Sequence[str] = ()) -> str:
     """``estratos tasks list``: one row per task (sizes counted only with ``sizes``)."""
-    specs, _ = _selection(expr, task_files)
-    dirs = DataDirs.parse(data_dirs)
-    dirs.check(specs, survey=True)
+    selection = select_specs(expr, task_files, data_dirs, default_all=True, survey=True)
+    specs, dirs = selection.specs, selection.data_dirs
     rows = list_tasks(specs, dirs, counts=sizes)
     return render_task_list(rows, fmt, counts=sizes)
 
@@ -45,16 +28,11 @@ def tasks_list_text(expr: Optional[str] = None, data_dirs: Sequence[str] = (),
 def tasks_show_text(task_id: str, data_dirs: Sequence[str] = (), fmt: str = "text",
                     task_files: Sequence[str] = ()) -> str:
     """``estratos tasks show ID``: loads the task and describes its splits and labels."""
-    extra = [load_task_file(path) for path in task_files]
-    custom = {s.id: s for s in extra}
-    if task_id in custom:
-        spec = custom[task_id]
-    elif extra:
-        found = select_tasks(task_id, extra)
-        spec = found[0] if len(found) == 1 else get_spec(task_id)
-    else:
-        spec = get_spec(task_id)
-    dirs = DataDirs.parse(data_dirs)
+    selection = select_specs(task_id, task_files, data_dirs, check=False)
+    if len(selection.specs) != 1:
+        raise SelectionError(f"{task_id!r} names {len(selection.specs)} tasks, not one: "
+                             + ", ".join(selection.ids))
+    spec, dirs = selection.specs[0], selection.data_dirs
     dirs.check([spec])
     return render_task(show_task(spec, dirs), fmt)
 
@@ -72,8 +50,8 @@ def tasks_check(expr: Optional[str] = None, data_dirs: Sequence[str] = (),
                 task_files: Sequence[str] = ()) -> CheckOutcome:
     """``estratos tasks check``: validate every file; without ``expr``, every task that has
     at least one file in the data folders."""
-    specs, explicit = _selection(expr, task_files)
-    dirs = DataDirs.parse(data_dirs)
+    selection = select_specs(expr, task_files, data_dirs, default_all=True, check=False)
+    specs, dirs, explicit = selection.specs, selection.data_dirs, selection.explicit
     dirs.check(specs, survey=not explicit)
     checked = specs if explicit else tasks_with_files(specs, dirs)
     if not checked:

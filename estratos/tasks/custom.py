@@ -175,6 +175,6 @@ def load_task_file(path: os.PathLike | str) -> TaskSpec:
                         protocol=protocol, metric=metric, files=files, labels=labels,
                         classifier=classifier, description=doc.get("description", ""),
                         extra_metrics=tuple(doc.get("extra_metrics", ())),
-                        score_range=score_range)
+                        score_range=score_range, source=str(path.resolve()))
     except (ValueError, TypeError) as exc:
         raise _fail(f"invalid task spec: {exc}", path) from None

@@ -102,6 +102,16 @@ class DataDirs:
         """The folder the user gave for ``suite`` (option or environment), if any."""
         return self.by_suite.get(suite, self.default)
 
+    def suites_present(self) -> List[str]:
+        """The registered suites whose given folder holds some of their files (what a
+        selection's unknown-task hint lists first)."""
+        out = []
+        for info in registry.suites():
+            folder = self.given_for(info.name)
+            if folder is not None and _fits(folder, info.name):
+                out.append(info.name)
+        return out
+
     def check(self, specs: Sequence[TaskSpec], *, survey: bool = False) -> None:
         """Name a missing or wrong-level data folder before a command reads ``specs``.
 

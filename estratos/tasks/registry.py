@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from estratos.errors import TaskError
+from estratos.errors import SelectionError, TaskError
 from estratos.tasks.types import TaskSpec
 
 
@@ -91,8 +91,28 @@ def _close_matches(word: str, candidates: Sequence[str]) -> str:
     return (" (closest: " + ", ".join(matches) + ")") if matches else ""
 
 
-def _resolve_item(item: str, specs: Sequence[TaskSpec]) -> List[TaskSpec]:
-    """The specs one selection item names, in registry order."""
+def _by_case(item: str, specs: Sequence[TaskSpec]) -> List[TaskSpec]:
+    """The specs ``item`` names when compared without case (ids, suites, ``suite:GROUP``,
+    bare names), or [] when it names nothing or more than one thing that way."""
+    low = item.lower()
+    named: Dict[tuple, List[TaskSpec]] = {}
+    for s in specs:
+        for kind, text in (("id", s.id), ("suite", s.suite), ("group", f"{s.suite}:{s.group}"),
+                           ("name", s.name)):
+            if text.lower() == low:
+                named.setdefault((kind, text), []).append(s)
+    if len(named) != 1:
+        return []
+    (kind, _), found = next(iter(named.items()))
+    return found if kind != "name" or len(found) == 1 else []
+
+
+def _resolve_item(item: str, specs: Sequence[TaskSpec],
+                  context: Sequence[str] = ()) -> List[TaskSpec]:
+    """The specs one selection item names, in registry order. Exact names first, then the
+    same compared without case when that is unambiguous (``tass1`` -> ``TASS1``). An unknown
+    name's hint lists names of ``context`` (the suites the rest of the selection names) when
+    there are any, else of every suite; an unknown name in ``suite:NAME`` lists that suite's."""
     ids = {s.id: s for s in specs}
     suite_names = list(dict.fromkeys(s.suite for s in specs))
     if item in ids:
@@ -105,37 +125,61 @@ def _resolve_item(item: str, specs: Sequence[TaskSpec]) -> List[TaskSpec]:
             group = [s for s in specs if s.suite == suite and s.group == rest]
             if group:
                 return group
+        folded = _by_case(item, specs)
+        if folded:
+            return folded
+        if suite in suite_names:
             in_suite = [s.name for s in specs if s.suite == suite]
             groups = sorted({s.group for s in specs if s.suite == suite})
-            raise TaskError(f"unknown task or group {item!r} in suite {suite}"
-                            + _close_matches(rest, in_suite + groups))
-        raise TaskError(f"unknown suite {suite!r} in {item!r}"
-                        + _close_matches(suite, suite_names))
+            raise SelectionError(f"unknown task or group {item!r} in suite {suite}"
+                                 + _close_matches(rest, in_suite + groups))
+        raise SelectionError(f"unknown suite {suite!r} in {item!r}"
+                             + _close_matches(suite, suite_names))
     bare = [s for s in specs if s.name == item]
     if len(bare) == 1:
         return bare
     if len(bare) > 1:
-        raise TaskError(f"task name {item!r} is ambiguous; say which: "
-                        + ", ".join(s.id for s in bare))
-    everything = list(ids) + suite_names + list(dict.fromkeys(s.name for s in specs))
-    raise TaskError(f"unknown task {item!r}" + _close_matches(item, everything))
+        raise SelectionError(f"task name {item!r} is ambiguous; say which: "
+                             + ", ".join(s.id for s in bare))
+    folded = _by_case(item, specs)
+    if folded:
+        return folded
+    near = [s for s in specs if s.suite in context] or list(specs)
+    everything = (list(dict.fromkeys(s.id for s in near))
+                  + list(dict.fromkeys(s.suite for s in near))
+                  + list(dict.fromkeys(s.name for s in near)))
+    where = f" in {', '.join(context)}" if context and len(near) < len(specs) else ""
+    raise SelectionError(f"unknown task {item!r}{where}" + _close_matches(item, everything))
 
 
-def select_tasks(expr: str, extra: Sequence[TaskSpec] = ()) -> List[TaskSpec]:
+def builtin_clash(extra: Sequence[TaskSpec]) -> None:
+    """A custom task (``--task-file``) may not take a registered task's id."""
+    clashes = [s.id for s in extra if s.id in _SPECS]
+    if clashes:
+        raise SelectionError(f"custom task {clashes[0]} has the id of a built-in task; give "
+                             "it another name or suite")
+
+
+def select_tasks(expr: str, extra: Sequence[TaskSpec] = (),
+                 hint_suites: Sequence[str] = ()) -> List[TaskSpec]:
     """The specs named by a selection expression, in registry order, without duplicates.
 
     ``extra`` are specs that are not registered (custom tasks from ``--task-file``); they
-    take part in selection after the registered ones.
+    take part in selection after the registered ones. Unknown, ambiguous or clashing names
+    raise :class:`~estratos.errors.SelectionError` (exit 2) with the closest names: of the
+    suites the expression names, else of ``hint_suites`` (e.g. those whose data folder was
+    given), else of every suite.
     """
-    clashes = [s.id for s in extra if s.id in _SPECS]
-    if clashes:
-        raise TaskError(f"custom task {clashes[0]} has the id of a built-in task; give it "
-                        "another name or suite")
+    builtin_clash(extra)
     pool = all_specs() + list(extra)
     items = [part.strip() for part in expr.split(",") if part.strip()]
     if not items:
-        raise TaskError("empty task selection")
+        raise SelectionError("empty task selection")
+    suites_named = {s.suite for s in pool}
+    context = list(dict.fromkeys(item.partition(":")[0] for item in items
+                                 if item.partition(":")[0] in suites_named))
+    context = context or [s for s in hint_suites if s in suites_named]
     chosen = set()
     for item in items:
-        chosen.update(s.id for s in _resolve_item(item, pool))
+        chosen.update(s.id for s in _resolve_item(item, pool, context))
     return [s for s in pool if s.id in chosen]

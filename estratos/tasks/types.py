@@ -59,6 +59,8 @@ class TaskSpec:
     description: str = ""
     extra_metrics: Tuple[str, ...] = ()
     score_range: Optional[Tuple[float, float]] = None
+    #: the TOML file a custom task was read from (``--task-file``); None for registered tasks
+    source: Optional[str] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))

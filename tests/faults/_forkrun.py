@@ -37,7 +37,7 @@ def encode(fault: Optional[str], sentences_file: str, model: str, out: str,
 def probe_files(cache: str, task_files: list, out: str, kwargs: dict) -> None:
     """One ``probe_tasks`` run over custom task files (killed by the parent)."""
     logging.basicConfig(level=logging.ERROR)
-    from estratos.probe.runner import probe_tasks
+    from estratos.probe.command import probe_tasks
 
     probe_tasks(cache, "", out, task_files=task_files, **kwargs)
 

@@ -12,7 +12,7 @@ from crashkit import make_sentences, wait_for
 from estratos.cache import cache_info, open_cache, verify_cache
 from estratos.encode import encode_sentences
 from estratos.errors import CacheError
-from estratos.probe.runner import probe_tasks
+from estratos.probe.command import probe_tasks
 
 ENCODE_KWARGS = {"batch_tokens": 2048, "threads": 1}
 

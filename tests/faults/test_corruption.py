@@ -19,7 +19,7 @@ from estratos.cli import cli
 from estratos.encode import encode_sentences
 from estratos.errors import CacheError, EstratosError, MissingSentences, ResultsError
 from estratos.results import read_results
-from estratos.probe.runner import probe_tasks
+from estratos.probe.command import probe_tasks
 
 N_ROWS = 1100  # three 512-row chunks per hidden state
 PROBE = {"layers": "0,2,avg", "seeds": "1", "threads": 1}

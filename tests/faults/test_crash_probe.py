@@ -17,7 +17,7 @@ import probekit
 from crashkit import run_child
 from estratos.results import read_results
 from estratos.results.predictions import PredictionsReader, check_metric, predictions_dir
-from estratos.probe.runner import probe_tasks
+from estratos.probe.command import probe_tasks
 
 #: (--jobs, kill once the file holds this many lines): one process appends each task's 15
 #: cells at once (one unit: 5 layer specs x 3 seeds); two processes run smaller units

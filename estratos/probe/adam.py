@@ -1,0 +1,91 @@
+"""Adam over stacked parameters: many small models updated as one set of tensors.
+
+Why our own: each model of a stack has its own L2 (weight decay) and leaves the stack when it
+stops early, which ``torch.optim.Adam`` cannot express; the arithmetic is torch's (its fused
+CPU kernel when this torch has one), so a model's trajectory equals training it alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+
+def _find_fused_adam():
+    """torch's fused CPU Adam op when this torch has one (>= 2.4), else None."""
+    op = getattr(torch, "_fused_adam_", None)
+    if op is None:
+        return None
+    try:  # probe once: some builds expose the op without a CPU kernel
+        p, g = torch.zeros(2), torch.ones(2)
+        op([p], [g], [torch.zeros(2)], [torch.zeros(2)], [], [torch.tensor(1.0)], lr=1e-3,
+           beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None
+    return op
+
+
+_FUSED_ADAM = _find_fused_adam()
+
+
+class StackedAdam:
+    """Adam over stacked parameters with per-model weight decay (as torch.optim.Adam does)."""
+
+    def __init__(self, params: List[torch.Tensor], decay: List[torch.Tensor], lr: float,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.params, self.decay = params, decay
+        self.lr, self.b1, self.b2, self.eps = lr, betas[0], betas[1], eps
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = 0
+
+    def step(self, grads: List[torch.Tensor],
+             segments: Optional[Sequence[Tuple[int, int]]] = None) -> None:
+        """One Adam step. ``segments``: row ranges (one per seed) updated as separate tensors,
+        so each seed's parameters meet exactly the kernels they meet when trained alone
+        (vectorised kernels round the tail of a tensor in scalar code)."""
+        self.t += 1
+        params, decay, m, v = self.params, self.decay, self.m, self.v
+        if segments is not None and len(segments) > 1:
+            def split(ts: List[torch.Tensor]) -> List[torch.Tensor]:
+                return [t[a:b] for t in ts for a, b in segments]
+            params, decay, m, v, grads = (split(params), split(decay), split(m), split(v),
+                                          split(grads))
+        # per-model weight decay enters the gradient, as torch.optim.Adam's weight_decay does
+        torch._foreach_addcmul_(grads, params, decay)
+        if _FUSED_ADAM is not None:
+            # torch's fused CPU Adam kernel (what torch.optim.Adam(fused=True) runs): one pass
+            # over each tensor instead of nine
+            steps = [torch.tensor(float(self.t), device=p.device) for p in params]
+            _FUSED_ADAM(params, grads, m, v, [], steps, lr=self.lr,
+                        beta1=self.b1, beta2=self.b2, weight_decay=0.0, eps=self.eps,
+                        amsgrad=False, maximize=False)
+            return
+        bc1 = 1.0 - self.b1 ** self.t
+        bc2_sqrt = math.sqrt(1.0 - self.b2 ** self.t)
+        torch._foreach_mul_(m, self.b1)
+        torch._foreach_add_(m, grads, alpha=1.0 - self.b1)
+        torch._foreach_mul_(v, self.b2)
+        torch._foreach_addcmul_(v, grads, grads, value=1.0 - self.b2)
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, bc2_sqrt)
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(params, m, denom, value=-self.lr / bc1)
+
+    def keep(self, rows: torch.Tensor, cols: torch.Tensor, blocks: List[int]) -> None:
+        """Keep only the models in feature groups ``rows`` x L2 columns ``cols``."""
+        for lst in (self.params, self.decay, self.m, self.v):
+            lst[:] = [_select_models(t, k, rows, cols) for t, k in zip(lst, blocks)]
+
+
+def _select_models(t: torch.Tensor, block: int, rows: torch.Tensor,
+                   cols: torch.Tensor) -> torch.Tensor:
+    """Rows (feature groups) and columns (L2 values) of a stacked parameter."""
+    t = t.index_select(0, rows)
+    if block == 0:  # (G, R, ...)
+        return t.index_select(1, cols).contiguous()
+    g, x, rk = t.shape
+    return t.view(g, x, rk // block, block).index_select(2, cols).reshape(
+        g, x, len(cols) * block)

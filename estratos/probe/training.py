@@ -1,0 +1,356 @@
+"""The batched trainer: many probing models trained at once, as one tensor program.
+
+Why batched: a layer-by-layer sweep trains (layer specs x L2 values) small models on the same
+examples. Training them one by one is dominated by per-step overhead, so here all of them are
+a leading "model" dimension: feature groups ``G`` (one per layer spec, the features differ)
+times ``R`` L2 values (same features, different weight decay). Parameters are stacked tensors,
+updates are batched matmuls and our own Adam over the stacks, each model with its own L2 and
+its own early stopping.
+
+Why each model's trajectory equals training it alone with the same seed: every model gets the
+same initial weights (drawn once from a generator seeded by ``seed``), sees the same example
+order (pass ``p`` is permuted by an RNG seeded by ``(seed, p)``), and the same dropout masks
+(one mask per step from a generator seeded by ``seed``, shared by all models), and no
+computation mixes models. Training ``G = R = 1`` (``--sequential``) runs the same code.
+
+SentEval's behaviour, reproduced (their code is the reference for the published numbers):
+nhid=0 -> ``Linear(F, C)``; nhid>0 -> ``Linear(F, H), Dropout(p), Sigmoid, Linear(H, C)``
+(dropout before the sigmoid, as published); cross-entropy (batch mean, which is what
+SentEval's ``CrossEntropyLoss`` computes on PyTorch >= 0.4); Adam lr 1e-3, betas 0.9/0.999,
+eps 1e-8, L2 added to the gradient (``weight_decay``, biases included); PyTorch's Linear init.
+Early stopping: rounds of ``epoch_size`` passes, then dev accuracy; a better dev accuracy keeps
+a copy of the model; otherwise the non-improvement count is checked (stop once it has reached
+``tenacity``) and incremented. The count is cumulative, never reset on improvement, exactly as
+in SentEval's code, so our numbers stay comparable with the published ones.
+
+A model that has stopped is frozen in the sense that matters: its best copy, dev score and
+epoch count no longer change (``active`` mask). Its live weights may keep being updated until
+every model of its feature group has stopped, when the group is dropped from the program; they
+are never read again, so the results are those of the model trained alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from estratos.probe.adam import StackedAdam
+
+log = logging.getLogger(__name__)
+
+_EVAL_CHUNK = 2048
+
+
+def pass_permutation(n: int, seed: int, pass_index: int) -> np.ndarray:
+    """The example order of training pass ``pass_index`` (same for every model of a seed)."""
+    return np.random.default_rng((int(seed), 0, int(pass_index))).permutation(n)
+
+
+def as_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x.to(torch.float32)
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+
+
+def as_groups(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+    t = as_tensor(x)
+    if t.dim() == 2:
+        t = t.unsqueeze(0)
+    if t.dim() != 3:
+        raise ValueError(f"features must be (G, n, F) or (n, F), got shape {tuple(t.shape)}")
+    return t
+
+
+def _copy_model(dst: torch.Tensor, src: torch.Tensor, block: int, g: int, r: int, i: int,
+                j: int) -> None:
+    """dst's model (g, r) <- src's model (i, j) (the same parameter, other layouts)."""
+    if block == 0:
+        dst[g, r] = src[i, j]
+    else:
+        dst[g, :, r * block:(r + 1) * block] = src[i, :, j * block:(j + 1) * block]
+
+
+class StackedNet:
+    """Stacked parameters of P x R models and their forward/backward passes.
+
+    P "streams" are (seed, feature group) pairs, seed-major (stream ``s * G + g``): every
+    model of a stream sees the same examples in the same order (its seed's), so one ``bmm``
+    per layer serves all R models of a stream. Layouts:
+    linear: ``W (P, F, R*C)``, ``b (P, 1, R*C)``; hidden: ``W1 (P, F, R*H)``, ``b1 (P, 1, R*H)``,
+    ``W2 (P, R, H, C)``, ``b2 (P, R, 1, C)``. Logits come out as ``(P, B, R, C)``
+    (contiguous, so softmax over C is a fast inner-dimension reduction).
+
+    Random numbers (init, dropout masks) are drawn on the CPU from one generator per seed and
+    moved to the device, so a model starts and drops out the same way on every device.
+    """
+
+    def __init__(self, n_groups: int, n_l2: int, n_features: int, n_classes: int, nhid: int,
+                 dropout: float, seeds: Sequence[int],
+                 device: torch.device = torch.device("cpu")) -> None:
+        self.G, self.R, self.F, self.C, self.H = n_groups, n_l2, n_features, n_classes, nhid
+        self.dropout = dropout
+        self.seeds = [int(s) for s in seeds]
+        self.device = device
+        R = n_l2
+        #: per parameter: block width K of the "wide" layout (P, X, R*K), or 0 for (P, R, ...)
+        self.blocks = [n_classes, n_classes] if nhid == 0 else [nhid, nhid, 0, 0]
+        per_seed = [self._init(seed, n_groups, R) for seed in self.seeds]
+        self.params = [torch.cat(parts).to(device).contiguous() for parts in zip(*per_seed)]
+        self.dropout_gens = [torch.Generator().manual_seed(s) for s in self.seeds]
+        #: seed index and feature group of every stream
+        self.stream_seed = np.repeat(np.arange(len(self.seeds)), n_groups)
+        self.stream_group = np.tile(np.arange(n_groups), len(self.seeds))
+
+    def _init(self, seed: int, G: int, R: int) -> List[torch.Tensor]:
+        """One seed's stacked initial parameters: every model of the seed starts the same."""
+        gen = torch.Generator().manual_seed(int(seed))
+        F, C, H = self.F, self.C, self.H
+
+        def linear_init(fan_in: int, fan_out: int) -> Tuple[torch.Tensor, torch.Tensor]:
+            # torch.nn.Linear's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both
+            bound = 1.0 / math.sqrt(fan_in)
+            w = (torch.rand((fan_out, fan_in), generator=gen) * 2 - 1) * bound
+            b = (torch.rand((fan_out,), generator=gen) * 2 - 1) * bound
+            return w.t().contiguous(), b
+
+        if H == 0:
+            w, b = linear_init(F, C)
+            return [w.unsqueeze(1).repeat(1, R, 1).reshape(1, F, R * C).repeat(G, 1, 1),
+                    b.repeat(R).reshape(1, 1, R * C).repeat(G, 1, 1)]
+        w1, b1 = linear_init(F, H)
+        w2, b2 = linear_init(H, C)
+        return [w1.unsqueeze(1).repeat(1, R, 1).reshape(1, F, R * H).repeat(G, 1, 1),
+                b1.repeat(R).reshape(1, 1, R * H).repeat(G, 1, 1),
+                w2.reshape(1, 1, H, C).repeat(G, R, 1, 1),
+                b2.reshape(1, 1, 1, C).repeat(G, R, 1, 1)]
+
+    def decay_tensors(self, l2: torch.Tensor) -> List[torch.Tensor]:
+        """Per-model L2 ``(P, R)`` broadcast to each parameter's layout."""
+        P, R = l2.shape
+        l2 = l2.to(self.device)
+        if self.H == 0:
+            wide = l2.repeat_interleave(self.C, dim=1).reshape(P, 1, R * self.C)
+            return [wide, wide.clone()]
+        wide = l2.repeat_interleave(self.H, dim=1).reshape(P, 1, R * self.H)
+        per_model = l2.reshape(P, R, 1, 1)
+        return [wide, wide.clone(), per_model, per_model.clone()]
+
+    def draw_masks(self, live_seeds: np.ndarray, batch: int) -> Optional[torch.Tensor]:
+        """This step's dropout masks of the streams whose seeds are ``live_seeds`` (one per
+        live stream, ``(Ga, 1, B, H)``): one ``(B, H)`` draw per seed still training, from
+        that seed's generator, as training the seed alone draws it."""
+        if self.H == 0 or self.dropout <= 0:
+            return None
+        keep = 1.0 - self.dropout
+        present = np.unique(live_seeds)
+        drawn = {int(s): (torch.rand((batch, self.H), generator=self.dropout_gens[s]) < keep)
+                 for s in present}
+        if len(present) == 1:
+            mask = drawn[int(present[0])].to(torch.float32).div_(keep)
+            return mask.to(self.device)[None, None]
+        stack = torch.stack([drawn[int(s)] for s in present]).to(torch.float32).div_(keep)
+        pos = torch.as_tensor(np.searchsorted(present, live_seeds))
+        return stack.index_select(0, pos).to(self.device)[:, None]
+
+    def forward(self, x: torch.Tensor, params: Optional[List[torch.Tensor]] = None,
+                mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, tuple]:
+        """``x (Ga, B, F)`` -> logits ``(Ga, B, R, C)`` and what backward needs; ``mask``:
+        dropout masks (training only)."""
+        p = self.params if params is None else params
+        Ga, B = x.shape[0], x.shape[1]
+        R = self.R
+        if self.H == 0:
+            z = torch.baddbmm(p[1], x, p[0]).view(Ga, B, R, self.C)
+            return z, (x,)
+        a = torch.baddbmm(p[1], x, p[0]).view(Ga, B, R, self.H).transpose(1, 2)
+        if mask is not None:
+            a = a * mask
+        h = torch.sigmoid(a)  # (Ga, R, B, H)
+        z = torch.matmul(h, p[2]).add_(p[3]).transpose(1, 2).contiguous()
+        return z, (x, h, mask)
+
+    def backward(self, dz: torch.Tensor, saved: tuple) -> List[torch.Tensor]:
+        """Gradients of every parameter from ``dz = dLoss/dlogits (Ga, B, R, C)``."""
+        x = saved[0]
+        Ga, B = x.shape[0], x.shape[1]
+        xt = x.transpose(1, 2)
+        if self.H == 0:
+            d = dz.reshape(Ga, B, self.R * self.C)
+            return [torch.bmm(xt, d), d.sum(dim=1, keepdim=True)]
+        h, mask = saved[1], saved[2]
+        dz = dz.transpose(1, 2)  # (Ga, R, B, C)
+        gw2 = torch.matmul(h.transpose(-1, -2), dz)
+        gb2 = dz.sum(dim=2, keepdim=True)
+        dh = torch.matmul(dz, self.params[2].transpose(-1, -2))
+        da = dh.mul_(h).mul_(1.0 - h)
+        if mask is not None:
+            da.mul_(mask)
+        d = da.transpose(1, 2).reshape(Ga, B, self.R * self.H)
+        return [torch.bmm(xt, d), d.sum(dim=1, keepdim=True), gw2, gb2]
+
+    def logits(self, x: torch.Tensor, params: List[torch.Tensor],
+               groups: Optional[np.ndarray] = None) -> torch.Tensor:
+        """Eval-mode logits ``(Ga, n, R, C)`` of ``x (G, n, F)`` (host or device), in row
+        chunks; ``groups``: the feature group of each stream (None: stream g = group g)."""
+        index = None if groups is None else torch.as_tensor(groups)
+        parts = []
+        for i in range(0, x.shape[1], _EVAL_CHUNK):
+            chunk = x[:, i:i + _EVAL_CHUNK]
+            if index is not None:
+                chunk = chunk.index_select(0, index)
+            parts.append(self.forward(chunk.to(self.device), params)[0])
+        if not parts:
+            n_rows = x.shape[0] if groups is None else len(groups)
+            return torch.zeros((n_rows, 0, self.R, self.C), device=self.device)
+        return torch.cat(parts, dim=1)
+
+
+#: dLoss/dlogits for a batch: (logits (Ga,B,R,C), batch targets (B,C) or (Ga,B,C), seed
+#: segments) -> (Ga,B,R,C)
+GradFn = Callable[[torch.Tensor, torch.Tensor, Optional[Sequence[Tuple[int, int]]]],
+                  torch.Tensor]
+#: dev score of every model: (dev logits (Ga,n,R,C)) -> (Ga,R) float64, higher is better
+ScoreFn = Callable[[torch.Tensor], np.ndarray]
+
+
+def _softmax(z: torch.Tensor, segments: Optional[Sequence[Tuple[int, int]]] = None
+             ) -> torch.Tensor:
+    """Softmax over the last dimension; written out because torch's kernel is several times
+    slower for the handful of classes probes have. ``segments`` (row ranges, one per seed):
+    the exponential runs on each seed's rows as their own tensor, as when that seed trains
+    alone (a vectorised ``exp`` rounds the tail of a tensor in scalar code)."""
+    e = z - z.amax(dim=-1, keepdim=True)
+    if segments is not None and len(segments) > 1:
+        for a, b in segments:
+            e[a:b].exp_()
+    else:
+        e.exp_()
+    return e.div_(e.sum(dim=-1, keepdim=True))
+
+
+def _per_model(target: torch.Tensor) -> torch.Tensor:
+    """Batch targets ``(B, C)`` (shared by every stream) or ``(Ga, B, C)`` -> broadcastable
+    against logits ``(Ga, B, R, C)``."""
+    return target[None, :, None, :] if target.dim() == 2 else target[:, :, None, :]
+
+
+def cross_entropy_grad(z: torch.Tensor, onehot: torch.Tensor,
+                        segments: Optional[Sequence[Tuple[int, int]]] = None) -> torch.Tensor:
+    p = _softmax(z, segments)
+    return p.sub_(_per_model(onehot)).div_(z.shape[1])
+
+
+def soft_mse_grad(z: torch.Tensor, target: torch.Tensor,
+                   segments: Optional[Sequence[Tuple[int, int]]] = None) -> torch.Tensor:
+    """d/dz of mean((softmax(z) - target)^2) over the batch and the classes."""
+    p = _softmax(z, segments)
+    g = (p - _per_model(target)).mul_(2.0 / (z.shape[1] * z.shape[3]))
+    return p * (g - (g * p).sum(dim=-1, keepdim=True))
+
+
+class FitState:
+    """Outcome of one batched fit: best parameters, dev scores and epochs per model."""
+
+    def __init__(self, net: StackedNet, best: List[torch.Tensor], dev: np.ndarray,
+                 epochs: np.ndarray) -> None:
+        self.net, self.best, self.dev, self.epochs = net, best, dev, epochs
+
+
+def train_stacked(net: StackedNet, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tensor,
+           l2: np.ndarray, *, grad_fn: GradFn, score_fn: ScoreFn, batch_size: int,
+           epoch_size: int, max_epoch: int, tenacity: int, lr: float) -> FitState:
+    """SentEval's fit loop, for all P x R models at once (see the module docstring).
+
+    ``x (G, n, F)`` and ``x_dev`` are shared by every seed; ``l2 (P, R)``. Each step gathers
+    every live stream's batch from its seed's example order. Models leave the program when
+    they stop: after each round, the streams (rows) and L2 values (columns) with no active
+    model left are dropped from every tensor.
+    """
+    P, R = l2.shape
+    n = x.shape[1]
+    device = net.device
+    seeds = net.seeds
+    xt = x.transpose(0, 1).contiguous().to(device)  # (n, G, F): one example's groups side by side
+    targets = targets.to(device)
+    adam = StackedAdam(net.params, net.decay_tensors(torch.as_tensor(l2, dtype=torch.float32)), lr)
+    best = [p.clone() for p in net.params]
+    best_score = np.full((P, R), -1.0)  # SentEval starts from -1
+    count = np.zeros((P, R), dtype=np.int64)
+    epochs = np.zeros((P, R), dtype=np.int64)
+    active = np.ones((P, R), dtype=bool)
+    rows, cols = np.arange(P), np.arange(R)  # models still in the program
+    nepoch = 0
+    while active.any() and nepoch <= max_epoch:
+        row_seed = net.stream_seed[rows]
+        row_group = net.stream_group[rows]
+        live_seeds = np.unique(row_seed)
+        # all rows of a single seed: the batch is one contiguous gather (the common case)
+        simple = len(seeds) == 1 and len(rows) == net.G
+        g_index = torch.as_tensor(row_group, device=device)
+        s_pos = torch.as_tensor(np.searchsorted(live_seeds, row_seed), device=device)
+        # rows stay seed-major: each live seed's streams are one contiguous block
+        starts = np.searchsorted(row_seed, live_seeds)
+        segments = list(zip(starts.tolist(), starts[1:].tolist() + [len(rows)]))
+        for pass_index in range(nepoch, nepoch + epoch_size):
+            perms = torch.stack([torch.from_numpy(pass_permutation(n, seeds[s], pass_index))
+                                 for s in live_seeds]).to(device)  # (S_live, n)
+            for start in range(0, n, batch_size):
+                idx = perms[:, start:start + batch_size]  # (S_live, B)
+                if simple:
+                    xb = xt.index_select(0, idx[0]).transpose(0, 1)
+                    tb = targets.index_select(0, idx[0])
+                else:
+                    rows_idx = idx.index_select(0, s_pos)  # (Ga, B): each stream's examples
+                    xb = xt[rows_idx.t(), g_index[None, :]].transpose(0, 1)
+                    tb = targets[rows_idx] if len(live_seeds) > 1 else targets.index_select(
+                        0, idx[0])
+                z, saved = net.forward(xb, mask=net.draw_masks(row_seed, idx.shape[1]))
+                adam.step(net.backward(grad_fn(z, tb, segments), saved), segments)
+        nepoch += epoch_size
+        identity = len(seeds) == 1 and len(rows) == net.G
+        scores = score_fn(net.logits(x_dev, net.params, None if identity else row_group))
+        live = np.ix_(rows, cols)
+        act = active[live]
+        improved = act & (scores > best_score[live])
+        stalled = act & ~improved
+        for i, j in zip(*np.nonzero(improved)):
+            for b, p, k in zip(best, net.params, net.blocks):
+                _copy_model(b, p, k, int(rows[i]), int(cols[j]), int(i), int(j))
+        sub = best_score[live]
+        sub[improved] = scores[improved]
+        best_score[live] = sub
+        sub = count[live]
+        stop = stalled & (sub >= tenacity)
+        sub[stalled] += 1
+        count[live] = sub
+        act_after = act & ~stop
+        active[live] = act_after
+        sub = epochs[live]
+        sub[act] = nepoch
+        epochs[live] = sub
+        keep_rows = act_after.any(axis=1)
+        if not keep_rows.any():
+            break
+        keep_cols = act_after[keep_rows].any(axis=0)
+        if not (keep_rows.all() and keep_cols.all()):
+            r_idx = torch.as_tensor(np.flatnonzero(keep_rows), device=device)
+            c_idx = torch.as_tensor(np.flatnonzero(keep_cols), device=device)
+            adam.keep(r_idx, c_idx, net.blocks)
+            net.params = adam.params
+            net.R = int(keep_cols.sum())
+            rows, cols = rows[keep_rows], cols[keep_cols]
+    log.debug("trained %d x %d models for %d epochs", P, R, nepoch)
+    net.R = R
+    return FitState(net, best, best_score, epochs)
+
+
+def seed_list(seed: Union[int, Sequence[int]]) -> List[int]:
+    return [int(seed)] if isinstance(seed, (int, np.integer)) else [int(s) for s in seed]
+
+
+def torch_device(device: Union[str, torch.device]) -> torch.device:
+    return device if isinstance(device, torch.device) else torch.device(str(device))
