@@ -8,14 +8,47 @@ its traceback.
 
 from __future__ import annotations
 
+import copy
 import os
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
+
+
+def _restore(cls: type, args: Tuple[Any, ...], state: Dict[str, Any]) -> "EstratosError":
+    """Unpickle an error as itself: its class, arguments and fields, no constructor call
+    (whose signature differs per class)."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 class EstratosError(Exception):
-    """Base class of all user-facing errors; ``exit_code`` is what the CLI exits with."""
+    """Base class of all user-facing errors; ``exit_code`` is what the CLI exits with.
+
+    Errors pickle as themselves with every field (``InputError.path``/``line``,
+    ``MissingSentences.missing``...), so one raised in a worker process is re-raised in the
+    parent unchanged. :meth:`in_context` adds what the parent knows (the task) around the
+    message without losing the fields.
+    """
 
     exit_code = 1
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
+
+    def in_context(self, prefix: str = "", suffix: str = "") -> "EstratosError":
+        """A copy whose message reads ``prefix: <message> suffix`` (same class and fields)."""
+        out = copy.copy(self)
+        out._prefix = (f"{prefix}: " if prefix else "") + getattr(self, "_prefix", "")
+        out._suffix = getattr(self, "_suffix", "") + (f" {suffix}" if suffix else "")
+        return out
+
+    def _text(self) -> str:
+        """The message itself (what ``str()`` shows inside any context)."""
+        return super().__str__()
+
+    def __str__(self) -> str:
+        return getattr(self, "_prefix", "") + self._text() + getattr(self, "_suffix", "")
 
 
 class InputError(EstratosError):
@@ -28,7 +61,7 @@ class InputError(EstratosError):
         self.line = line
         super().__init__(str(self))
 
-    def __str__(self) -> str:
+    def _text(self) -> str:
         where = ""
         if self.path is not None:
             where = self.path if self.line is None else f"{self.path}:{self.line}"

@@ -131,17 +131,6 @@ def _default_loader() -> Callable[[Any, Any], Any]:
     return load_task
 
 
-def _reraise(name: str, message: str) -> None:
-    cls = getattr(_errors, name, None)
-    if cls is _errors.MissingSentences:
-        raise MissingSentences(message, missing=0)
-    if cls is _errors.InputError:
-        raise _errors.InputError(message)
-    if isinstance(cls, type) and issubclass(cls, EstratosError):
-        raise cls(message)
-    raise EstratosError(message)
-
-
 # ---- one process's work: surveys and units ---------------------------------------------------
 
 class UnitRunner:
@@ -383,16 +372,14 @@ def _pending_cells(spec_ids: Sequence[str], layers: Sequence[LayerSpec], seeds: 
     return out
 
 
-def _raise_failures(failures: List[Tuple[str, str, str]]) -> None:
-    """Raise the first failure (its class, the task named first); mention the others."""
+def _raise_failures(failures: List[Tuple[str, EstratosError]]) -> None:
+    """Raise the first failure as itself (its class and fields, as raised in the worker),
+    its task named first; mention the others."""
     if not failures:
         return
-    task, name, message = failures[0]
-    text = f"{task}: {message}"
-    if len(failures) > 1:
-        others = ", ".join(sorted({t for t, _, _ in failures[1:]}))
-        text += f" (also failed: {others})"
-    _reraise(name, text)
+    task, exc = failures[0]
+    others = sorted({t for t, _ in failures[1:]})
+    raise exc.in_context(task, f"(also failed: {', '.join(others)})" if others else "")
 
 
 def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: Any,
@@ -483,7 +470,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
                           {spec.id: _spec_state(spec) for spec in specs}, data_dirs, loader)
     records: List[ResultRecord] = []
     stats: List[UnitStat] = []
-    failures: List[Tuple[str, str, str]] = []
+    failures: List[Tuple[str, EstratosError]] = []
     bar: Optional[_Progress] = None
     todo = n_cells
     try:
@@ -537,13 +524,13 @@ def _survey(executor: Any, task_ids: Sequence[str]) -> Dict[str, TaskShape]:
     """Every task's :class:`TaskShape`; a task whose data cannot be loaded stops the run
     here, before any training."""
     shapes: Dict[str, TaskShape] = {}
-    failures: List[Tuple[str, str, str]] = []
+    failures: List[Tuple[str, EstratosError]] = []
 
     def on_event(kind: str, key: Any, value: Any) -> None:
         if kind == "survey":
             shapes[key] = value
         elif kind == "error":
-            failures.append((key, value[0], value[1]))
+            failures.append((key, value))
         elif kind == "bug":
             raise RuntimeError(f"probe worker failed while reading {key}:\n{value}")
 
@@ -553,12 +540,12 @@ def _survey(executor: Any, task_ids: Sequence[str]) -> Dict[str, TaskShape]:
 
 
 def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRecord],
-               stats: List[UnitStat], bar: _Progress) -> List[Tuple[str, str, str]]:
-    """Run every unit, collecting records and statistics; returns the failures (task,
-    error class, message), raised by the caller once every other unit has ended."""
+               stats: List[UnitStat], bar: _Progress) -> List[Tuple[str, EstratosError]]:
+    """Run every unit, collecting records and statistics; returns the failures (task, the
+    error as raised), raised by the caller once every other unit has ended."""
     by_index = {u.index: u for u in units}
     written: Dict[int, int] = {}
-    failures: List[Tuple[str, str, str]] = []
+    failures: List[Tuple[str, EstratosError]] = []
 
     def on_event(kind: str, key: Any, value: Any) -> None:
         unit = by_index[key]
@@ -569,8 +556,8 @@ def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRec
         elif kind == "done":
             stats.append(UnitStat(unit, float(value), written.get(key, 0)))
         elif kind == "error":
-            log.error("%s: %s", unit.describe(), value[1])
-            failures.append((unit.task, value[0], value[1]))
+            log.error("%s: %s", unit.describe(), value)
+            failures.append((unit.task, value))
         elif kind == "bug":
             raise RuntimeError(f"probe worker failed on {unit.describe()}:\n{value}")
 

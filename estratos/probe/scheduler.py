@@ -10,14 +10,15 @@ unit of a worker that died (e.g. killed for memory), naming its task, while the 
 A *runner* does the work: ``factory(context)`` builds it (in each worker, or once here); it is
 a context manager with ``survey(payload) -> value`` and ``run(payload, report) -> seconds``,
 where ``report(value)`` forwards partial results. Every job ends in exactly one event besides
-the ``"cells"`` reports: ``"survey"``, ``"done"``, ``"error"`` (an :class:`EstratosError`, as
-``(class name, message)``) or ``"bug"`` (any other exception, as its traceback text).
+the ``"cells"`` reports: ``"survey"``, ``"done"``, ``"error"`` (the :class:`EstratosError` itself: errors pickle
+with their fields) or ``"bug"`` (any other exception, as its traceback text).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pickle
 import signal
 import threading
 import time
@@ -61,7 +62,7 @@ class InProcess:
             try:
                 _run_job(self.runner, job, on_event)
             except EstratosError as exc:
-                on_event("error", job[1], (type(exc).__name__, str(exc)))
+                on_event("error", job[1], exc)
 
     def close(self) -> None:
         self._runner_cm.__exit__(None, None, None)
@@ -71,6 +72,16 @@ class InProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _portable(exc: EstratosError) -> EstratosError:
+    """``exc`` if it pickles (every estratos error does, fields included), else an
+    :class:`EstratosError` with its message (a subclass defined elsewhere that does not)."""
+    try:
+        pickle.dumps(exc)
+    except Exception:  # noqa: BLE001 - any pickling failure: keep the message
+        return EstratosError(str(exc))
+    return exc
 
 
 def _watch_parent(parent: int) -> None:
@@ -104,7 +115,7 @@ def serve(conn: Any, factory: Callable[[Any], Any], context: Any, parent: int) -
             try:
                 _run_job(runner, job, send)
             except EstratosError as exc:
-                send("error", job[1], (type(exc).__name__, str(exc)))
+                send("error", job[1], _portable(exc))
             except Exception:  # a bug: the parent raises it with this traceback
                 send("bug", job[1], traceback.format_exc())
 
@@ -180,8 +191,7 @@ class WorkerPool:
                     if w in busy:
                         proc.join()
                         job = busy.pop(w)
-                        on_event("error", job[1], (
-                            "EstratosError",
+                        on_event("error", job[1], EstratosError(
                             f"the worker process running it died (exit code {proc.exitcode}"
                             f"{'; killed: out of memory?' if proc.exitcode == -9 else ''})"))
                     conn.close()
