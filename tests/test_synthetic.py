@@ -332,6 +332,8 @@ def test_deterministic_and_seed_dependent(tmp_path):
     assert a["Depth"].read_bytes() == b["Depth"].read_bytes()
     assert a["Depth"].read_bytes() != c["Depth"].read_bytes()
     assert generate_task("Length", 200, 9) == generate_task("Length", 200, 9)
+    assert generate_task("OddManOut", 200, 9) == generate_task("OddManOut", 200, 9)
+    assert generate_task("OddManOut", 200, 9) != generate_task("OddManOut", 200, 10)
     info = json.loads((tmp_path / "a" / "build_info.json").read_text())
     assert info["seed"] == 3 and info["tasks"] == ["Tense", "Depth"]
     # only the task files and the build info; no temporary files left behind
@@ -394,3 +396,14 @@ def test_tfidf_baseline_is_at_chance_on_word_order_tasks(tmp_path):
     assert res.exit_code == 0, res.output
     scores = {r.name: r.score for r in read_results(tmp_path / "b.jsonl")}
     assert scores == {n: 50.0 for n in names}
+
+
+def test_odd_size_minimal_pairs():
+    """An odd size adds one original alone, to train: the test split stays all pairs."""
+    rows = generate_task("BigramShift", 201, 5)
+    assert len(rows) == 201
+    counts = Counter(label for _, label, _ in rows)
+    assert counts == {"O": 101, "I": 100}
+    groups = pairs_of(rows, "O")
+    alone = [key for key, members in groups.items() if set(members) == {"O"}]
+    assert len(alone) == 1 and alone[0][0] == "tr"
