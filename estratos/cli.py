@@ -157,7 +157,8 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
         sentences, model, out,
         poolings=poolings or POOLINGS, dtype=dtype, max_length=max_length,
         batch_tokens=batch_tokens, device=device, shard=shard or "auto", lowercase=lowercase,
-        encoder=encoder, progress=progress, threads=threads, states=states)
+        encoder=encoder, progress=progress, threads=threads, states=states,
+        notify=lambda line: click.echo(line, err=True))
     click.echo(summary.describe())
 
 

@@ -90,6 +90,11 @@ class CacheError(EstratosError):
     """A cache that is missing, incomplete, corrupted or made with other settings."""
 
 
+class DiskFull(CacheError):
+    """The cache's folder has too little free space (before writing) or filled up while
+    writing; a ``.partial`` written so far is kept and resumes once space is free."""
+
+
 class SettingsMismatch(CacheError):
     """The cache was made with other settings (model, pooling, dtype...) than asked for."""
 

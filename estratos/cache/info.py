@@ -20,7 +20,7 @@ def cache_info(path: os.PathLike | str) -> Dict[str, Any]:
                    {"shape": list(ds.shape), "dtype": str(ds.dtype),
                     "chunks": list(ds.chunks or ()), "fletcher32": bool(ds.fletcher32)}
                    for group in groups for name, ds in f[group].items()}
-        n_truncated = int(f[schema.TRUNCATED][:n].sum()) if n else 0
+        n_truncated = schema.count_truncated(f)
     info = dict(attrs)
     info.update(path=str(path), size_bytes=path.stat().st_size, n_rows=n,
                 n_states=attrs.get("n_states"), dim=attrs.get("dim"),

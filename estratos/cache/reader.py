@@ -249,6 +249,9 @@ def open_cache(path: os.PathLike | str,
         raise CacheError(f"{path}: a .partial cache is still being written (or was interrupted); "
                          "rerun `estratos encode` to finish it")
     if not path.exists():
+        partial = schema.partial_path(path)
+        if partial.exists():
+            raise CacheError(_unfinished(path, partial))
         raise CacheError(f"{path}: no such cache file")
     reader = CacheReader(path)
     if expect:
@@ -258,3 +261,20 @@ def open_cache(path: os.PathLike | str,
             reader.close()
             raise
     return reader
+
+
+def _unfinished(path: Path, partial: Path) -> str:
+    """Why ``path`` is missing when its ``.partial`` is there, and how to finish it."""
+    rows, model = "some", None
+    try:
+        with schema.open_h5(partial, "r") as f:
+            rows = str(int(f.attrs.get("n_done", 0)))
+            model = schema.to_python(f.attrs.get("model"))
+    except (CacheError, OSError, ValueError, TypeError):
+        pass
+    how = (f"estratos encode --model {model} --out {path} ..." if model
+           else f"estratos encode ... --out {path}")
+    return (f"{path}: not finished: only {partial} exists ({rows} rows), so the encode that "
+            f"writes it was interrupted (or is still running). Run the same command again "
+            f"(`{how}` with the same sentences and options) to finish it; it resumes from "
+            "those rows")

@@ -176,6 +176,21 @@ class CacheSession:
                                    f"{schema.describe_diff(diff)}. Use another --out, or the "
                                    "same settings")
 
+    def existing_rows(self) -> Tuple[Set[bytes], int]:
+        """``(keys of the trusted rows, file size in bytes)`` of :attr:`existing` (a resumed
+        ``.partial`` first, else the complete cache extended); empty for a new cache."""
+        if self.existing is None:
+            return set(), 0
+        with schema.open_h5(self.existing, "r") as f:
+            n = int(f.attrs.get("n_done", 0))
+            keys = set(schema.keys_as_bytes(f[schema.KEYS][:n]))
+        return keys, self.existing.stat().st_size
+
+    def count_truncated(self) -> int:
+        """Rows cut at ``max_length`` in the complete cache at the target."""
+        with schema.open_h5(self.target, "r") as f:
+            return schema.count_truncated(f)
+
     def holds_all(self, keys: Sequence[bytes], input_digest: Optional[str] = None) -> bool:
         """True when a complete cache (and no ``.partial``) already has every key: nothing to
         write. A shard whose rows are all there but made from a smaller input gets the new

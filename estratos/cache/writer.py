@@ -10,6 +10,7 @@ a copy, so the original stays valid until the rename replaces it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -21,7 +22,7 @@ import h5py
 import numpy as np
 
 from estratos.cache import schema
-from estratos.errors import CacheError
+from estratos.errors import CacheError, DiskFull
 from estratos.faultpoints import fault_point
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,14 @@ def _copy_trusted(src: h5py.File, dst: "CacheWriter", path: Path) -> int:
     return n
 
 
+def disk_full(exc: OSError) -> bool:
+    """Whether an error from a write is a full disk or quota (HDF5 reports the errno in its
+    message, not in ``errno``)."""
+    text = str(exc)
+    return (exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text
+            or "Disk quota exceeded" in text or "errno = 28" in text)
+
+
 class CacheWriter:
     """Appends rows to a ``.partial`` cache file; :meth:`finish` makes it a complete cache.
 
@@ -132,13 +141,13 @@ class CacheWriter:
             f.attrs["n_base"] = 0
             f.attrs["complete"] = False
             f.create_dataset(schema.KEYS, (0,), dtype=schema.KEY_DTYPE, maxshape=(None,),
-                             chunks=(4096,))
+                             chunks=(schema.ROW_CHUNK_ROWS,))
             f.create_dataset(schema.SENTENCES, (0,), dtype=h5py.string_dtype("utf-8"),
-                             maxshape=(None,), chunks=(1024,))
+                             maxshape=(None,), chunks=(schema.TEXT_CHUNK_ROWS,))
             f.create_dataset(schema.N_TOKENS, (0,), dtype=np.int32, maxshape=(None,),
-                             chunks=(4096,))
+                             chunks=(schema.ROW_CHUNK_ROWS,))
             f.create_dataset(schema.TRUNCATED, (0,), dtype=np.bool_, maxshape=(None,),
-                             chunks=(4096,))
+                             chunks=(schema.ROW_CHUNK_ROWS,))
             f.create_group(schema.VECTORS)
             if attrs.get("stored_avg"):
                 f.create_group(schema.AVG_GROUP)
@@ -308,6 +317,23 @@ class CacheWriter:
         dim)}``, the mean over all hidden states, required when the cache stores it
         (``stored_avg``) and ignored when it does not (a cache written before it existed).
         """
+        try:
+            self._append(keys, sentences, n_tokens, truncated, vectors, averages)
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            raise DiskFull(f"{self.path}: the disk is full ({exc.__class__.__name__}: "
+                           f"{str(exc)[:200]}); the file keeps its {self._n_done} rows written "
+                           f"before: free space in {self.path.parent} and run the same command "
+                           "again to resume from there") from exc
+
+    def count_truncated(self) -> int:
+        """Rows cut at ``max_length`` among the trusted rows."""
+        return schema.count_truncated(self._f)
+
+    def _append(self, keys: Sequence[bytes], sentences: Sequence[str], n_tokens: Sequence[int],
+                truncated: Sequence[bool], vectors: Mapping[str, np.ndarray],
+                averages: Optional[Mapping[str, np.ndarray]]) -> None:
         b = len(keys)
         if b == 0:
             return
@@ -369,7 +395,11 @@ class CacheWriter:
     def close(self) -> None:
         """Close without completing (the ``.partial`` stays resumable)."""
         if self._f.id.valid:
-            self._f.flush()
+            try:
+                self._f.flush()
+            except OSError as exc:  # e.g. a full disk: n_done still names the rows to trust
+                log.warning("%s: could not flush on close (%s); rows up to n_done=%d stay "
+                            "trusted", self.path, exc, self._n_done)
             self._f.close()
 
     def __enter__(self) -> "CacheWriter":

@@ -26,21 +26,23 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Union
+from typing import Callable, Iterable, List, Optional, Sequence, Union
 
 from estratos import __version__
 from estratos.cache import schema
 from estratos.cache.session import CacheSession, open_for_writing
+from estratos.cache.writer import disk_full
 from estratos.encode.batching import length_order, token_budget_batches
 from estratos.encode.environment import library_versions, utc_stamp
 from estratos.encode.factory import build_encoder
 from estratos.encode.keys import input_digest, unique_sentences
 from estratos.encode.options import BatchTokens, parse_batch_tokens
 from estratos.encode.pipeline import Background
+from estratos.encode.space import SpacePlan, plan_space
 from estratos.encode.shards import ShardSpec, in_shard, resolve_shard
 from estratos.encode.stream import run_stream
 from estratos.encode.summary import EncodeSummary
-from estratos.errors import EstratosError, InputError, Interrupted, OptionError
+from estratos.errors import DiskFull, EstratosError, InputError, Interrupted, OptionError
 from estratos.faultpoints import fault_point
 from estratos.options import parse_states
 from estratos.vocab import ALL_LAYERS
@@ -58,7 +60,8 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
                      lowercase: bool = False, encoder: Optional[str] = None,
                      progress: Optional[bool] = None,
                      threads: Optional[int] = None,
-                     states: Union[str, Sequence[int], None] = ALL_LAYERS) -> EncodeSummary:
+                     states: Union[str, Sequence[int], None] = ALL_LAYERS,
+                     notify: Optional[Callable[[str], None]] = None) -> EncodeSummary:
     """Encode the unique ``sentences`` with ``model`` (or ``encoder``) into the cache ``out``.
 
     Creates ``out``, resumes ``out.partial`` left by a killed run with the same arguments, or
@@ -68,7 +71,10 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     a terminal). ``threads``: CPU threads (None: ``OMP_NUM_THREADS`` if set, else all cores).
     ``states``: the hidden states to store (``--states``: ``all``, ``0,8,16``, ``every:4``,
     ``last:8``; :func:`estratos.options.parse_states`); the mean over ALL states (``avg``) is
-    stored whatever is picked.
+    stored whatever is picked. ``notify(line)`` is called with the cache's expected size
+    and the free space before anything is written (the command prints it); too little free
+    space raises :class:`DiskFull` naming the options that shrink the cache, and so does a
+    disk that fills up while writing (the ``.partial`` is kept and resumes).
     """
     started = time.perf_counter()
     if dtype not in schema.VECTOR_DTYPES:
@@ -107,7 +113,8 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
         if session.holds_all(keys, digest):  # checked before the weights are read
             return EncodeSummary(str(target), n_input, n_unique, len(keys), len(keys), 0, 0, 0,
                                  len(keys), enc.max_length, time.perf_counter() - started,
-                                 shard_sel)
+                                 shard_sel, n_truncated_total=session.count_truncated())
+        space = _space(session, enc, texts, keys, dtype, notify)
         attrs = {**want, **enc.info(), **shard_attrs,
                  "estratos_version": __version__, "library_versions": library_versions(),
                  "created": utc_stamp(),
@@ -124,15 +131,45 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
             raise _interrupted(session) from exc
         except BaseException as exc:
             # bad input (e.g. an --encoder returning the wrong shape): leave nothing behind. A
-            # crash keeps the .partial, resumable; so does an error while resuming one.
-            session.abandon(discard=isinstance(exc, EstratosError))
+            # crash or a full disk keeps the .partial, resumable; so does an error while
+            # resuming one.
+            full = isinstance(exc, DiskFull) or (isinstance(exc, OSError) and disk_full(exc))
+            session.abandon(discard=isinstance(exc, EstratosError) and not full)
+            if full and not isinstance(exc, DiskFull):
+                raise DiskFull(f"{session.partial}: the disk is full ({exc}); free space in "
+                               f"{target.parent} and run the same command again to resume"
+                               ) from exc
             raise
         n_cached, n_resumed, n_encoded, n_truncated = summary
         n_rows = session.writer.n_done
+        n_truncated_total = session.writer.count_truncated()
         session.finish(shard_attrs)
     return EncodeSummary(str(target), n_input, n_unique, len(keys), n_cached, n_resumed,
                          n_encoded, n_truncated, n_rows, enc.max_length,
-                         time.perf_counter() - started, shard_sel)
+                         time.perf_counter() - started, shard_sel,
+                         n_truncated_total=n_truncated_total,
+                         expected_bytes=space.expected if space else None)
+
+
+def _space(session: CacheSession, enc, texts: List[str], keys: List[bytes], dtype: str,
+           notify: Optional[Callable[[str], None]]) -> Optional[SpacePlan]:
+    """Tell the expected size and check the free space before anything is written (an
+    ``--encoder`` cache's shape is known only from its first batch: said, not checked)."""
+    if enc.n_states is None:
+        if notify:
+            notify("expected cache size: unknown until the --encoder function's first batch")
+        return None
+    have, size = session.existing_rows()
+    space = plan_space(session.target.parent, new_texts=[t for t, k in zip(texts, keys)
+                                                         if k not in have],
+                       existing_rows=len(have), existing_bytes=size,
+                       resuming=session.resuming, extending=session.extending,
+                       n_stored=len(enc.states or range(enc.n_states)), dim=enc.dim,
+                       dtype=dtype, n_poolings=len(enc.poolings))
+    if notify:
+        notify(space.describe())
+    space.check()
+    return space
 
 
 def _stored_states(enc, states: Union[str, Sequence[int], None]) -> dict:

@@ -22,6 +22,8 @@ class EncodeSummary:
     max_length: int
     seconds: float
     shard: Optional[Tuple[int, int]] = None
+    n_truncated_total: Optional[int] = None  # cut at max_length in the whole cache now
+    expected_bytes: Optional[int] = None     # the size estimated before writing
 
     @property
     def sentences_per_second(self) -> float:
@@ -49,6 +51,11 @@ class EncodeSummary:
                      f"({self.sentences_per_second:.1f} sentences/s)")
         if self.n_encoded == 0 and self.n_resumed == 0 and self.n_cached == self.n_selected:
             lines.append(self.headline())
+            if self.max_length and self.n_truncated_total is not None:
+                lines.append(f"truncated at {self.max_length} tokens: {self.n_truncated_total} "
+                             "in the cache")
         elif self.max_length:
-            lines.append(f"truncated at {self.max_length} tokens: {self.n_truncated}")
+            total = self.n_truncated if self.n_truncated_total is None else self.n_truncated_total
+            lines.append(f"truncated at {self.max_length} tokens: {total} in the cache "
+                         f"({self.n_truncated} of the {self.n_encoded} encoded by this run)")
         return "\n".join(lines)
