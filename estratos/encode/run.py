@@ -163,7 +163,7 @@ def _space(session: CacheSession, enc, texts: List[str], keys: List[bytes], dtyp
     space = plan_space(session.target.parent, new_texts=[t for t, k in zip(texts, keys)
                                                          if k not in have],
                        existing_rows=len(have), existing_bytes=size,
-                       resuming=session.resuming, extending=session.extending,
+                       resuming=session.resuming,
                        n_stored=len(enc.states or range(enc.n_states)), dim=enc.dim,
                        dtype=dtype, n_poolings=len(enc.poolings))
     if notify:

@@ -58,7 +58,7 @@ class SpacePlan:
 
 
 def plan_space(folder: Path, *, new_texts: Sequence[str], existing_rows: int,
-               existing_bytes: int, resuming: bool, extending: bool, n_stored: int, dim: int,
+               existing_bytes: int, resuming: bool, n_stored: int, dim: int,
                dtype: str, n_poolings: int, free: Optional[int] = None) -> SpacePlan:
     """The size of the cache once this run ends and the free space it needs now.
 
