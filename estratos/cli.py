@@ -144,12 +144,13 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
                    threads, states) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
     from estratos.encode.inputs import gather_sentences
-    from estratos.options import check_device, positive_int, resolve_shard
+    from estratos.options import check_device, parse_states, positive_int, resolve_shard
 
     # what can be checked without the model or torch is checked first
     check_device(device)
     positive_int("--threads", threads, allow_none=True)
     resolve_shard(shard or "auto")
+    parse_states(states)
     sentences = gather_sentences(sentences_file, tasks, data_dirs, task_files)
     from estratos.encode import encode_sentences  # torch and transformers: only now
 
