@@ -130,8 +130,22 @@ def cache_group() -> None:
 @click.option("--shard", metavar="I/N", default=None,
               help="Encode shard I (0-based) of N [default: SLURM array variables if set].")
 @click.option("--pooling", "poolings", multiple=True, type=click.Choice(POOLINGS),
-              help=f"Poolings to store (repeatable) [default: {' and '.join(POOLINGS)}].")
+              help="Poolings to store (repeatable) [default: cls and mean for encoders, last "
+                   "and mean for decoder-only models].")
 @click.option("--lowercase", is_flag=True, help="Lower-case sentences before tokenizing.")
+@click.option("--model-dtype", type=click.Choice(["auto", "bfloat16", "float16", "float32"]),
+              default="auto", show_default=True,
+              help="Dtype of the model's weights; auto: the checkpoint's own on a GPU, float32 "
+                   "on CPU.")
+@click.option("--device-map", type=click.Choice(["auto"]), default=None,
+              help="auto: spread a model too large for one GPU over the GPUs present "
+                   '(needs pip install "estratos[accelerate]").')
+@click.option("--trust-remote-code", is_flag=True,
+              help="Run the model's own Python code from its folder or hub repo (off by "
+                   "default; only for models you trust).")
+@click.option("--random-init", type=click.IntRange(min=0), default=None, metavar="SEED",
+              help="Control model: same architecture and tokenizer, weights freshly "
+                   "initialised with this seed (the trained weights are never read).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar [default: when stderr is a terminal].")
 @click.option("--threads", type=int, default=None,
@@ -141,7 +155,8 @@ def cache_group() -> None:
                    "last:N; the mean over all states (avg) is stored whatever is picked.")
 def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_dirs, dtype,
                    max_length, batch_tokens, device, shard, poolings, lowercase, progress,
-                   threads, states) -> None:
+                   threads, states, model_dtype, device_map, trust_remote_code,
+                   random_init) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
     from estratos.encode.inputs import gather_sentences
     from estratos.options import check_device, parse_states, positive_int, resolve_shard
@@ -156,10 +171,12 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
 
     summary = encode_sentences(
         sentences, model, out,
-        poolings=poolings or POOLINGS, dtype=dtype, max_length=max_length,
+        poolings=poolings or None, dtype=dtype, max_length=max_length,
         batch_tokens=batch_tokens, device=device, shard=shard or "auto", lowercase=lowercase,
         encoder=encoder, progress=progress, threads=threads, states=states,
-        notify=lambda line: click.echo(line, err=True))
+        notify=lambda line: click.echo(line, err=True),
+        model_dtype=model_dtype, device_map=device_map, trust_remote_code=trust_remote_code,
+        random_init=random_init)
     click.echo(summary.describe())
 
 
@@ -299,9 +316,10 @@ class _OnePooling(click.Choice):
               help="Results file (appended; cells already there are skipped).")
 @click.option("--layers", default="all", show_default=True,
               help="all, or hidden-state indices and avg, comma-separated (e.g. 0,3,6,avg).")
-@click.option("--pooling", type=_OnePooling(), default=DEFAULT_POOLING, show_default=True,
+@click.option("--pooling", type=_OnePooling(), default=DEFAULT_POOLING,
               help="Cached vectors to probe; one pooling per run (run again with the same "
-                   "--out for the other).")
+                   "--out for the other) [default: the cache's first: cls for encoders, last "
+                   "for decoder-only models].")
 @_seeds_option()
 @_classifier_option("The probe: senteval (SentEval's, faithful to published numbers) or "
                     "another registered estimator (lbfgs: fast exploration).")
@@ -446,7 +464,8 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> Non
 @click.option("--layers", default="all", show_default=True, help="As for probe.")
 @_seeds_option(what="As for probe.")
 @click.option("--pooling", type=click.Choice(CACHE_POOLINGS), default=DEFAULT_POOLING,
-              show_default=True, help="As for probe.")
+              help="As for probe [default: each cache's first pooling: cls for encoders, last "
+                   "for decoder-only models].")
 @_classifier_option("As for probe.")
 @click.option("--partition", default=None, help="sbatch --partition for every job.")
 @click.option("--gpus-per-task", type=int, default=0, show_default=True,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Tuple, Union
+from typing import Mapping, Optional, Tuple, Union
 
 # ---- seeds -----------------------------------------------------------------------------------
 #: the seed SentEval fixes, and estratos' default everywhere a seed is taken (probe seeds,
@@ -31,16 +31,22 @@ ALL_LAYERS = "all"
 LayerSpec = Union[int, str]
 
 # ---- poolings --------------------------------------------------------------------------------
-#: poolings a transformers model's hidden states are reduced with, in the order encode
-#: stores them by default; a new pooling (e.g. the last token of a decoder) is added HERE
-#: (and computed in estratos.encode.hf): CLI choices, slurm checks and docs read this tuple
-POOLINGS: Tuple[str, ...] = ("cls", "mean")
+#: poolings a transformers model's hidden states are reduced with (computed in
+#: estratos.encode.pooling; ``last``: the last real token, the sentence vector of decoder-only
+#: models); a new pooling is added HERE: CLI choices, slurm checks and docs read this tuple
+POOLINGS: Tuple[str, ...] = ("cls", "mean", "last")
+#: what encode stores when ``--pooling`` is not given, by architecture (in this order: the
+#: first is what probe uses when ``--pooling`` is not given): an encoder's first position
+#: sees the whole sentence, a decoder's only itself (docs/encode.md, "What is stored")
+ENCODER_DEFAULT_POOLINGS: Tuple[str, ...] = ("cls", "mean")
+DECODER_DEFAULT_POOLINGS: Tuple[str, ...] = ("last", "mean")
+#: the pooling probe and slurm use when none is given: None, the cache's first pooling (the
+#: first of its architecture's defaults above, or the one pooling of an --encoder cache)
+DEFAULT_POOLING: Optional[str] = None
 #: the one pooling of a cache made by ``encode --encoder`` (a SentEval batcher's own vectors)
 ENCODER_POOLING = "encoder"
 #: every pooling a cache may hold (what ``probe --pooling`` accepts)
 CACHE_POOLINGS: Tuple[str, ...] = POOLINGS + (ENCODER_POOLING,)
-#: the pooling probe and slurm use when none is given
-DEFAULT_POOLING = POOLINGS[0]
 
 # ---- feature combiners -----------------------------------------------------------------------
 

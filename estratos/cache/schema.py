@@ -54,7 +54,8 @@ CHUNK_ROWS = 512
 #: attributes that decide what the vectors mean; resuming, adding sentences and merging
 #: shards all require them to be identical
 SETTINGS_ATTRS = ("schema_version", "encoder", "model", "revision", "tokenizer", "max_length",
-                  "lowercase", "dtype", "poolings", "states")
+                  "lowercase", "dtype", "poolings", "states", "mean_skips_bos",
+                  "random_init")
 #: attributes that only exist on shard files
 SHARD_ATTRS = ("shard_index", "shard_count", "input_digest")
 

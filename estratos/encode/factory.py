@@ -3,22 +3,29 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from estratos.errors import OptionError
-from estratos.vocab import POOLINGS
 
 
 def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optional[str],
-                  max_length: Optional[int], lowercase: bool, poolings: Sequence[str],
-                  threads: Optional[int] = None):
-    """An :class:`HFEncoder` for ``model``, or a :class:`BatcherEncoder` for ``encoder``."""
+                  max_length: Optional[int], lowercase: bool,
+                  poolings: Optional[Sequence[str]], threads: Optional[int] = None,
+                  **model_options: Any):
+    """An :class:`HFEncoder` for ``model``, or a :class:`BatcherEncoder` for ``encoder``.
+    ``poolings`` None: the model's default. ``model_options``: how the model is loaded
+    (``model_dtype``, ``device_map``, ``trust_remote_code``, ``random_init``; see
+    :class:`HFEncoder`)."""
     if encoder:
         from estratos.encode.batcher import POOLING, BatcherEncoder
 
         if model:
             raise OptionError("--encoder and --model: give one of them")
-        if tuple(poolings) not in ((POOLING,), POOLINGS):
+        given = [k for k, v in model_options.items() if v not in (None, False, "auto")]
+        if given:
+            raise OptionError(f"--{given[0].replace('_', '-')}: only for --model (an --encoder "
+                              "function loads its own model)")
+        if poolings and tuple(poolings) != (POOLING,):
             raise OptionError(f"--pooling: an --encoder function gives one vector kind, "
                               f"stored as {POOLING!r}")
         if max_length is not None:
@@ -29,4 +36,4 @@ def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optio
     from estratos.encode.hf import HFEncoder
 
     return HFEncoder(model, device=device, max_length=max_length, lowercase=lowercase,
-                     poolings=poolings, threads=threads)
+                     poolings=poolings, threads=threads, **model_options)

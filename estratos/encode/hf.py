@@ -1,10 +1,10 @@
-"""Hugging Face transformers encoder: every hidden state's first-token and masked-mean vectors.
+"""Hugging Face transformers encoder: every hidden state, pooled (see :mod:`.pooling`).
 
-Pooling choices (see docs/encode.md):
-- ``cls``: position 0 of each hidden state, whatever the tokenizer puts there ([CLS], ``<s>``...);
-  special tokens come from the tokenizer, never hard-coded.
-- ``mean``: sum(h * mask) / sum(mask) over the real tokens, special tokens included, padding
-  excluded, computed in float32 so the vector does not depend on the batch it was in.
+Special tokens come from the model's tokenizer, never hard-coded. The model is loaded as the
+options say (docs/encode.md, "Big models"): weights in ``--model-dtype``, spread over the GPUs
+with ``--device-map auto`` (through ``accelerate``), remote code only with
+``--trust-remote-code``, or freshly initialised from a seed with ``--random-init`` (a control
+model: same architecture and tokenizer, untrained weights).
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import contextlib
 import hashlib
 import logging
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from estratos.encode import devices, tokens
+from estratos.encode import devices, hub, pooling, tokens
 from estratos.errors import OptionError
-from estratos.vocab import POOLINGS
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +27,13 @@ log = logging.getLogger(__name__)
 MAX_LENGTH_CAP = 512
 #: files whose bytes define a model's weights (hashed when no hub commit is known)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
+#: ``--model-dtype`` choices (auto: the checkpoint's own dtype on a GPU, float32 elsewhere)
+MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32")
+#: ``--device-map`` choices (None: the whole model on ``--device``)
+DEVICE_MAPS = ("auto",)
+ACCELERATE_HINT = 'pip install "estratos[accelerate]"'
+#: weights of task heads and poolers that no hidden state depends on: missing ones are fine
+UNUSED_WEIGHTS = ("pooler.",)
 
 
 def weights_hash(folder: Path) -> str:
@@ -105,44 +111,157 @@ def transformers_progress(show: bool) -> Iterator[None]:
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
+def _torch_dtype(name: Any) -> Optional[torch.dtype]:
+    """A floating torch dtype from a config's ``dtype`` / ``torch_dtype`` (str or dtype)."""
+    if isinstance(name, torch.dtype):
+        return name if name in (torch.float32, torch.float16, torch.bfloat16) else None
+    if isinstance(name, str) and name.replace("torch.", "") in MODEL_DTYPES[1:]:
+        return getattr(torch, name.replace("torch.", ""))
+    return None
+
+
+def weights_dtype(choice: str, config: object, device: torch.device,
+                  device_map: Optional[str] = None) -> torch.dtype:
+    """The dtype the weights are loaded in: ``choice``, or for ``auto`` the checkpoint's own
+    dtype when the model runs on GPUs (a 7B model in float32 would double its memory) and
+    float32 on CPU/MPS (half precision there is slow and inexact; vectors as before)."""
+    if choice not in MODEL_DTYPES:
+        raise OptionError(f"--model-dtype: {choice!r} is not one of {', '.join(MODEL_DTYPES)}")
+    if choice != "auto":
+        return getattr(torch, choice)
+    on_gpu = device.type == "cuda" or (device_map is not None and torch.cuda.is_available())
+    if not on_gpu:
+        return torch.float32
+    stored = getattr(config, "dtype", None) or config.__dict__.get("torch_dtype")
+    return _torch_dtype(stored) or torch.float32
+
+
+def _dtype_kwargs(dtype: torch.dtype) -> Dict[str, Any]:
+    """The weights dtype keyword of ``from_pretrained``/``from_config`` (``dtype`` since
+    transformers 4.56, ``torch_dtype`` before)."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype}
+
+
+def check_accelerate() -> None:
+    """``--device-map`` needs accelerate, an optional extra: say how to get it."""
+    try:
+        import accelerate  # noqa: F401
+    except ImportError as exc:
+        raise OptionError(f"--device-map auto needs the accelerate package, which is not "
+                          f"installed: {ACCELERATE_HINT}") from exc
+
+
+class _LoadReport(logging.Filter):
+    """Drops transformers' own report of missing/unexpected checkpoint weights while a model
+    loads: it always lists the pooler, which estratos never uses. :func:`explain_missing`
+    says instead, once, what matters."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not ("LOAD REPORT" in text or "were not initialized from the model checkpoint"
+                    in text or "were not used when initializing" in text)
+
+
+@contextlib.contextmanager
+def quiet_load_report() -> Iterator[None]:
+    """Silence the load report of ``transformers.modeling_utils`` for a while."""
+    logger = logging.getLogger("transformers.modeling_utils")
+    flt = _LoadReport()
+    logger.addFilter(flt)
+    try:
+        yield
+    finally:
+        logger.removeFilter(flt)
+
+
+def explain_missing(model: str, missing: Sequence[str]) -> None:
+    """Warn once when checkpoint weights that the hidden states depend on were missing (and
+    therefore randomly initialised by transformers); a missing pooler is no concern."""
+    used = [k for k in missing if not any(k.startswith(p) or f".{p}" in k for p in UNUSED_WEIGHTS)]
+    if len(used) < len(missing):
+        log.debug("%s: the checkpoint has no pooler weights; estratos never uses the pooler",
+                  model)
+    if used:
+        shown = ", ".join(used[:5]) + (", ..." if len(used) > 5 else "")
+        log.warning("%s: %d weights are missing from the checkpoint and were randomly "
+                    "initialised by transformers (%s); the hidden states depend on them, so "
+                    "the vectors are partly random", model, len(used), shown)
+
+
 class HFEncoder:
     """Encodes sentences with an AutoTokenizer/AutoModel, returning all hidden states pooled.
 
     The constructor reads only the tokenizer and the config (enough for the settings a cache
     records); :meth:`load` reads the weights, so a run with nothing to encode never does.
+    ``poolings`` None: the architecture's default (:mod:`.pooling`). ``random_init``: build
+    the model from its config with weights initialised under this seed (never read).
     """
 
     kind = "transformers"
 
     def __init__(self, model: str, *, device: Optional[str] = None,
                  max_length: Optional[int] = None, lowercase: bool = False,
-                 poolings: Sequence[str] = POOLINGS, threads: Optional[int] = None) -> None:
+                 poolings: Optional[Sequence[str]] = None, threads: Optional[int] = None,
+                 model_dtype: str = "auto", device_map: Optional[str] = None,
+                 trust_remote_code: bool = False, random_init: Optional[int] = None) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
-        bad = [p for p in poolings if p not in POOLINGS]
-        if bad or not poolings:
-            raise OptionError(f"--pooling: unknown pooling {bad or poolings!r}; choose from {POOLINGS}")
+        if device_map is not None:
+            if device_map not in DEVICE_MAPS:
+                raise OptionError(f"--device-map: {device_map!r} is not one of "
+                                  f"{', '.join(DEVICE_MAPS)}")
+            if device not in (None, "", "auto"):
+                raise OptionError("--device-map auto places the model itself; leave --device "
+                                  "at auto")
+            if random_init is not None:
+                raise OptionError("--device-map and --random-init: a random-init model is built "
+                                  "on one device; use --device")
+            check_accelerate()
+        if random_init is not None and (isinstance(random_init, bool)
+                                        or not isinstance(random_init, int) or random_init < 0):
+            raise OptionError(f"--random-init: the seed must be an integer >= 0, got {random_init!r}")
         local = Path(str(model)).expanduser()
         # a local folder is recorded by its absolute path, so reruns from elsewhere still match
         self.model_name = str(local.resolve()) if local.is_dir() else str(model)
-        self.poolings = tuple(dict.fromkeys(poolings))
         self.lowercase = bool(lowercase)
         self.device = devices.select_device(device)
         self.threads = threads
+        self.device_map = device_map
+        self.trust_remote_code = bool(trust_remote_code)
+        self.random_init = random_init
         looks_local = self.model_name.startswith(("/", "./", "../", "~")) or Path(self.model_name).exists()
         if looks_local:
             _check_model_folder(Path(self.model_name).expanduser())
+            self._local_only = False
+        else:
+            self._local_only = hub.local_files_only(self.model_name)
+        source = {"trust_remote_code": self.trust_remote_code}
+        if self._local_only:
+            source["local_files_only"] = True
+        self._source = source
         try:
-            self.config = AutoConfig.from_pretrained(self.model_name)
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
+            self.config = AutoConfig.from_pretrained(self.model_name, **source)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_name, **source)
         except (OSError, ValueError, KeyError) as exc:
+            hint = (" (the model ships its own code: pass --trust-remote-code if you trust it)"
+                    if "trust_remote_code" in str(exc) else "")
             raise OptionError(f"--model: cannot load {self.model_name!r} with transformers "
-                              f"AutoTokenizer/AutoModel: {exc}") from exc
+                              f"AutoTokenizer/AutoModel: {exc}{hint}") from exc
         self.model = None
         self._tokenize = None
         #: hidden states to store (true indices; None: all), set by the run from --states
         self.states: Optional[Tuple[int, ...]] = None
-        # position 0 must be the first real token and padding must sit after the sentence
+        self.decoder = pooling.is_decoder_only(self.config)
+        self.poolings = pooling.resolve_poolings(poolings, decoder=self.decoder,
+                                                 model=self.model_name)
+        self.dtype = weights_dtype(model_dtype, self.config, self.device, device_map)
+        self.model_dtype = model_dtype
+        # the batch is padded on the right: a sentence's real tokens then keep positions 0..n-1
+        # and, in a causal model, never see the padding, so its vectors do not depend on the
+        # batch; the poolings themselves work with padding on either side
         self.tokenizer.padding_side = "right"
         if self.tokenizer.pad_token is None:  # GPT-style tokenizers: padding is masked anyway
             fill = self.tokenizer.eos_token or self.tokenizer.unk_token
@@ -150,6 +269,7 @@ class HFEncoder:
                 raise OptionError(f"--model: the tokenizer of {self.model_name!r} has no padding, "
                                   "end or unknown token to pad batches with")
             self.tokenizer.pad_token = fill
+        self.mean_skips_bos = pooling.skips_bos(self.decoder, self.tokenizer)
         config = self.config
         limit = default_max_length(self.tokenizer, config)
         if max_length is None:
@@ -157,36 +277,79 @@ class HFEncoder:
         elif not 2 <= int(max_length) <= limit:
             raise OptionError(f"--max-length: {max_length} outside [2, {limit}] for {self.model_name}")
         self.max_length = int(max_length)
-        self.revision = model_revision(self.model_name, config)
+        self.revision = (f"random-init:{random_init}" if random_init is not None
+                         else model_revision(self.model_name, config))
         self.n_states = int(config.num_hidden_layers) + 1 if hasattr(config, "num_hidden_layers") else None
         self.dim = int(config.hidden_size) if hasattr(config, "hidden_size") else None
 
     def load(self, *, progress: bool = False) -> None:
-        """Read the weights and move the model to its device (once)."""
+        """Read the weights (or initialise them, with ``random_init``) and place the model
+        (once)."""
         if self.model is not None:
             return
         from transformers import AutoModel
 
         devices.prepare_cpu_threads(self.device, self.threads)
+        kwargs = {**_dtype_kwargs(self.dtype), "trust_remote_code": self.trust_remote_code}
+        if self.random_init is not None:
+            # seeded on the CPU generator, then moved: the same weights on every device
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.random_init)
+                model = AutoModel.from_config(self.config, **kwargs)
+            self.model = model.eval().to(self.device)
+            return
+        if self.device_map is not None:
+            kwargs["device_map"] = self.device_map
+        kwargs.update(self._source)
         try:
-            with transformers_progress(progress):
-                model = AutoModel.from_pretrained(self.model_name, config=self.config)
+            with transformers_progress(progress), quiet_load_report():
+                model, info = AutoModel.from_pretrained(self.model_name, config=self.config,
+                                                        output_loading_info=True, **kwargs)
         except (OSError, ValueError, KeyError) as exc:
             raise OptionError(f"--model: cannot load {self.model_name!r} with transformers "
                               f"AutoModel: {exc}") from exc
-        self.model = model.eval().to(self.device)
+        explain_missing(self.model_name, list(info.get("missing_keys") or ()))
+        if self.device_map is None:
+            model = model.to(self.device)
+        else:  # inputs go where the embeddings are; the rest was placed by accelerate
+            self.device = model.get_input_embeddings().weight.device
+        self.model = model.eval()
 
     def settings(self) -> Dict[str, object]:
-        """Attributes that define the vectors (compared when resuming or extending a cache)."""
-        return {"encoder": self.kind, "model": self.model_name, "revision": self.revision,
-                "tokenizer": f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path}",
-                "max_length": self.max_length, "lowercase": self.lowercase,
-                "poolings": self.poolings}
+        """Attributes that define the vectors (compared when resuming or extending a cache).
+        ``mean_skips_bos`` exists for decoder-only models, ``random_init`` for control models
+        only, so caches made before them keep matching."""
+        out: Dict[str, object] = {
+            "encoder": self.kind, "model": self.model_name, "revision": self.revision,
+            "tokenizer": f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path}",
+            "max_length": self.max_length, "lowercase": self.lowercase,
+            "poolings": self.poolings}
+        if self.decoder:
+            out["mean_skips_bos"] = self.mean_skips_bos
+        if self.random_init is not None:
+            out["random_init"] = self.random_init
+        return out
+
+    def _autocasts(self) -> bool:
+        """Autocast on CUDA only for float32 weights loaded with ``--model-dtype auto`` (as
+        before the option existed); weights asked for in float32 run in float32, half
+        weights in their own dtype."""
+        return self.model_dtype == "auto" and self.dtype == torch.float32
 
     def info(self) -> Dict[str, object]:
         """Descriptive attributes (not compared)."""
-        return {"compute": devices.compute_label(self.device),
-                "model_type": str(getattr(self.config, "model_type", ""))}
+        if self._autocasts():
+            compute = devices.compute_label(self.device)
+        else:
+            compute = f"{self.device.type}/{str(self.dtype).replace('torch.', '')}"
+        out: Dict[str, object] = {
+            "compute": compute, "model_type": str(getattr(self.config, "model_type", "")),
+            "architecture": pooling.DECODER if self.decoder else pooling.ENCODER,
+            "model_dtype": str(self.dtype).replace("torch.", ""),
+            "trust_remote_code": self.trust_remote_code}
+        if self.device_map is not None:
+            out["device_map"] = self.device_map
+        return out
 
     def _prep(self, texts: Sequence[str]) -> list:
         return [t.lower() for t in texts] if self.lowercase else list(texts)
@@ -217,27 +380,23 @@ class HFEncoder:
             raise RuntimeError("HFEncoder.load() must be called before forward()")
         inputs = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         out_dtype = getattr(torch, dtype)
+        cast = devices.autocast(self.device) if self._autocasts() else contextlib.nullcontext()
+        bos = self.tokenizer.bos_token_id if self.mean_skips_bos else None
         with torch.inference_mode():
-            with devices.autocast(self.device):
+            with cast:
                 hidden = self.model(**inputs, output_hidden_states=True).hidden_states
             # pooling in float32, outside autocast (which would run the matmul in 16 bits)
-            maskf = inputs["attention_mask"].to(torch.float32).unsqueeze(1)  # (B, 1, T)
-            counts = maskf.sum(dim=2).clamp(min=1.0)  # (B, 1)
             pooled, averages, finite = {}, {}, []
-            for pooling in self.poolings:
-                if pooling == "cls":
-                    states = [h[:, 0].float() for h in hidden]
-                else:  # masked mean: padding gets weight 0, so the batch does not matter
-                    states = [torch.bmm(maskf, h.float()).squeeze(1) / counts for h in hidden]
-                full = torch.stack(states, dim=1)  # (B, L+1, D)
+            for name, full in pooling.pool(hidden, inputs["input_ids"], inputs["attention_mask"],
+                                           self.poolings, bos_id=bos).items():  # (B, L+1, D)
                 # checked on the device, read back with the vectors: were the model's own
                 # outputs finite (before the cast to the stored precision)?
                 finite.append(torch.isfinite(full).all())
                 # the paper's avg: the mean over ALL hidden states, whatever --states stores
-                averages[pooling] = full.mean(dim=1).to(out_dtype)
+                averages[name] = full.mean(dim=1).to(out_dtype)
                 if self.states is not None:
                     full = full[:, list(self.states)]
-                pooled[pooling] = full.to(out_dtype)
+                pooled[name] = full.to(out_dtype)
         return HostVectors(pooled, averages, self.device, torch.stack(finite).all())
 
     def auto_batch_tokens(self) -> int:

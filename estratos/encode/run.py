@@ -46,7 +46,6 @@ from estratos.errors import DiskFull, EstratosError, InputError, Interrupted, Op
 from estratos.faultpoints import fault_point
 from estratos.options import parse_states
 from estratos.vocab import ALL_LAYERS
-from estratos.vocab import POOLINGS
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +53,17 @@ __all__ = ["EncodeSummary", "encode_sentences"]
 
 
 def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.PathLike | str, *,
-                     poolings: Sequence[str] = POOLINGS, dtype: str = "float16",
+                     poolings: Optional[Sequence[str]] = None, dtype: str = "float16",
                      max_length: Optional[int] = None, batch_tokens: BatchTokens = "auto",
                      device: Optional[str] = None, shard: ShardSpec = None,
                      lowercase: bool = False, encoder: Optional[str] = None,
                      progress: Optional[bool] = None,
                      threads: Optional[int] = None,
                      states: Union[str, Sequence[int], None] = ALL_LAYERS,
-                     notify: Optional[Callable[[str], None]] = None) -> EncodeSummary:
+                     notify: Optional[Callable[[str], None]] = None,
+                     model_dtype: str = "auto", device_map: Optional[str] = None,
+                     trust_remote_code: bool = False,
+                     random_init: Optional[int] = None) -> EncodeSummary:
     """Encode the unique ``sentences`` with ``model`` (or ``encoder``) into the cache ``out``.
 
     Creates ``out``, resumes ``out.partial`` left by a killed run with the same arguments, or
@@ -75,15 +77,17 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     and the free space before anything is written (the command prints it); too little free
     space raises :class:`DiskFull` naming the options that shrink the cache, and so does a
     disk that fills up while writing (the ``.partial`` is kept and resumes).
+    ``poolings`` None: the model's default (cls and mean for encoders, last and mean for
+    decoder-only models). ``model_dtype``, ``device_map``, ``trust_remote_code`` and
+    ``random_init`` say how the model is loaded (docs/encode.md, "Big models" and "Control
+    models").
     """
     started = time.perf_counter()
     if dtype not in schema.VECTOR_DTYPES:
         raise OptionError(f"--dtype: {dtype!r} is not one of {schema.VECTOR_DTYPES}")
     batch_tokens = parse_batch_tokens(batch_tokens)
     parse_states(states)  # the syntax, before anything is read
-    poolings = tuple(dict.fromkeys(poolings))
-    if not poolings:
-        raise OptionError("--pooling: at least one pooling is needed")
+    poolings = tuple(dict.fromkeys(poolings)) if poolings else None
     shard_sel = resolve_shard(shard)
     out = Path(out)
     if not out.parent.is_dir():
@@ -104,7 +108,9 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     with open_for_writing(target, shard=shard_sel) as session:
         fault_point("model-load")
         enc = build_encoder(model, encoder, device=device, max_length=max_length,
-                            lowercase=lowercase, poolings=poolings, threads=threads)
+                            lowercase=lowercase, poolings=poolings, threads=threads,
+                            model_dtype=model_dtype, device_map=device_map,
+                            trust_remote_code=trust_remote_code, random_init=random_init)
         want = {**enc.settings(), "dtype": dtype, "schema_version": schema.SCHEMA_VERSION,
                 **_stored_states(enc, states)}
         shard_attrs = ({"shard_index": shard_sel[0], "shard_count": shard_sel[1],

@@ -27,13 +27,13 @@ class ProbeOptions:
     threads: Optional[int]
     classifier: str
     layers: Union[str, Tuple[LayerSpec, ...]]
-    pooling: str
+    pooling: Optional[str]
     device: str
     shard: Optional[Tuple[int, int]]
 
 
 def check_probe_options(*, layers: Union[str, Sequence[LayerSpec]] = "all",
-                        pooling: str = DEFAULT_POOLING,
+                        pooling: Optional[str] = DEFAULT_POOLING,
                         seeds: Union[str, Sequence[int]] = (DEFAULT_SEED,),
                         classifier: Any = None, jobs: int = 1,
                         threads: Optional[int] = None, device: Optional[str] = "auto",
@@ -50,7 +50,7 @@ def check_probe_options(*, layers: Union[str, Sequence[LayerSpec]] = "all",
         classifier = DEFAULT_CLASSIFIER
     name = get_estimator(classifier).name if isinstance(classifier, str) else classifier.name
     parse_layers(layers)  # syntax (indices are checked against the cache by the runner)
-    if pooling not in CACHE_POOLINGS:
+    if pooling is not None and pooling not in CACHE_POOLINGS:
         raise OptionError(f"--pooling: {pooling!r} is not one of {', '.join(CACHE_POOLINGS)}")
     return ProbeOptions(seeds_t, jobs_n, threads_n, name,
                         layers if isinstance(layers, str) else tuple(layers), pooling,
@@ -60,7 +60,7 @@ def check_probe_options(*, layers: Union[str, Sequence[LayerSpec]] = "all",
 def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
                 out: Union[str, os.PathLike], *, data_dir: Sequence[str] = (),
                 task_files: Sequence[str] = (), layers: str = "all",
-                pooling: str = DEFAULT_POOLING,
+                pooling: Optional[str] = DEFAULT_POOLING,
                 seeds: Union[str, Sequence[int]] = str(DEFAULT_SEED),
                 classifier: Any = None, sequential: bool = False, jobs: int = 1,
                 overwrite: bool = False, expect_model: Optional[str] = None,

@@ -32,14 +32,16 @@ CACHE_FIELDS = ("path", "dtype", "max_length", "n_states", "dim", "tokenizer")
 @dataclass(frozen=True)
 class System:
     """What produced a run's cells: ``kind`` (``"probe"`` or ``"baseline"``), the model and
-    revision that identify it, the cache's identity (None: the baseline reads no cache) and
-    the device the probes ran on (None: not recorded)."""
+    revision that identify it, the cache's identity (None: the baseline reads no cache), the
+    device the probes ran on (None: not recorded) and, for a control model's cache (``encode
+    --random-init``), the seed of its random weights."""
 
     kind: str
     model: str
     revision: Optional[str]
     cache: Optional[Mapping[str, Any]] = None
     device: Optional[str] = None
+    random_init: Optional[int] = None
 
     @classmethod
     def of_cache(cls, identity: Mapping[str, Any], device: Optional[str] = None
@@ -47,7 +49,8 @@ class System:
         """A probe on a cache: its model and revision, and the cache fields results record
         (``CacheReader.identity()``)."""
         return cls(kind="probe", model=identity.get("model"), revision=identity.get("revision"),
-                   cache={k: identity.get(k) for k in CACHE_FIELDS}, device=device)
+                   cache={k: identity.get(k) for k in CACHE_FIELDS}, device=device,
+                   random_init=identity.get("random_init"))
 
     def key(self, task: str, layer: Layer, pooling: Optional[str], seed: int,
             classifier: Optional[str], control: Optional[str] = None) -> CellKey:
@@ -73,7 +76,7 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: 
         metric=spec.metric, score=primary_score(spec.metric, outcome.test),
         l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=dict(task.sizes),
         chance=chance, epochs=outcome.epochs, seconds=round(seconds, 3),
-        model=system.model, revision=system.revision,
+        model=system.model, revision=system.revision, random_init=system.random_init,
         cache=None if system.cache is None else dict(system.cache),
         estratos_version=__version__, created=utc_now(), device=system.device, **extra)
 

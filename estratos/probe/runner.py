@@ -384,7 +384,8 @@ def _raise_failures(failures: List[Tuple[str, EstratosError]]) -> None:
 
 def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: Any,
               out: os.PathLike | str, *, layers: Union[str, Sequence[LayerSpec]] = "all",
-              pooling: str = DEFAULT_POOLING, seeds: Sequence[int] = (DEFAULT_SEED,),
+              pooling: Optional[str] = DEFAULT_POOLING,
+              seeds: Sequence[int] = (DEFAULT_SEED,),
               classifier: Classifier = DEFAULT_CLASSIFIER, sequential: bool = False,
               jobs: int = 1,
               overwrite: bool = False, expect_model: Optional[str] = None,
@@ -404,7 +405,9 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     ``shard``: ``"I/N"``, ``(I, N)`` or ``"auto"`` (SLURM array variables): only this
     shard's cells, written to ``<stem>.shard-I-of-N<suffix>``. Cells already in the results
     file, or in ``resume_from`` files (paths or globs), are skipped unless ``overwrite``.
-    ``progress``: a bar on stderr (None: when stderr is a terminal).
+    ``progress``: a bar on stderr (None: when stderr is a terminal). ``pooling`` None: the
+    cache's first pooling (cls for an encoder's default cache, last for a decoder's); cls on
+    a decoder-only model's cache is refused (:func:`estratos.encode.pooling.cls_refusal`).
 
     Raises :class:`OptionError`, :class:`CacheError` (incomplete cache),
     :class:`MissingSentences` (with the ``estratos encode`` command that adds them) or
@@ -414,6 +417,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     data built in memory; with ``jobs > 1`` it must be picklable).
     """
     from estratos.cache import open_cache
+    from estratos.encode.pooling import cache_is_decoder, cls_refusal
     from estratos.protocols import get_protocol
 
     t_start = time.monotonic()
@@ -436,6 +440,10 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     out_path = shard_path(out, where)
     expect = {"model": expect_model} if expect_model else None
     with open_cache(cache_path, expect=expect) as cache:
+        if pooling is None:
+            pooling = cache.poolings[0]
+        if pooling == "cls" and cache_is_decoder(cache.attrs):
+            raise cls_refusal(str(cache.attrs.get("model")))
         if pooling not in cache.poolings:
             raise OptionError(f"--pooling: {pooling!r} is not in the cache {cache_path} "
                               f"(it has {', '.join(cache.poolings)})")

@@ -83,7 +83,8 @@ class ResultRecord:
     the label count and the majority-class rate of the evaluated examples, what a report
     draws as the floor a probe must beat. ``ci`` is the bootstrap interval of ``score`` over
     test examples (:mod:`estratos.results.predictions`; None when the cell has no stored
-    predictions).
+    predictions). ``random_init`` is the seed of a control model's random weights (``encode
+    --random-init``; its ``revision`` is then ``random-init:SEED``), None for trained weights.
 
     The optional fields of issue 23 (all left out of the JSON when unset, so older files
     load unchanged): ``control`` marks a control cell, ``{"kind": "permuted-labels",
@@ -120,6 +121,7 @@ class ResultRecord:
     seconds: Optional[float] = None
     model: str
     revision: Optional[str] = None
+    random_init: Optional[int] = None
     cache: Optional[Mapping[str, Any]] = None
     estratos_version: Optional[str] = None
     created: Optional[str] = None
@@ -179,6 +181,10 @@ class ResultRecord:
             if obj.get(key) is not None and not isinstance(obj[key], str):
                 raise ResultsFileError(f"field {key!r} must be a string or null, got {obj[key]!r}",
                                  path, line)
+        seed = obj.get("random_init")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise ResultsFileError(f"field 'random_init' must be an integer seed or null, got "
+                                   f"{seed!r}", path, line)
         if obj["kind"] not in KINDS:
             raise ResultsFileError(f"unknown kind {obj['kind']!r} (expected one of "
                              f"{', '.join(KINDS)})", path, line)
@@ -230,7 +236,7 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "model": (str,), "seed": (int,),
 }
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device")
-_OMITTED_WHEN_NONE = ("device", "chance", "ci", "control", "mdl", "degenerate")
+_OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "control", "mdl", "degenerate")
 
 
 def _plain(value: Any) -> Any:

@@ -172,7 +172,7 @@ def _task_arguments(tasks: str, task_files: Sequence[str],
 
 def _check_options(models: Sequence[str], tasks: str, task_files: Sequence[str],
                    encode_array: int, probe_array: int,
-                   layers: str, seeds: str, pooling: str, classifier: str,
+                   layers: str, seeds: str, pooling: Optional[str], classifier: str,
                    gpus_per_task: int, cpus_per_task: Optional[int],
                    sbatch_args: Sequence[str]) -> None:
     from estratos.probe.classifiers import get_estimator
@@ -191,7 +191,7 @@ def _check_options(models: Sequence[str], tasks: str, task_files: Sequence[str],
         raise OptionError(f"--cpus-per-task: must be >= 1, got {cpus_per_task}")
     parse_layers(layers)  # syntax only: the cache does not exist yet
     parse_seeds(seeds)
-    if pooling not in CACHE_POOLINGS:
+    if pooling is not None and pooling not in CACHE_POOLINGS:
         raise OptionError(f"--pooling: {pooling!r} is not one of {', '.join(CACHE_POOLINGS)}")
     get_estimator(classifier)
     for arg in sbatch_args:
@@ -380,7 +380,7 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
                   out: os.PathLike | str, *, task_files: Sequence[str] = (),
                   encode_array: int = 1, probe_array: int = 1,
                   layers: str = "all", seeds: str = DEFAULT_SEEDS_TEXT,
-                  pooling: str = DEFAULT_POOLING,
+                  pooling: Optional[str] = DEFAULT_POOLING,
                   classifier: str = DEFAULT_CLASSIFIER, partition: Optional[str] = None,
                   gpus_per_task: int = 0, cpus_per_task: Optional[int] = None,
                   time: Optional[str] = None, sbatch_args: Sequence[str] = (),
@@ -408,8 +408,9 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
     task_options = _task_arguments(tasks, task_files, data_dirs)
     p = _Pipeline(out=_absolute(out), python=python, task_options=tuple(task_options),
                   encode_array=int(encode_array), probe_array=int(probe_array),
-                  probe_options=(("--layers", layers), ("--pooling", pooling),
-                                 ("--seeds", seeds), ("--classifier", classifier)),
+                  probe_options=tuple((k, v) for k, v in (
+                      ("--layers", layers), ("--pooling", pooling), ("--seeds", seeds),
+                      ("--classifier", classifier)) if v is not None),
                   partition=partition, time=time, sbatch_args=tuple(sbatch_args),
                   gpus_per_task=int(gpus_per_task),
                   cpus_per_task=int(cpus_per_task) if cpus_per_task else None)

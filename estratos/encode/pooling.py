@@ -1,0 +1,158 @@
+"""Sentence vectors from a transformer's hidden states, and which of them fit which model.
+
+Why poolings depend on the architecture (docs/encode.md, "What is stored"):
+- in an encoder every position attends to the whole sentence, so position 0 (``cls``: [CLS],
+  ``<s>``) can summarise it; in a decoder-only (causal) model position 0 sees only itself, so
+  its state is the same vector for every sentence. Decoders get ``last`` instead: the state of
+  the last real token, the only one that has seen the whole sentence;
+- ``mean`` averages the real tokens (padding excluded, special tokens included). In a decoder
+  the first token's state is the "attention sink" with huge values that would dominate the
+  mean, so a leading BOS token is left out of a decoder's mean (recorded in the cache as
+  ``mean_skips_bos``); a sentence whose only token is BOS keeps it.
+
+Every pooling here is computed in float32 from the positions the attention mask marks as
+real, wherever the padding is (right or left), so a sentence's vector does not depend on the
+batch it was padded in.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from estratos.errors import OptionError
+from estratos.vocab import DECODER_DEFAULT_POOLINGS, ENCODER_DEFAULT_POOLINGS, POOLINGS
+
+if TYPE_CHECKING:  # torch is imported where vectors are computed, not to check options
+    import torch
+
+#: values of the cache attribute ``architecture``
+ENCODER, DECODER = "encoder", "decoder"
+
+
+def is_decoder_only(config: object) -> bool:
+    """True for a causal (decoder-only) language model such as GPT-2, Llama, Qwen or Gemma.
+
+    transformers lists every model type with a causal-LM head and every one with a masked-LM
+    head; an encoder (BERT, RoBERTa, XLM-R, ELECTRA) has a masked-LM head even when it also
+    offers a causal one, a decoder-only model has only the causal one. Remote-code models
+    unknown to that list are judged by their ``architectures`` names. A BERT-style config
+    with ``is_decoder`` set runs causally too.
+    """
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    if getattr(config, "is_decoder", False):
+        return True
+    model_type = str(getattr(config, "model_type", "") or "")
+    return decoder_only_type(model_type, tuple(getattr(config, "architectures", None) or ()))
+
+
+def decoder_only_type(model_type: str, architectures: Sequence[str] = ()) -> bool:
+    """:func:`is_decoder_only` from a model type (and architecture names) alone, as a cache
+    records them."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return False
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return True
+    names = [str(a) for a in architectures]
+    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in names)
+    return causal and not any(a.endswith("ForMaskedLM") for a in names)
+
+
+def cache_is_decoder(attrs: Mapping[str, Any]) -> bool:
+    """Whether a cache's vectors come from a decoder-only model: its ``architecture``
+    attribute, or for caches written before that attribute, its recorded ``model_type``."""
+    recorded = attrs.get("architecture")
+    if recorded:
+        return recorded == DECODER
+    model_type = attrs.get("model_type")
+    return attrs.get("encoder") == "transformers" and bool(model_type) and \
+        decoder_only_type(str(model_type))
+
+
+def cls_refusal(model: str, where: str = "--pooling") -> OptionError:
+    """The error for ``cls`` on a decoder-only model, saying why (encode and probe)."""
+    return OptionError(
+        f"{where}: cls is not a sentence vector of {model}, a decoder-only (causal) model: "
+        "position 0 attends only to itself, so its state is the same for every sentence. "
+        "Use last (the last real token, which has seen the whole sentence) or mean")
+
+
+def resolve_poolings(poolings: Optional[Sequence[str]], *, decoder: bool,
+                     model: str) -> Tuple[str, ...]:
+    """The poolings to store: ``poolings`` checked, or the architecture's default."""
+    if not poolings:
+        return DECODER_DEFAULT_POOLINGS if decoder else ENCODER_DEFAULT_POOLINGS
+    chosen = tuple(dict.fromkeys(poolings))
+    bad = [p for p in chosen if p not in POOLINGS]
+    if bad:
+        raise OptionError(f"--pooling: unknown pooling {', '.join(map(repr, bad))}; choose from "
+                          f"{', '.join(POOLINGS)}")
+    if decoder and "cls" in chosen:
+        raise cls_refusal(model)
+    return chosen
+
+
+def skips_bos(decoder: bool, tokenizer: object) -> bool:
+    """Whether ``mean`` leaves out a leading BOS token: only for a decoder whose tokenizer
+    puts one at the start of every sentence."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if not decoder or bos is None:
+        return False
+    try:
+        ids = tokenizer("x")["input_ids"]
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot say: assume no BOS
+        return False
+    return bool(ids) and ids[0] == bos
+
+
+def pool(hidden: Sequence[torch.Tensor], input_ids: torch.Tensor, mask: torch.Tensor,
+         poolings: Sequence[str], *, bos_id: Optional[int] = None
+         ) -> Dict[str, torch.Tensor]:
+    """``{pooling: (B, n_states, dim) float32}`` from every hidden state ``(B, T, dim)``.
+
+    ``mask`` (B, T) marks the real tokens, on either side of the padding. ``bos_id``: leave a
+    leading token with this id out of ``mean`` (unless it is the sentence's only token).
+    Hidden states may live on several devices (``--device-map``): each is pooled where it is
+    and the result moved to ``mask``'s device.
+    """
+    import torch
+
+    device = mask.device
+    real = mask.to(torch.bool)
+    batch, width = real.shape
+    positions = torch.arange(width, device=device).expand(batch, width)
+    rows = torch.arange(batch, device=device)
+    first = torch.where(real, positions, width).min(dim=1).values.clamp(max=width - 1)
+    last = torch.where(real, positions, -1).max(dim=1).values.clamp(min=0)
+    weights = real.to(torch.float32)
+    if bos_id is not None and "mean" in poolings:
+        drop = (input_ids[rows, first] == bos_id) & (weights.sum(dim=1) > 1)
+        weights[rows[drop], first[drop]] = 0.0
+    weights = weights.unsqueeze(1)  # (B, 1, T)
+    counts = weights.sum(dim=2).clamp(min=1.0)  # (B, 1)
+
+    def gather(index: torch.Tensor) -> list:
+        out = []
+        for h in hidden:
+            at = index.to(h.device)
+            out.append(h[torch.arange(batch, device=h.device), at].float().to(device))
+        return out
+
+    pooled: Dict[str, torch.Tensor] = {}
+    for name in poolings:
+        if name == "cls":
+            states = gather(first)
+        elif name == "last":
+            states = gather(last)
+        elif name == "mean":  # padding (and a skipped BOS) get weight 0
+            states = []
+            for h in hidden:
+                w = weights.to(h.device)
+                states.append((torch.bmm(w, h.float()).squeeze(1) / counts.to(h.device)).to(device))
+        else:
+            raise ValueError(f"unknown pooling {name!r}")
+        pooled[name] = torch.stack(states, dim=1)
+    return pooled
