@@ -48,6 +48,11 @@ ENCODER_POOLING = "encoder"
 #: every pooling a cache may hold (what ``probe --pooling`` accepts)
 CACHE_POOLINGS: Tuple[str, ...] = POOLINGS + (ENCODER_POOLING,)
 
+# ---- control models --------------------------------------------------------------------------
+#: the ``revision`` of a control model (``encode --random-init SEED``) is this prefix + SEED:
+#: its weights were never read, and its cells never share an identity with the trained model's
+RANDOM_INIT_PREFIX = "random-init:"
+
 # ---- feature combiners -----------------------------------------------------------------------
 
 

@@ -407,6 +407,10 @@ def test_random_init_cache_is_seeded_recorded_and_never_mixed(zoo, toy_task, tmp
     assert len(control) == 1 and control[0].random_init == 7
     assert control[0].revision == "random-init:7"
     assert json.loads(results.read_text().splitlines()[-1])["random_init"] == 7
+    res = invoke(["report", results, "--out", tmp_path / "report", "--format", "md"])
+    assert res.exit_code == 0, res.output
+    text = "".join(p.read_text(encoding="utf-8") for p in (tmp_path / "report").glob("*.md"))
+    assert "@random-init:7" in text
     res = invoke(["encode", "--model", zoo["bert"], "--sentences", more, "--out",
                   tmp_path / "x.h5", "--random-init", "-1"])
     assert res.exit_code == 2 and "--random-init" in res.output
@@ -442,8 +446,13 @@ def test_model_dtype_loads_the_weights_in_that_dtype(zoo, toy_task, tmp_path):
 
 
 def test_device_map_needs_accelerate(zoo, toy_task, tmp_path, monkeypatch):
+    # everything transformers imports (and its cached answer on accelerate) comes first
+    import transformers.integrations.accelerate  # noqa: F401
+    from transformers import AutoConfig, AutoModel, AutoTokenizer  # noqa: F401
+
+    folder = zoo["bert"]
     monkeypatch.setitem(sys.modules, "accelerate", None)  # import fails as if not installed
-    res = invoke(["encode", "--model", zoo["bert"], "--sentences", toy_task / "sentences.txt",
+    res = invoke(["encode", "--model", folder, "--sentences", toy_task / "sentences.txt",
                   "--out", tmp_path / "c.h5", "--device-map", "auto"])
     assert res.exit_code == 2 and 'pip install "estratos[accelerate]"' in res.output
     assert not list(tmp_path.iterdir())

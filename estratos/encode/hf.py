@@ -20,6 +20,7 @@ import torch
 
 from estratos.encode import devices, hub, pooling, tokens
 from estratos.errors import OptionError
+from estratos.vocab import RANDOM_INIT_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +278,7 @@ class HFEncoder:
         elif not 2 <= int(max_length) <= limit:
             raise OptionError(f"--max-length: {max_length} outside [2, {limit}] for {self.model_name}")
         self.max_length = int(max_length)
-        self.revision = (f"random-init:{random_init}" if random_init is not None
+        self.revision = (f"{RANDOM_INIT_PREFIX}{random_init}" if random_init is not None
                          else model_revision(self.model_name, config))
         self.n_states = int(config.num_hidden_layers) + 1 if hasattr(config, "num_hidden_layers") else None
         self.dim = int(config.hidden_size) if hasattr(config, "hidden_size") else None

@@ -28,6 +28,7 @@ from estratos.errors import ResultsError
 from estratos.results import Located
 from estratos.results.record import Layer
 from estratos.tasks.types import GROUPS
+from estratos.vocab import RANDOM_INIT_PREFIX
 
 #: extra per-dataset metrics the csv/json outputs carry beside ``score``, read from a
 #: record's ``test`` (PAWS F1, STS/SICK-R Spearman); correlations are stored in [-1, 1]
@@ -48,12 +49,17 @@ class System:
     @property
     def label(self) -> str:
         """Short display name: a local model folder shows its last two path parts, a
-        revision its first 8 characters (after any ``sha256:`` prefix); csv/json keep both
-        in full."""
+        revision its first 8 characters (after any ``sha256:`` prefix; a control model's
+        ``random-init:SEED`` in full); csv/json keep both in full."""
         model = self.model
         if model.startswith(("/", "./", "../", "~")) or "\\" in model:
             model = "/".join(re.split(r"[\\/]+", model.rstrip("/\\"))[-2:])
-        rev = f"@{self.revision.split(':')[-1][:8]}" if self.revision else ""
+        if not self.revision:
+            rev = ""
+        elif self.revision.startswith(RANDOM_INIT_PREFIX):  # a control model: say so
+            rev = f"@{self.revision}"
+        else:
+            rev = f"@{self.revision.split(':')[-1][:8]}"
         return f"{model}{rev}"
 
     @property
