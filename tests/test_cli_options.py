@@ -27,10 +27,11 @@ def test_probe_pooling_is_a_choice_like_encodes(tmp_path):
     result = CliRunner().invoke(cli, ["probe", "--cache", str(tmp_path / "c.h5"), "--tasks",
                                       "synthetic-es:Tense", "--out", str(tmp_path / "r.jsonl"),
                                       "--pooling", "max"])
-    assert result.exit_code == 2 and "'max' is not one of 'cls', 'mean'" in result.output
+    assert result.exit_code == 2
+    assert "'max' is not one of 'cls', 'mean', 'last', 'encoder'" in result.output
     helps = [CliRunner().invoke(cli, [cmd, "--help"]).output for cmd in ("probe", "encode")]
     # probe also takes the vectors of an --encoder cache (estratos.vocab.CACHE_POOLINGS)
-    assert "--pooling [cls|mean|encoder]" in helps[0] and "[cls|mean]" in helps[1]
+    assert "--pooling [cls|mean|last|encoder]" in helps[0] and "[cls|mean|last]" in helps[1]
     assert "one pooling per run" in " ".join(helps[0].split())
 
 

@@ -570,3 +570,16 @@ def test_checkpoint_without_pooler_loads_quietly(bpe, tmp_path):
     assert proc.returncode == 0, proc.stderr
     for noise in ("LOAD REPORT", "MISSING", "pooler", "newly initialized"):
         assert noise not in proc.stderr, proc.stderr
+
+
+def test_missing_weights_are_reported_once_unless_only_the_pooler(caplog):
+    from estratos.encode.hf import explain_missing
+
+    with caplog.at_level("DEBUG", logger="estratos.encode.hf"):
+        explain_missing("m", ["pooler.dense.weight", "bert.pooler.dense.bias"])
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    caplog.clear()
+    explain_missing("m", ["encoder.layer.0.output.dense.weight", "pooler.dense.bias"])
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "1 weights" in warnings[0]
+    assert "encoder.layer.0.output.dense.weight" in warnings[0] and "pooler" not in warnings[0]

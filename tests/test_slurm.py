@@ -189,7 +189,7 @@ def test_model_slugs_are_file_names_and_unique():
     (["--cpus-per-task", "0"], "--cpus-per-task: must be >= 1"),
     (["--seeds", "x"], "--seeds: 'x' is not an integer seed"),
     (["--layers", "top"], "--layers: unknown layer spec 'top'"),
-    (["--pooling", "max"], "'--pooling': 'max' is not one of 'cls', 'mean'"),
+    (["--pooling", "max"], "'--pooling': 'max' is not one of 'cls', 'mean', 'last'"),
     (["--sbatch-arg", "account=x"], "--sbatch-arg: 'account=x' is not one sbatch option"),
     (["--sbatch-arg", '--comment=a "b"'], "--sbatch-arg: 'a \"b\"': an sbatch directive cannot"),
 ])

@@ -388,7 +388,8 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
     """The job scripts for ``models`` on ``tasks`` (nothing is written or submitted).
 
     ``tasks``/``task_files``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier``
-    are the forms ``estratos probe`` takes. ``gpus_per_task`` and ``cpus_per_task`` go to the
+    are the forms ``estratos probe`` takes (``pooling`` None: each cache's first, as
+    probe does). ``gpus_per_task`` and ``cpus_per_task`` go to the
     encode array (``--gres=gpu:G``: each array task is one task; ``encode --threads``);
     ``cpus_per_task`` also to the probe array (``probe --jobs``). ``partition``, ``time`` and
     ``sbatch_args`` (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job.
