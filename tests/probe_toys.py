@@ -129,3 +129,34 @@ class MemoryLoader:
 
     def __call__(self, task_spec: TaskSpec, data_dirs) -> TaskData:
         return self.tasks[task_spec.id]
+
+
+#: a custom task spec (``--task-file``) over train/dev/test.tsv files of label<TAB>sentence
+TOY_TASK_TOML = '''
+name = "Toy"
+suite = "custom"
+group = "SC"
+language = "es"
+format = "tsv"
+combiner = "single"
+protocol = "split"
+
+[files]
+train = "train.tsv"
+dev = "dev.tsv"
+test = "test.tsv"
+
+[columns]
+label = 0
+sentences = [1]
+header = false
+'''
+
+
+def write_toy_task(folder: Path, splits: Mapping[str, Sequence[Tuple[str, str]]]) -> Path:
+    """``folder/toy.toml`` and its ``{split}.tsv`` files from ``(label, sentence)`` rows."""
+    for split, rows in splits.items():
+        (folder / f"{split}.tsv").write_text("".join(f"{y}\t{x}\n" for y, x in rows),
+                                             encoding="utf-8")
+    (folder / "toy.toml").write_text(TOY_TASK_TOML, encoding="utf-8")
+    return folder / "toy.toml"

@@ -28,6 +28,7 @@ from estratos.cache import open_cache
 from estratos.cli import cli
 from estratos.encode import pooling
 from estratos.results import read_results
+from probe_toys import write_toy_task
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ("el la los un una perro gato casa niño niña hombre mujer come corre lee escribe "
@@ -182,29 +183,7 @@ def toy_task(tmp_path_factory):
         words = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
         words.insert(rng.randint(0, len(words)), "perro" if label else "gato")
         rows.append((("no", "sí")[label], " ".join(words) + f" {i}."))
-    parts = {"train": rows[:72], "dev": rows[72:96], "test": rows[96:]}
-    for split, part in parts.items():
-        (root / f"{split}.tsv").write_text("".join(f"{y}\t{x}\n" for y, x in part),
-                                           encoding="utf-8")
-    (root / "toy.toml").write_text('''
-name = "Toy"
-suite = "custom"
-group = "SC"
-language = "es"
-format = "tsv"
-combiner = "single"
-protocol = "split"
-
-[files]
-train = "train.tsv"
-dev = "dev.tsv"
-test = "test.tsv"
-
-[columns]
-label = 0
-sentences = [1]
-header = false
-''', encoding="utf-8")
+    write_toy_task(root, {"train": rows[:72], "dev": rows[72:96], "test": rows[96:]})
     (root / "sentences.txt").write_text("".join(x + "\n" for _, x in rows), encoding="utf-8")
     return root
 

@@ -14,7 +14,7 @@ from estratos.results import read_results
 from estratos.probe.runner import run_probe
 
 from probe_toys import (MODEL, MemoryLoader, single_task, spec, toy_classification,
-                        toy_similarity_tasks, toy_split_task, write_cache)
+                        toy_similarity_tasks, toy_split_task, write_cache, write_toy_task)
 
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
                  "pooling", "seed", "protocol", "fallback", "classifier", "metric", "score",
@@ -258,30 +258,10 @@ def toml_task(tmp_path):
     sentences, vec, y = toy_classification(300, informative=(1, 2))
     names = ("neg", "pos")
     parts = {"train": range(0, 180), "dev": range(180, 240), "test": range(240, 300)}
-    for split, rows in parts.items():
-        (tmp_path / f"{split}.tsv").write_text(
-            "".join(f"{names[y[i]]}\t{sentences[i]}\n" for i in rows), encoding="utf-8")
-    (tmp_path / "toy.toml").write_text('''
-name = "Toy"
-suite = "custom"
-group = "SC"
-language = "es"
-format = "tsv"
-combiner = "single"
-protocol = "split"
-
-[files]
-train = "train.tsv"
-dev = "dev.tsv"
-test = "test.tsv"
-
-[columns]
-label = 0
-sentences = [1]
-header = false
-''', encoding="utf-8")
+    task_file = write_toy_task(tmp_path, {split: [(names[y[i]], sentences[i]) for i in rows]
+                                          for split, rows in parts.items()})
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
-    return tmp_path / "toy.toml", cache
+    return task_file, cache
 
 
 def test_cli_end_to_end_with_a_custom_task(toml_task, tmp_path):
