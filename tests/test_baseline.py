@@ -264,3 +264,30 @@ def test_cli_baseline_unknown_task(tmp_path: Path):
                                       str(tmp_path), "--out", str(tmp_path / "b.jsonl")])
     assert result.exit_code != 0 and "NOPE" in result.output
     assert not (tmp_path / "b.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------ one pipeline
+
+def test_the_baseline_is_an_estimator_of_the_probes_cell_pipeline():
+    """The baseline runs through evaluate_groups with the probes' logistic-regression grid;
+    it keeps SentEval's L2 grid on a noreg task and takes only the task's kfold."""
+    from estratos.probe.baseline import TfidfLogReg
+    from estratos.probe.cells import classifier_record
+    from estratos.probe.classifiers import LBFGSClassifier, LogisticGrid
+
+    assert issubclass(TfidfLogReg, LogisticGrid) and issubclass(LBFGSClassifier, LogisticGrid)
+    data = _sentiment_task("kfold")
+    spec = _spec("S", "single", "kfold", classifier={"l2_grid": "noreg", "kfold": 4})
+    data = TaskData(spec, data.sentences, data.splits, data.labels, "kfold")
+    rec = evaluate_task(data, seed=5)
+    assert rec.classifier["l2_grid"] == [1e-5, 1e-4, 1e-3, 1e-2]
+    assert rec.l2 in (1e-5, 1e-4, 1e-3, 1e-2)
+    est = TfidfLogReg()
+    from estratos.probe.settings import resolve_classifier
+    resolved = resolve_classifier(spec.classifier, classifier=est, task=spec.id)
+    assert resolved.kfold == 4 and resolved.l2_grid == est.l2_grid
+    sick = _task(_spec("R", "pair", "relatedness", metric="pearson", group="SS"),
+                 STS_SENTENCES, {s: ([[0, 1], [2, 3]], [1.0, 4.0])
+                                 for s in ("train", "dev", "test")})
+    assert classifier_record(sick, est) == {"name": "tfidf", "method": "cosine",
+                                            "tokenizer": "whitespace", "lowercase": False}

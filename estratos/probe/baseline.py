@@ -11,11 +11,12 @@ Per protocol (:mod:`estratos.protocols`; the baseline asks the protocol, never i
 - classification protocols (``split``, ``kfold``, ``inner-kfold``): example features are built from the
   sparse sentence vectors with the task's own combiner (:data:`estratos.probe.features.
   COMBINERS`, e.g. ``[|u-v|, u*v]`` for pairs; an RST subtree is the mean of its EDU
-  vectors), and a logistic regression (scikit-learn, saga) is trained through the SAME
-  protocol objects as the probes (same splits, same folds,
-  same seeds, L2 chosen on dev accuracy). The L2 grid is SentEval's ``1e-5 .. 1e-2``; as
-  scikit-learn sums the loss over examples while SentEval's weight decay applies to the mean
-  loss, ``C = 1 / (L2 * n_train)`` makes the two penalties equal. Tasks that turn
+  vectors), and the probes' logistic-regression grid (scikit-learn, here with saga) is trained
+  by the probes' own cell code and protocol objects (same splits, same folds, same seeds, L2
+  chosen on dev accuracy): the baseline is an estimator (:class:`TfidfLogReg`) with its own
+  features. The L2 grid is SentEval's ``1e-5 .. 1e-2``; as scikit-learn sums the loss over
+  examples while SentEval's weight decay applies to the mean loss, ``C = 1 / (L2 * n_train)``
+  makes the two penalties equal (:class:`estratos.probe.classifiers.LogisticGrid`). Tasks that turn
   regularization off for the neural probes (``noreg``) still use the grid: an unregularized
   linear model on sparse TF-IDF only memorizes.
 - score protocols: the protocol is evaluated with nothing trained, on the TF-IDF cosine of
@@ -35,8 +36,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -44,16 +43,16 @@ import scipy.sparse as sp
 # imported at module level on purpose: the BLAS/OpenMP libraries must be loaded before
 # threadpool_limits is entered, or the limit does not reach them
 from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from estratos.errors import OptionError
 from estratos.probe.features import COMBINERS
-from estratos.probe.settings import (DEFAULT_L2_GRID, RecordedEstimator, parse_seeds,
-                                     task_overrides)
-from estratos.protocols import (DEFAULT_KFOLD, VALIDATION_SPLIT, CellOutcome, Inputs,
-                                get_protocol, positive_class)
+from estratos.probe.cells import classifier_record, evaluate_groups
+from estratos.probe.classifiers import LogisticGrid
 from estratos.probe.records import System, cell_record, store_cells
+from estratos.options import parse_seeds
+from estratos.protocols import CellOutcome, get_protocol
+from estratos.vocab import DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, VALIDATION_SPLIT
 from estratos.results import ResultRecord, ResultsStore
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 
@@ -119,30 +118,34 @@ def split_matrix(T: sp.csr_array, split: Split, combiner: str) -> sp.csr_array:
 
 # ----------------------------------------------------------------------------- estimator
 
-class TfidfLogReg(RecordedEstimator):
-    """Logistic regressions over an L2 grid, with the interface the protocols expect.
-
-    ``fit(X, y, X_dev, y_dev, l2)``: ``X`` a list of G sparse feature groups, ``l2`` a grid
-    ``(R,)`` or table ``(G, R)``; one model per (group, L2) with ``C = 1 / (L2 * n)``.
-    ``dev_score_`` (G, R) is dev accuracy (fraction), ``epochs_`` the solver's epochs.
+class TfidfLogReg(LogisticGrid):
+    """The baseline's estimator: the probes' logistic-regression grid
+    (:class:`~estratos.probe.classifiers.LogisticGrid`, ``C = 1 / (l2 * n)``) on sparse
+    TF-IDF features, run by the probes' cell code
+    (:func:`estratos.probe.cells.evaluate_groups`).
 
     The solver is saga (seeded by ``seed``): lbfgs keeps 2 x 10 copies of the whole
     classes x vocabulary coefficient matrix, 6.8 GB on WordContent's 1000 classes, while
     saga needs one and reached the same accuracy in a fraction of the time on every task
-    measured.
+    measured. It keeps SentEval's L2 grid whatever the task says (``noreg`` does not apply,
+    see the module docstring) and takes only the task's ``kfold``; score protocols train
+    nothing with it (they use the TF-IDF cosine, recorded as :data:`COSINE_RECORD`).
     """
 
     name = CLASSIFIER_NAME
+    solver = "saga"
+    task_overrides = ("kfold",)
+    trains_regressor = False
     _recorded = ("method", "solver", "tol", "tokenizer", "lowercase", "max_iter", "l2_grid",
                  "C")
     _facts = {"method": "logistic-regression", "solver": "saga", "tokenizer": "whitespace",
               "lowercase": False, "C": "1 / (l2 * n_train)"}
 
-    def __init__(self, classes: Sequence[int] = (), seed: int = 1111,
+    def __init__(self, n_classes: Optional[int] = None, seed: int = DEFAULT_SEED,
                  max_iter: int = MAX_ITER, tol: float = TOL,
                  l2_grid: Sequence[float] = DEFAULT_L2_GRID, kfold: int = DEFAULT_KFOLD,
                  validation_split: float = VALIDATION_SPLIT) -> None:
-        self.classes = classes
+        self.n_classes = n_classes
         self.seed = seed
         self.max_iter = max_iter
         self.tol = tol
@@ -150,55 +153,8 @@ class TfidfLogReg(RecordedEstimator):
         self.kfold = kfold
         self.validation_split = validation_split
 
-    def _one(self, X, y, l2: float):
-        present = np.unique(y)
-        if len(present) < 2:  # a fold with one class: predict it (LogisticRegression refuses)
-            return _Constant(present[0] if len(present) else np.asarray(self.classes)[0]), 0
-        C = 1.0 / (max(float(l2), 1e-12) * max(len(y), 1))
-        model = LogisticRegression(C=C, max_iter=self.max_iter, tol=self.tol, solver="saga",
-                                   random_state=self.seed)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            model.fit(X, y)
-        if any("converge" in str(w.message) for w in caught):
-            log.info("logistic regression (C=%.3g) stopped at %d epochs before "
-                     "converging", C, self.max_iter)
-        return model, int(np.max(model.n_iter_))
-
-    def fit(self, X, y, X_dev, y_dev, l2) -> "TfidfLogReg":
-        groups = list(X)
-        table = np.asarray(l2, dtype=np.float64)
-        if table.ndim == 1:
-            table = np.tile(table[None, :], (len(groups), 1))
-        y = np.asarray(y)
-        self.models_ = []
-        self.dev_score_ = np.zeros(table.shape)
-        self.epochs_ = np.zeros(table.shape, dtype=np.int64)
-        for g, Xg in enumerate(groups):
-            row = []
-            for r, value in enumerate(table[g]):
-                model, iters = self._one(Xg, y, value)
-                row.append(model)
-                self.epochs_[g, r] = iters
-                if len(y_dev):
-                    self.dev_score_[g, r] = float(np.mean(model.predict(X_dev[g]) ==
-                                                          np.asarray(y_dev)))
-            self.models_.append(row)
-        return self
-
-    def predict(self, X) -> np.ndarray:
-        return np.stack([np.stack([m.predict(Xg) for m in row])
-                         for Xg, row in zip(list(X), self.models_)])
-
-
-@dataclass(frozen=True)
-class _Constant:
-    """The model of a training part that holds a single class (a tiny fold): predict it."""
-
-    label: Any
-
-    def predict(self, X) -> np.ndarray:
-        return np.full(X.shape[0], self.label)
+    def untrained_record(self) -> Dict[str, Any]:
+        return dict(COSINE_RECORD)
 
 
 # ----------------------------------------------------------------------------- protocols
@@ -208,26 +164,15 @@ COSINE_RECORD = {"name": CLASSIFIER_NAME, "method": "cosine", "tokenizer": "whit
                  "lowercase": False}
 
 
-def _estimator(data: TaskData, seed: int, l2_grid: Sequence[float]) -> TfidfLogReg:
-    """The task's logistic regression: SentEval's L2 grid (``noreg`` does not apply, see
-    the module docstring), the task's ``kfold`` override."""
-    overrides = task_overrides(data.spec.classifier, task=data.spec.id)
-    est = TfidfLogReg(list(range(len(data.labels))), seed=seed, l2_grid=tuple(l2_grid))
-    return est.set_params(**{k: v for k, v in overrides.items() if k == "kfold"})
-
-
-def evaluate_outcome(data: TaskData, seed: int = 1111, *,
-                     l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> CellOutcome:
-    """The baseline's outcome on one loaded task through its protocol object."""
+def evaluate_outcome(data: TaskData, estimator: TfidfLogReg, seed: int = DEFAULT_SEED
+                     ) -> CellOutcome:
+    """The baseline's outcome on one loaded task: its TF-IDF features through the probes'
+    cell code (:func:`estratos.probe.cells.evaluate_groups`) with ``estimator``."""
     spec = data.spec
     protocol = get_protocol(data.protocol)
     fit = [data.splits[protocol.train_split]] if protocol.train_split else [
         data.splits[name] for name in sorted(data.splits)]
     T = tfidf_matrix(data.sentences, sentence_ids(*fit))
-
-    def labels(name: str) -> np.ndarray:
-        return np.asarray(data.splits[name].labels,
-                          dtype=np.float64 if protocol.scores else None)
 
     def features(name: str):
         return [split_matrix(T, data.splits[name], spec.combiner)]
@@ -236,27 +181,11 @@ def evaluate_outcome(data: TaskData, seed: int = 1111, *,
         slots = data.splits[name].slots
         return [slot_matrix(T, slots[0])], [slot_matrix(T, slots[1])]
 
-    est = _estimator(data, seed, l2_grid)
-    params = est.get_params()
-    trained = not protocol.scores
-    inputs = Inputs(labels=labels, splits=tuple(data.splits), features=features, pairs=pairs,
-                    classifier=(lambda: TfidfLogReg(**params)) if trained else None,
-                    seed=int(seed), l2_grid=tuple(params["l2_grid"]), kfold=params["kfold"],
-                    validation_split=params["validation_split"],
-                    positive=positive_class(spec.id, spec.metric, spec.extra_metrics,
-                                            data.labels),
-                    score_range=spec.score_range)
-    return protocol.evaluate(inputs)[0]
+    [[outcome]] = evaluate_groups(data, features, pairs, 1, [seed], estimator)
+    return outcome
 
 
-def classifier_record(data: TaskData, l2_grid: Sequence[float]) -> Dict[str, Any]:
-    """The ``classifier`` object of a baseline record (what was done, for the reader)."""
-    if get_protocol(data.protocol).scores:
-        return dict(COSINE_RECORD)
-    return _estimator(data, 1111, l2_grid).record()
-
-
-def evaluate_task(data: TaskData, seed: int = 1111, *,
+def evaluate_task(data: TaskData, seed: int = DEFAULT_SEED, *,
                   l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> ResultRecord:
     """Run the baseline on one loaded task; returns the result record (not written)."""
     return _evaluate(data, seed, l2_grid)[0]
@@ -272,18 +201,19 @@ def _evaluate(data: TaskData, seed: int, l2_grid: Sequence[float]
     start = time.perf_counter()
     # one thread: these sparse problems are small, and OpenMP/BLAS threads on a busy machine
     # spin more than they compute (an lbfgs fit was measured 40x slower with them)
+    estimator = TfidfLogReg(l2_grid=tuple(l2_grid))
     with threadpool_limits(limits=1):
-        outcome = evaluate_outcome(data, seed, l2_grid=l2_grid)
+        outcome = evaluate_outcome(data, estimator, seed)
     seconds = time.perf_counter() - start
     record = cell_record(data, outcome, BASELINE_SYSTEM, layer=None, pooling=None, seed=seed,
-                         classifier=classifier_record(data, l2_grid), seconds=seconds)
+                         classifier=classifier_record(data, estimator), seconds=seconds)
     log.info("baseline %s seed %d: %s %s (%.1fs)", spec.id, seed, spec.metric,
              "n/a" if record.score is None else f"{record.score:.2f}", seconds)
     return record, outcome
 
 
 def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
-                 out: Union[str, os.PathLike], *, seeds: Iterable[int] = (1111,),
+                 out: Union[str, os.PathLike], *, seeds: Iterable[int] = (DEFAULT_SEED,),
                  overwrite: bool = False,
                  loader: Optional[Callable[[TaskSpec, Any], TaskData]] = None
                  ) -> List[ResultRecord]:

@@ -1,9 +1,13 @@
-"""Evaluating the cells of one task: (layer specs x seeds) through the task's protocol.
+"""Evaluating the cells of one task: (feature groups x seeds) through the task's protocol.
 
-Why one function: the grid runner (and anything else that probes cached vectors) calls
-:func:`evaluate_cells` with a task, its sentence vectors and the cells wanted; the protocol
-object (:mod:`estratos.protocols`) decides what is trained and measured, the estimators
-(:mod:`estratos.probe.classifiers`) how. Nothing here switches on protocol names.
+Why one pipeline: the grid runner calls :func:`evaluate_cells` with a task, its cached
+sentence vectors and the layer specs wanted; the TF-IDF baseline
+(:mod:`estratos.probe.baseline`) calls :func:`evaluate_groups` with its own sparse features
+and its estimator. Both then go through the same steps: the task's overrides on a new
+estimator, the protocol object (:mod:`estratos.protocols`) deciding what is trained and
+measured, the estimators (:mod:`estratos.probe.classifiers`) how, and
+:func:`classifier_record` saying what a result records. Nothing here switches on protocol
+names. Torch is imported only to place programs on a device (not by the baseline).
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import logging
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 from sklearn.base import clone
 
 from estratos.errors import OptionError
@@ -22,6 +27,9 @@ from estratos.probe.features import AVG, build_features, layer_matrix, slot_vect
 from estratos.probe.settings import resolve_classifier, resolve_regressor
 from estratos.protocols import CellOutcome, Inputs, OneAtATime, get_protocol, positive_class
 from estratos.tasks.types import TaskData
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +42,12 @@ _DEVICE_HELP = "use auto, cpu, cuda or cuda:N"
 FUSED_SEED_DEVICES = ("cuda",)
 
 
-def resolve_probe_device(text: Union[str, torch.device, None]) -> torch.device:
+def resolve_probe_device(text: Union[str, "torch.device", None]) -> "torch.device":
     """``--device`` for probes: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` or
     ``cuda:N``. Asking for CUDA where there is none, or a GPU index it does not have, is an
     :class:`OptionError` naming ``--device``."""
+    import torch
+
     if isinstance(text, torch.device):
         text = str(text)
     value = "auto" if text is None else str(text).strip().lower()
@@ -74,13 +84,18 @@ def _classifier(task: TaskData, classifier: Classifier, **params: Any) -> Record
 
 
 def classifier_record(task: TaskData, classifier: Classifier) -> Dict[str, Any]:
-    """What a result's ``classifier`` field holds for ``task`` under ``--classifier``: the
-    ``record()`` (from ``get_params()``) of the estimator its protocol trains; protocols that
-    train a regressor record it under the classifier's name. Raises :class:`OptionError` /
-    :class:`TaskError` for an unknown classifier or a bad task override."""
+    """What a result's ``classifier`` field holds for ``task`` under ``--classifier`` (or
+    the baseline's estimator): the ``record()`` (from ``get_params()``) of the estimator its
+    protocol trains; protocols that train a regressor record it under the classifier's name;
+    protocols that train nothing record the estimator's ``untrained_record()``. Raises
+    :class:`OptionError` / :class:`TaskError` for an unknown classifier or a bad task
+    override."""
     est = _classifier(task, classifier)
-    if get_protocol(task.protocol).trains == "regressor":
+    trains = get_protocol(task.protocol).trains
+    if trains == "regressor" and est.trains_regressor:
         return resolve_regressor(task.spec.score_range).record(name=est.name)
+    if trains != "classifier":
+        return est.untrained_record()
     return est.record()
 
 
@@ -99,7 +114,7 @@ def chance_levels(task: TaskData) -> Optional[Dict[str, Any]]:
 
 def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePosition],
                    seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
-                   device: Union[str, torch.device] = "cpu") -> List[List[CellOutcome]]:
+                   device: Union[str, "torch.device"] = "cpu") -> List[List[CellOutcome]]:
     """Train and evaluate the cells (layer spec x seed) of one task; outer list: seeds,
     inner: ``states`` in order.
 
@@ -114,17 +129,10 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
     program (layer specs x L2 values x seeds); on the CPU they train one after the other, so
     a cell's numbers never depend on which other seeds ran (docs/probe.md, "Devices").
     """
-    protocol = get_protocol(task.protocol)
     spec = task.spec
     torch_device = resolve_probe_device(device)
     states = list(states)
-    if not states or not seeds:
-        return [[] for _ in seeds]
-    label_dtype = np.float64 if protocol.scores else np.int64
     built: Dict[Tuple[str, str], Any] = {}
-
-    def labels(split: str) -> np.ndarray:
-        return np.asarray(task.splits[split].labels, dtype=label_dtype)
 
     def features(split: str) -> np.ndarray:
         key = ("features", split)
@@ -141,9 +149,37 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
                                for refs in slots[:2])
         return built[key]
 
+    return evaluate_groups(task, features, pairs, len(states), seeds, classifier,
+                           sequential=sequential, device=torch_device)
+
+
+def evaluate_groups(task: TaskData, features: Callable[[str], Any],
+                    pairs: Callable[[str], Tuple[Any, Any]], n_groups: int,
+                    seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
+                    device: Optional["torch.device"] = None) -> List[List[CellOutcome]]:
+    """The cells of one task over ``n_groups`` feature groups (outer list: seeds, inner:
+    groups), whatever the features are: ``features(split)`` gives the G groups of a split's
+    examples (a ``(G, n, F)`` stack or a list of G matrices, sparse ones included),
+    ``pairs(split)`` the two slots' groups (similarity protocols). ``device``: a resolved
+    torch device for estimators that take one (None: they run where they run, and torch is
+    not imported). A relatedness task trains the regressor only if the estimator
+    ``trains_regressor``; otherwise the protocol scores the untrained cosine.
+    """
+    protocol = get_protocol(task.protocol)
+    spec = task.spec
+    if not n_groups or not seeds:
+        return [[] for _ in seeds]
+    label_dtype = np.float64 if protocol.scores else np.int64
+
+    def labels(split: str) -> np.ndarray:
+        return np.asarray(task.splits[split].labels, dtype=label_dtype)
+
     clf = _classifier(task, classifier)
     params = clf.get_params()
     positive = positive_class(spec.id, spec.metric, spec.extra_metrics, task.labels)
+    trains = protocol.trains
+    if trains == "regressor" and not clf.trains_regressor:
+        trains = None
 
     def factory(template: Any) -> Callable[[], Any]:
         def make() -> Any:
@@ -151,8 +187,9 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
         return (lambda: OneAtATime(make)) if sequential else make
 
     def inputs(seed: Union[int, Tuple[int, ...]]) -> Inputs:
-        trains = protocol.trains
-        on = {"seed": seed, "device": torch_device}
+        on: Dict[str, Any] = {"seed": seed}
+        if device is not None:
+            on["device"] = device
         clf_on = {k: v for k, v in on.items() if k in params}  # lbfgs runs on the CPU
         return Inputs(
             labels=labels, splits=tuple(task.splits), features=features, pairs=pairs,
@@ -165,20 +202,19 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
             validation_split=float(params["validation_split"]), positive=positive,
             score_range=spec.score_range)
 
-    if protocol.trains is None:  # nothing trained: every seed gets the same numbers
+    if trains is None:  # nothing trained: every seed gets the same numbers
         once = protocol.evaluate(inputs(seeds[0]))
         return [list(once) for _ in seeds]
     seeds = [int(s) for s in seeds]
     fuse = (protocol.seeds_share_data and not sequential and len(seeds) > 1
-            and torch_device.type in FUSED_SEED_DEVICES
-            and (protocol.trains == "regressor" or "device" in params))
+            and device is not None and device.type in FUSED_SEED_DEVICES
+            and (trains == "regressor" or "device" in params))
     if fuse:
         together = protocol.evaluate(inputs(tuple(seeds)))  # seed-major groups
-        n = len(states)
-        return [together[i * n:(i + 1) * n] for i in range(len(seeds))]
+        return [together[i * n_groups:(i + 1) * n_groups] for i in range(len(seeds))]
     return [protocol.evaluate(inputs(seed)) for seed in seeds]
 
 
 __all__ = ["AVG", "StatePosition", "chance_levels", "classifier_record", "evaluate_cells",
-           "resolve_probe_device"]
+           "evaluate_groups", "resolve_probe_device"]
 

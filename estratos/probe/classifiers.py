@@ -14,6 +14,7 @@ their new homes (:mod:`estratos.probe.runtime`, :mod:`estratos.probe.training`) 
 
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Type, Union
 
@@ -22,6 +23,8 @@ import numpy as np
 from estratos.probe.estimator import (DEFAULT_CLASSIFIER, RecordedEstimator, estimator_names,
                                       get_estimator, register_estimator)
 from estratos.vocab import DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, VALIDATION_SPLIT
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -280,18 +283,89 @@ def pearson_rows(pred: np.ndarray, gold: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(r), r, 0.0)
 
 
+class LogisticGrid(RecordedEstimator):
+    """Logistic regressions (scikit-learn) over an L2 grid, with the interface the protocols
+    expect: the one place an L2 value becomes scikit-learn's ``C``.
+
+    ``fit(X, y, X_dev, y_dev, l2)``: ``X`` is G feature groups (a dense ``(G, n, F)`` stack,
+    or a list of G matrices, sparse ones included), ``l2`` a grid ``(R,)`` or table
+    ``(G, R)``; one model per (group, L2). The objective is mean cross-entropy +
+    ``l2/2 * ||W||^2``, i.e. ``C = 1 / (l2 * n)`` (scikit-learn sums the loss over examples
+    where SentEval's weight decay applies to the mean). Dev data only chooses L2 afterwards
+    (no early stopping); ``dev_score_`` (G, R) is dev accuracy (fraction), ``epochs_`` the
+    solver's iterations. A training part holding one class (a tiny fold) predicts it.
+    Subclasses fix the ``solver`` and their parameters (``n_classes``, ``max_iter``, ``tol``,
+    ``seed``...).
+    """
+
+    #: scikit-learn's solver
+    solver = "lbfgs"
+
+    @staticmethod
+    def _groups(X: Any) -> Any:
+        """A list of matrices stays one (sparse features); anything else is a dense stack."""
+        return list(X) if isinstance(X, list) else _groups_array(X)
+
+    def fit(self, X, y, X_dev, y_dev, l2) -> "LogisticGrid":
+        import warnings
+
+        from sklearn.linear_model import LogisticRegression
+
+        x, x_dev = self._groups(X), self._groups(X_dev)
+        y = np.asarray(y, dtype=np.int64)
+        y_dev = np.asarray(y_dev, dtype=np.int64)
+        table = l2_table(l2, len(x))
+        G, R = table.shape
+        self.models_ = [[None] * R for _ in range(G)]
+        self.dev_score_ = np.zeros((G, R))
+        self.epochs_ = np.zeros((G, R), dtype=np.int64)
+        self._constant = None
+        classes = np.unique(y)
+        if len(classes) < 2:  # a degenerate fold: every prediction is the one class
+            self._constant = int(classes[0]) if len(classes) else 0
+            self.dev_score_[:] = (y_dev == self._constant).mean() if len(y_dev) else 0.0
+            return self
+        for g in range(G):
+            for r in range(R):
+                c = 1.0 / (max(table[g, r], 1e-12) * len(y))
+                clf = LogisticRegression(C=c, max_iter=self.max_iter, tol=self.tol,
+                                         solver=self.solver, random_state=self.seed)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    clf.fit(x[g], y)
+                if any("converge" in str(w.message) for w in caught):
+                    log.info("%s: logistic regression (C=%.3g) stopped at %d iterations "
+                             "before converging", self.name, c, self.max_iter)
+                self.models_[g][r] = clf
+                self.epochs_[g, r] = int(np.max(clf.n_iter_))
+                if len(y_dev):
+                    self.dev_score_[g, r] = float((clf.predict(x_dev[g]) == y_dev).mean())
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        x = self._groups(X)
+        G, R = self.dev_score_.shape
+        if self._constant is not None:
+            return np.full((G, R, x[0].shape[0]), self._constant, dtype=np.int64)
+        return np.stack([np.stack([self.models_[g][r].predict(x[g]) for r in range(R)])
+                         for g in range(G)]).astype(np.int64)
+
+    def score(self, X, y) -> np.ndarray:
+        return (self.predict(X) == np.asarray(y)[None, None, :]).mean(axis=-1)
+
+
 @register_estimator
-class LBFGSClassifier(RecordedEstimator):
+class LBFGSClassifier(LogisticGrid):
     """Full-batch multinomial logistic regression (L-BFGS), same interface as SentEval's.
 
-    For fast exploration, not for comparison with published numbers. The objective is mean
-    cross-entropy + ``l2/2 * ||W||^2`` (scikit-learn with ``C = 1 / (l2 * n)``); dev data is
-    only used to choose L2 afterwards (no early stopping). ``epochs_`` = L-BFGS iterations.
+    For fast exploration, not for comparison with published numbers (:class:`LogisticGrid`:
+    ``C = 1 / (l2 * n)``, L2 chosen on dev afterwards). ``epochs_`` = L-BFGS iterations.
     A task's network and schedule overrides (``nhid``, ``tenacity``...) do not apply.
     """
 
     name = "lbfgs"
     summary = "full-batch logistic regression, for fast exploration"
+    solver = "lbfgs"
     _recorded = ("nhid", "optim", "max_iter", "tol", "l2_grid")
     _facts = {"nhid": 0, "optim": "lbfgs"}
 
@@ -310,57 +384,13 @@ class LBFGSClassifier(RecordedEstimator):
     def cost_per_example(self, n_features: int, n_classes: int) -> float:
         return 2.0 * n_features * n_classes * LBFGS_ITERATIONS  # full-batch BLAS: no step cost
 
-    def fit(self, X, y, X_dev, y_dev, l2) -> "LBFGSClassifier":
-        import warnings
-
-        from sklearn.exceptions import ConvergenceWarning
-        from sklearn.linear_model import LogisticRegression
-
-        x, x_dev = _groups_array(X), _groups_array(X_dev)
-        y = np.asarray(y, dtype=np.int64)
-        y_dev = np.asarray(y_dev, dtype=np.int64)
-        table = l2_table(l2, x.shape[0])
-        G, R = table.shape
-        self.models_ = [[None] * R for _ in range(G)]
-        self.dev_score_ = np.zeros((G, R))
-        self.epochs_ = np.zeros((G, R), dtype=np.int64)
-        self._constant = None
-        classes = np.unique(y)
-        if len(classes) == 1:  # a degenerate fold: every prediction is the one class
-            self._constant = int(classes[0])
-            self.dev_score_[:] = (y_dev == self._constant).mean() if len(y_dev) else 0.0
-            return self
-        for g in range(G):
-            for r in range(R):
-                c = 1.0 / (max(table[g, r], 1e-12) * len(y))
-                clf = LogisticRegression(C=c, max_iter=self.max_iter, tol=self.tol)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", ConvergenceWarning)
-                    clf.fit(x[g], y)
-                self.models_[g][r] = clf
-                self.epochs_[g, r] = int(np.max(clf.n_iter_))
-                if len(y_dev):
-                    self.dev_score_[g, r] = float((clf.predict(x_dev[g]) == y_dev).mean())
-        return self
-
-    def predict(self, X) -> np.ndarray:
-        x = _groups_array(X)
-        G, R = self.dev_score_.shape
-        if self._constant is not None:
-            return np.full((G, R, x.shape[1]), self._constant, dtype=np.int64)
-        return np.stack([np.stack([self.models_[g][r].predict(x[g]) for r in range(R)])
-                         for g in range(G)]).astype(np.int64)
-
-    def score(self, X, y) -> np.ndarray:
-        return (self.predict(X) == np.asarray(y)[None, None, :]).mean(axis=-1)
-
 
 #: ``--classifier`` name -> estimator class (the registry's classifiers; kept for callers of
 #: the old table)
 CLASSIFIER_CLASSES: Dict[str, Type[RecordedEstimator]] = {
     name: get_estimator(name) for name in estimator_names("classifier")}
 
-__all__ = ["CLASSIFIER_CLASSES", "DEFAULT_CLASSIFIER", "LBFGSClassifier", "RecordedEstimator",
-           "RelatednessRegressor", "SentEvalClassifier", "estimator_names", "get_estimator",
-           "l2_table", "pass_permutation", "pearson_rows", "register_estimator",
+__all__ = ["CLASSIFIER_CLASSES", "DEFAULT_CLASSIFIER", "LBFGSClassifier", "LogisticGrid",
+           "RecordedEstimator", "RelatednessRegressor", "SentEvalClassifier", "estimator_names",
+           "get_estimator", "l2_table", "pass_permutation", "pearson_rows", "register_estimator",
            "score_distribution", "torch_runtime"]

@@ -48,6 +48,12 @@ class RecordedEstimator:
     summary = ""
     _recorded: Tuple[str, ...] = ()
     _facts: Mapping[str, Any] = {}
+    #: the task overrides (``spec.classifier`` keys) this estimator takes; None: every one it
+    #: has a parameter for (the TF-IDF baseline keeps its own L2 grid and takes ``kfold`` only)
+    task_overrides: Optional[Tuple[str, ...]] = None
+    #: whether the relatedness protocol trains its regressor on this estimator's features;
+    #: False: it scores their untrained cosine (the TF-IDF baseline)
+    trains_regressor = True
 
     @classmethod
     def _param_names(cls) -> List[str]:
@@ -92,6 +98,11 @@ class RecordedEstimator:
             value = self._facts[key] if key in self._facts else params[key]
             out[key] = [float(v) for v in value] if key == "l2_grid" else value
         return out
+
+    def untrained_record(self) -> Dict[str, Any]:
+        """The ``classifier`` object of a cell whose protocol trains nothing with this
+        estimator (cosine similarity): its :meth:`record` unless a subclass says otherwise."""
+        return self.record()
 
     # ---- cost model (planning only: it orders and balances work, never changes a result) --
     def cost_per_example(self, n_features: int, n_classes: int) -> float:

@@ -96,7 +96,8 @@ def resolve_classifier(overrides: Optional[Mapping[str, Any]] = None, *,
     changed).
 
     Overrides that the chosen estimator has no parameter for (e.g. ``nhid`` for ``lbfgs``,
-    a linear model) are validated and then do not apply. ``params`` (``n_classes``, ``seed``,
+    a linear model), or does not take (its ``task_overrides``), are validated and then do
+    not apply. ``params`` (``n_classes``, ``seed``,
     ``device``...) are set last. Raises :class:`OptionError` (unknown classifier) or
     :class:`TaskError` (bad override).
     """
@@ -104,7 +105,8 @@ def resolve_classifier(overrides: Optional[Mapping[str, Any]] = None, *,
            else classifier.fresh())
     values = task_overrides(overrides, task=task)
     known = est.get_params()
-    est.set_params(**{k: v for k, v in values.items() if k in known}, **params)
+    taken = known if est.task_overrides is None else set(est.task_overrides) & set(known)
+    est.set_params(**{k: v for k, v in values.items() if k in taken}, **params)
     return est
 
 
