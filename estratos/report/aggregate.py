@@ -54,12 +54,7 @@ class System:
         model = self.model
         if model.startswith(("/", "./", "../", "~")) or "\\" in model:
             model = "/".join(re.split(r"[\\/]+", model.rstrip("/\\"))[-2:])
-        if not self.revision:
-            rev = ""
-        elif self.revision.startswith(RANDOM_INIT_PREFIX):  # a control model: say so
-            rev = f"@{self.revision}"
-        else:
-            rev = f"@{self.revision.split(':')[-1][:8]}"
+        rev = revision_tag(self.revision)
         return f"{model}{rev}"
 
     @property
@@ -103,28 +98,35 @@ def short_model_name(model: str) -> str:
     return parts[-1] if parts else model
 
 
-def _revision_tag(revision: Optional[str]) -> str:
+def revision_tag(revision: Optional[str]) -> str:
     """'@' + the revision's first 8 characters (after a 'sha256:' prefix); a control model's
-    'random-init:SEED' stays whole, since its seed is what tells it apart."""
+    'random-init:SEED' stays whole, since it says what the model is ('' without revision)."""
     if not revision:
         return ""
-    if revision.startswith("random-init"):
+    if revision.startswith(RANDOM_INIT_PREFIX):
         return f"@{revision}"
     return f"@{revision.split(':')[-1][:8]}"
+
+
+def _short(model: str, revision: Optional[str]) -> str:
+    """The short name; a control model's always says it is one (name@random-init:SEED)."""
+    control = revision is not None and revision.startswith(RANDOM_INIT_PREFIX)
+    return short_model_name(model) + (revision_tag(revision) if control else "")
 
 
 def display_names(systems: Iterable[System]) -> Dict[System, str]:
     """The shortest readable model names that still tell a report's models apart.
 
     Tried in turn until every (model, revision) gets its own name: the short name
-    (:func:`short_model_name`), + '@' and the revision's first 8 characters, the
+    (:func:`short_model_name`; a control model's with its '@random-init:SEED'), + '@' and the
+    revision's first 8 characters, the
     :attr:`System.label` (two folder parts), the model and revision in full. Pooling and
     classifier are not part of it: they have their own columns and titles.
     """
     systems = list(systems)
     idents = list(dict.fromkeys((s.model, s.revision) for s in systems))
-    levels = (lambda m, r: short_model_name(m),
-              lambda m, r: short_model_name(m) + _revision_tag(r),
+    levels = (_short,
+              lambda m, r: short_model_name(m) + revision_tag(r),
               lambda m, r: System("", m, r, None, None).label,
               lambda m, r: f"{m}@{r}" if r else m)
     for level in levels:
