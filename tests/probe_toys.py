@@ -133,8 +133,8 @@ class MemoryLoader:
 
 #: a custom task spec (``--task-file``) over train/dev/test.tsv files of label<TAB>sentence
 TOY_TASK_TOML = '''
-name = "Toy"
-suite = "custom"
+name = "{name}"
+suite = "{suite}"
 group = "SC"
 language = "es"
 format = "tsv"
@@ -153,10 +153,14 @@ header = false
 '''
 
 
-def write_toy_task(folder: Path, splits: Mapping[str, Sequence[Tuple[str, str]]]) -> Path:
-    """``folder/toy.toml`` and its ``{split}.tsv`` files from ``(label, sentence)`` rows."""
+def write_toy_task(folder: Path, splits: Mapping[str, Sequence[Tuple[str, str]]], *,
+                   name: str = "Toy", suite: str = "custom", file_name: str = "toy.toml") -> Path:
+    """``folder/file_name``, the spec of task ``suite:name``, and its ``{split}.tsv`` files
+    from ``(label, sentence)`` rows."""
+    folder.mkdir(parents=True, exist_ok=True)
     for split, rows in splits.items():
         (folder / f"{split}.tsv").write_text("".join(f"{y}\t{x}\n" for y, x in rows),
                                              encoding="utf-8")
-    (folder / "toy.toml").write_text(TOY_TASK_TOML, encoding="utf-8")
-    return folder / "toy.toml"
+    path = folder / file_name
+    path.write_text(TOY_TASK_TOML.format(name=name, suite=suite), encoding="utf-8")
+    return path

@@ -13,43 +13,19 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 
-from probe_toys import toy_classification, write_cache
+from probe_toys import toy_classification, write_cache, write_toy_task
 
 REPO = Path(__file__).resolve().parents[1]
 
-TOML = '''
-name = "{name}"
-suite = "{suite}"
-group = "SC"
-language = "es"
-format = "tsv"
-combiner = "single"
-protocol = "split"
-
-[files]
-train = "train.tsv"
-dev = "dev.tsv"
-test = "test.tsv"
-
-[columns]
-label = 0
-sentences = [1]
-header = false
-'''
-
 
 def _task(folder: Path, name: str = "Toy", suite: str = "custom", n: int = 120) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
     sentences, _, y = toy_classification(n, informative=(1, 2))
     labels = ("neg", "pos")
     parts = {"train": range(0, n * 6 // 10), "dev": range(n * 6 // 10, n * 8 // 10),
              "test": range(n * 8 // 10, n)}
-    for split, rows in parts.items():
-        (folder / f"{split}.tsv").write_text(
-            "".join(f"{labels[y[i]]}\t{sentences[i]}\n" for i in rows), encoding="utf-8")
-    path = folder / f"{name}.toml"
-    path.write_text(TOML.format(name=name, suite=suite), encoding="utf-8")
-    return path
+    return write_toy_task(folder, {split: [(labels[y[i]], sentences[i]) for i in rows]
+                                   for split, rows in parts.items()},
+                          name=name, suite=suite, file_name=f"{name}.toml")
 
 
 @pytest.fixture

@@ -514,7 +514,7 @@ def test_hub_id_offline_fails_fast_once_with_a_pointer(tmp_path, monkeypatch):
 @pytest.mark.slow  # a whole command in a subprocess
 def test_hub_id_in_the_local_cache_is_read_offline(zoo, tmp_path):
     """An unreachable hub (a closed local port) and a model in the hub cache: encoded from
-    the cache, at once, its revision the snapshot's commit."""
+    the cache without a single retry, its revision the snapshot's commit."""
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "hub" / "models--toy-org--tiny-gpt2"
     snap = repo / "snapshots" / commit
@@ -527,13 +527,12 @@ def test_hub_id_in_the_local_cache_is_read_offline(zoo, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     env.update(HF_HUB_CACHE=str(tmp_path / "hub"), HF_ENDPOINT="http://127.0.0.1:9",
                PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "estratos", "encode", "--model",
                            "toy-org/tiny-gpt2", "--sentences", str(tmp_path / "s.txt"),
                            "--out", str(tmp_path / "c.h5")], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert time.monotonic() - started < 60 and "Retrying" not in proc.stderr
+    assert "Retrying" not in proc.stderr  # transformers' own retries never start
     assert attrs_of(tmp_path / "c.h5")["revision"] == commit
 
 
