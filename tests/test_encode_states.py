@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -123,6 +124,15 @@ def test_other_states_are_refused_on_resume_extend_and_merge(tiny_bert_dir, tmp_
     CacheWriter.create(partial, attrs).close()
     result = encode(tiny_bert_dir, tmp_path / "r.h5", src, "--states", "last:2")
     assert result.exit_code == 1 and "states" in result.output, result.output
+
+    # verify checks that the stored states agree with the datasets
+    result = invoke("cache", "verify", out)
+    assert result.exit_code == 0 and "OK" in result.output, result.output
+    with h5py.File(out, "r+") as f:
+        f.attrs["states"] = np.array([0, 1, 2])
+    result = invoke("cache", "verify", out)
+    assert result.exit_code == 1, result.output
+    assert "/vectors/cls has shape" in result.output and "states [0, 1, 2]" in result.output
 
     result = encode(tiny_bert_dir, tmp_path / "bad.h5", src, "--states", "every:0")
     assert result.exit_code == 2 and "--states" in result.output

@@ -72,6 +72,7 @@ def verify_cache(path: os.PathLike | str, sentences: Optional[Sequence[str]] = N
                 else:
                     lengths[f"{group}/{p}"] = f[group][p].shape[0]
                     present.append((group, p))
+        _check_states(f, attrs, present, report)
         short = {k: v for k, v in lengths.items() if v < n}
         if short:
             report.problems.append(f"datasets shorter than n_done={n}: {short}")
@@ -94,6 +95,25 @@ def verify_cache(path: os.PathLike | str, sentences: Optional[Sequence[str]] = N
                 shown = ", ".join(repr(s[:60]) for s in absent[:MAX_LISTED])
                 report.problems.append(f"{len(absent)} required sentence(s) missing, e.g. {shown}")
     return report
+
+
+def _check_states(f, attrs, present, report: VerifyReport) -> None:
+    """The stored hidden states (``states``, ``encode --states``) agree with the model's
+    ``n_states`` and with the vector datasets' shapes; each avg is one vector per row."""
+    states, n_states, dim = schema.stored_states(attrs), attrs.get("n_states"), attrs.get("dim")
+    if states is None:
+        return
+    if list(states) != sorted(set(states)) or (n_states and not all(
+            0 <= s < int(n_states) for s in states)):
+        report.problems.append(f"states {list(states)} are not increasing hidden-state indices "
+                               f"within 0..{int(n_states or 0) - 1}")
+    for group, p in present:
+        ds = f[group][p]
+        want = (len(states), dim) if group == schema.VECTORS else (dim,)
+        if tuple(ds.shape[1:]) != tuple(want):
+            report.problems.append(f"/{group}/{p} has shape {list(ds.shape)}, the attributes "
+                                   f"say (rows, {', '.join(map(str, want))}) (states "
+                                   f"{list(states)}, dim {dim})")
 
 
 def _check_keys(f, n: int, report: VerifyReport) -> None:
