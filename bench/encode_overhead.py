@@ -71,7 +71,7 @@ def bare_forward(sentences: list, batch_tokens: int, threads) -> dict:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from estratos.encode.batching import length_order, token_budget_batches
+    from estratos.encode.token_batches import length_order, token_budget_batches
     from estratos.encode.devices import prepare_cpu_threads
     from estratos.encode.hf import default_max_length
     from estratos.text import sentence_key

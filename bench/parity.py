@@ -6,7 +6,7 @@ cached vectors, through the same protocol code (split / kfold / inner-kfold, sam
 and selection), for several seeds:
 
 - ours: :class:`estratos.probe.classifiers.SentEvalClassifier` (batched, our random streams);
-- reference: :class:`estratos.probe.reference.ReferenceEstimator` (one ``torch.nn.Linear``
+- reference: :class:`estratos.testing.reference.ReferenceEstimator` (one ``torch.nn.Linear``
   and ``torch.optim.Adam`` per (layer, L2), SentEval's own random streams:
   ``torch.manual_seed`` + ``nn.Linear`` init, ``np.random.seed`` + one permutation per pass).
 
@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from estratos.cache import open_cache  # noqa: E402
 from estratos.probe.classifiers import torch_runtime  # noqa: E402
 from estratos.probe.features import AVG, build_features  # noqa: E402
-from estratos.probe.reference import ReferenceEstimator  # noqa: E402
+from estratos.testing.reference import ReferenceEstimator  # noqa: E402
 from estratos.probe.settings import resolve_classifier  # noqa: E402
 from estratos.protocols import Inputs, get_protocol  # noqa: E402
 from estratos.tasks import DataDirs, load_task, select_tasks  # noqa: E402

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--train-limit", type=int, default=None,
                     help="keep the first N training examples (timing shortcut)")
     ap.add_argument("--reference", default=None, metavar="LAYERS",
-                    help="also time SentEval's plain one-model loop (estratos.probe.reference) "
+                    help="also time SentEval's plain one-model loop (estratos.testing.reference) "
                          "on these layers x the L2 grid, first seed (e.g. 0,avg); split tasks")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
@@ -165,7 +165,7 @@ def time_reference(cache_path: Path, spec, dirs, layers: str, seed: int, threads
     from estratos.cache import open_cache
     from estratos.probe.classifiers import torch_runtime
     from estratos.probe.features import build_features, parse_layers
-    from estratos.probe.reference import reference_senteval_fit
+    from estratos.testing.reference import reference_senteval_fit
     from estratos.probe.settings import resolve_classifier
     from estratos.tasks import load_task
 

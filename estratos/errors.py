@@ -111,6 +111,10 @@ class EncodeError(EstratosError):
     """The encoder gave what no cache may hold (NaN or infinite hidden states)."""
 
 
+class DownloadError(EstratosError):
+    """A download that could not be completed (offline, HTTP error, corrupt archive)."""
+
+
 class ResultsError(EstratosError):
     """A results (JSON lines) file that cannot be read as results."""
 

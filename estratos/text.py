@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
-from typing import Iterable, List
+
 
 KEY_BYTES = 16
 
@@ -26,8 +26,3 @@ def normalize_sentence(text: str) -> str:
 def sentence_key(text: str) -> bytes:
     """First 16 bytes of sha256 of the normalized sentence's UTF-8 (stable across runs)."""
     return hashlib.sha256(normalize_sentence(text).encode("utf-8")).digest()[:KEY_BYTES]
-
-
-def sentence_keys(texts: Iterable[str]) -> List[bytes]:
-    """:func:`sentence_key` of each text, in order."""
-    return [sentence_key(t) for t in texts]

@@ -41,7 +41,7 @@ def write_cache(path: Path, sentences: Sequence[str], cls: np.ndarray,
 def spec(name: str = "Toy", *, combiner: str = "single", protocol: str = "split",
          metric: str = "accuracy", classifier: Optional[Mapping] = None,
          group: str = "SC", **kw) -> TaskSpec:
-    return TaskSpec(suite="toy", name=name, group=group, language="es", loader="memory",
+    return TaskSpec(suite="toy", name=name, group=group, language="es", format="memory",
                     combiner=combiner, protocol=protocol, metric=metric,
                     classifier=dict(classifier or {}), **kw)
 

@@ -25,7 +25,7 @@ from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 
 def _spec(name: str, combiner: str, protocol: str, metric: str = "accuracy",
           group: str = "SC", **extra) -> TaskSpec:
-    return TaskSpec(suite="tiny", name=name, group=group, language="es", loader="tsv",
+    return TaskSpec(suite="tiny", name=name, group=group, language="es", format="tsv",
                     combiner=combiner, protocol=protocol, metric=metric, **extra)
 
 

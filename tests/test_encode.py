@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from estratos.cache import open_cache
 from estratos.cli import cli
 from estratos.encode import encode_sentences, read_sentence_file, resolve_shard
-from estratos.encode.batching import length_order, token_budget_batches
+from estratos.encode.token_batches import length_order, token_budget_batches
 from estratos.encode.devices import autocast_dtype, compute_label, select_device
 from estratos.errors import CacheError, InputError, OptionError, SettingsMismatch
 

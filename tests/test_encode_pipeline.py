@@ -19,7 +19,7 @@ from estratos.cache import schema, verify_cache
 from estratos.cli import cli
 from estratos.encode import encode_sentences
 from estratos.encode import tokens as tokens_module
-from estratos.encode.batching import length_order, token_budget_batches
+from estratos.encode.token_batches import length_order, token_budget_batches
 from estratos.encode.devices import batch_tokens_for_memory
 from estratos.encode.hf import HFEncoder
 from estratos.encode.options import parse_batch_tokens

@@ -14,7 +14,7 @@ from estratos.probe.classifiers import (
     score_distribution,
     torch_runtime,
 )
-from estratos.probe.reference import reference_senteval_fit
+from estratos.testing.reference import reference_senteval_fit
 
 
 def blobs(n: int, n_features: int = 12, n_classes: int = 3, spread: float = 1.0,

@@ -4,7 +4,7 @@ import numpy as np
 
 import estratos.protocols as P
 from estratos.probe.classifiers import SentEvalClassifier, torch_runtime
-from estratos.probe.reference import ReferenceEstimator
+from estratos.testing.reference import ReferenceEstimator
 
 
 def _data(seed, n=240, f=6, classes=3):

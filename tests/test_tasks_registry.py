@@ -28,7 +28,7 @@ def test_suites_and_counts():
     assert suites["es-senteval"] == 21 and suites["es-discoeval"] == 11
     assert suites["synthetic-es"] == 9
     assert suites["en-discoeval"] >= 12 and suites["en-senteval"] >= 20
-    assert all(spec.loader in format_names() for spec in all_specs())
+    assert all(spec.format in format_names() for spec in all_specs())
 
 
 def test_selection_forms():

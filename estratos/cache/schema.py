@@ -243,11 +243,6 @@ def looks_like_hdf5(path: os.PathLike | str) -> bool:
         return False
 
 
-def settings_of(attrs: Mapping[str, Any]) -> Dict[str, Any]:
-    """The attributes that must match between a cache and a run that extends or merges it."""
-    return {k: attrs.get(k) for k in SETTINGS_ATTRS}
-
-
 def stored_states(attrs: Mapping[str, Any]) -> Optional[Tuple[int, ...]]:
     """The true hidden-state indices a cache's vector datasets hold, in order: its ``states``
     attribute (``encode --states``), else every state 0..n_states-1 (caches written before

@@ -32,7 +32,7 @@ from estratos import __version__
 from estratos.cache import schema
 from estratos.cache.session import CacheSession, open_for_writing
 from estratos.cache.writer import disk_full
-from estratos.encode.batching import length_order, token_budget_batches
+from estratos.encode.token_batches import length_order, token_budget_batches
 from estratos.encode.environment import library_versions, utc_stamp
 from estratos.encode.factory import build_encoder
 from estratos.encode.keys import input_digest, unique_sentences

@@ -18,63 +18,36 @@ How a run goes (docs/probe.md, "How the grid is scheduled"):
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shlex
 import sys
 import time
-from collections import OrderedDict
 from pathlib import Path
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set,
-                    Tuple, Union)
-
-import numpy as np
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from estratos import errors as _errors
-from estratos.errors import CacheError, EstratosError, MissingSentences, OptionError
+from estratos.errors import EstratosError, MissingSentences, OptionError
 from estratos.options import (available_cores, parse_layers, parse_seeds, positive_int,
                               resolve_shard)
-from estratos.probe.cells import (Classifier, chance_levels, classifier_record, evaluate_cells,
-                                  resolve_probe_device)
+from estratos.probe.cells import Classifier, resolve_probe_device
 from estratos.probe.estimator import DEFAULT_CLASSIFIER
-from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
-from estratos.probe.records import System, cell_record, store_cells
 from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
                                  shard_path)
-from estratos.probe.runtime import torch_runtime
+from estratos.probe.outcome import ProbeRun, UnitStat, summarize
+from estratos.probe.progress import GridProgress
+from estratos.probe.records import System
 from estratos.probe.scheduler import make_executor
 from estratos.probe.settings import check_classifier, task_estimator
-from estratos.results import ResultRecord, ResultsStore
+from estratos.probe.units import GridContext, UnitRunner, spec_state
+from estratos.results import ResultRecord
 from estratos.results.reader import done_keys, expand_paths
-from estratos.vocab import DEFAULT_POOLING, DEFAULT_SEED
+from estratos.vocab import DEFAULT_POOLING, DEFAULT_SEED, LayerSpec
 
 log = logging.getLogger(__name__)
 
-#: features of one program are kept under this many bytes by splitting its layer specs into
-#: groups trained one after the other (results do not depend on it); the trainer holds one
-#: more (example-major) copy of the training features
-FEATURE_BUDGET_BYTES = 1_000_000_000
-#: loaded tasks each process keeps for its next units (a unit of the same task skips the load)
-TASKS_KEPT = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class GridContext:
-    """What every process of a run needs to survey tasks and run units (picklable: it is
-    sent to each worker once)."""
-
-    cache_path: str
-    out: str
-    pooling: str
-    classifier: Any  # a registered name or an estimator (estratos.probe.cells.Classifier)
-    sequential: bool
-    overwrite: bool
-    threads: int
-    device: str
-    specs: Mapping[str, Dict[str, Any]]  # task id -> TaskSpec fields (see _spec_state)
-    data_dirs: Any
-    loader: Optional[Callable[[Any, Any], Any]]
+#: names that moved to their own modules and are still imported from here
+__all__ = ["GridContext", "ProbeRun", "UnitRunner", "UnitStat", "run_probe", "summarize"]
 
 
 def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: Any) -> str:
@@ -98,264 +71,7 @@ def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: 
     return " ".join(w for w in words if w)
 
 
-def _check_vectors(cache_path: Path, spec_id: str, vectors: np.ndarray,
-                   sentences: Sequence[str], pooling: str) -> None:
-    bad = ~np.isfinite(vectors).all(axis=(1, 2))
-    if bad.any():
-        first = sentences[int(np.flatnonzero(bad)[0])]
-        raise CacheError(f"{cache_path}: {int(bad.sum())} row(s) needed by {spec_id} hold NaN "
-                         f"or infinite {pooling} vectors, e.g. {first[:60]!r}; the cache is "
-                         "corrupted: re-encode these sentences (`estratos cache verify` lists "
-                         "them)")
-
-
-def _layer_chunks(layers: Sequence[LayerSpec], n_examples: int, n_features: int
-                  ) -> List[List[LayerSpec]]:
-    per_layer = max(1, n_examples * n_features * 4)
-    size = max(1, FEATURE_BUDGET_BYTES // per_layer)
-    return [list(layers[i:i + size]) for i in range(0, len(layers), size)]
-
-
-def _spec_state(spec: Any) -> Dict[str, Any]:
-    """A picklable copy of a TaskSpec's fields (its read-only mappings are not picklable)."""
-    state = {}
-    for f in dataclasses.fields(spec):
-        value = getattr(spec, f.name)
-        state[f.name] = dict(value) if isinstance(value, Mapping) else value
-    return state
-
-
-def _default_loader() -> Callable[[Any, Any], Any]:
-    from estratos.tasks import load_task
-
-    return load_task
-
-
-# ---- one process's work: surveys and units ---------------------------------------------------
-
-class UnitRunner:
-    """Surveys tasks and runs work units in one process (a worker, or the caller's).
-
-    A context manager: it opens the cache and pins torch's threads for its lifetime. The
-    last :data:`TASKS_KEPT` loaded tasks (data and cache rows) are kept, so a survey and the
-    units that follow it in the same process load a task once.
-    """
-
-    def __init__(self, context: GridContext) -> None:
-        self.context = context
-        self._tasks: "OrderedDict[str, Tuple[Any, Any, Optional[np.ndarray]]]" = OrderedDict()
-        self._stack: List[Any] = []
-
-    def __enter__(self) -> "UnitRunner":
-        from estratos.cache import open_cache
-
-        runtime = torch_runtime(self.context.threads)
-        runtime.__enter__()
-        self._stack.append(runtime)
-        self.cache_cm = open_cache(self.context.cache_path)
-        self.cache = self.cache_cm.__enter__()
-        self._stack.append(self.cache_cm)
-        self.identity = self.cache.identity()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        while self._stack:
-            self._stack.pop().__exit__(None, None, None)
-
-    def _load(self, task_id: str) -> Tuple[Any, Any]:
-        """(spec, task data) from the kept tasks or the loader."""
-        from estratos.tasks.types import TaskSpec
-
-        if task_id in self._tasks:
-            self._tasks.move_to_end(task_id)
-            spec, task, _ = self._tasks[task_id]
-            return spec, task
-        spec = TaskSpec(**self.context.specs[task_id])
-        task = (self.context.loader or _default_loader())(spec, self.context.data_dirs)
-        self._tasks[task_id] = (spec, task, None)
-        while len(self._tasks) > TASKS_KEPT:
-            self._tasks.popitem(last=False)
-        return spec, task
-
-    def _rows(self, task_id: str) -> np.ndarray:
-        """Cache rows of the task's sentences (raises :class:`MissingSentences`)."""
-        spec, task, rows = self._tasks[task_id]
-        if rows is None:
-            rows = self.cache.rows_for(task.sentences)
-            self._tasks[task_id] = (spec, task, rows)
-        return rows
-
-    def survey(self, task_id: str) -> TaskShape:
-        """Load the task and look its sentences up in the cache (keys only, no vectors)."""
-        spec, task = self._load(task_id)
-        missing = 0
-        try:
-            self._rows(task_id)
-        except MissingSentences as exc:
-            missing = exc.missing
-        return TaskShape(task=task_id, protocol=task.protocol,
-                         sizes={name: len(split) for name, split in task.splits.items()},
-                         n_classes=len(task.labels),
-                         n_features=COMBINER_WIDTH[spec.combiner] * self.cache.dim,
-                         missing=missing)
-
-    def _vectors(self, task_id: str, rows: np.ndarray, layers: Sequence[LayerSpec],
-                 sentences: Sequence[str]) -> Tuple[np.ndarray, List[Any]]:
-        """``(vectors, positions)``: the task's vectors of the hidden states ``layers`` need
-        (read from the cache for these layers only) and each layer spec's position along
-        their second axis. ``avg`` is the stored mean over all hidden states; a cache
-        written before encode stored it gets every state read and averaged (``"avg"``)."""
-        ctx = self.context
-        ints = sorted({int(layer) for layer in layers if layer != AVG})
-        if AVG in layers and not self.cache.has_avg:
-            states: List[Any] = list(self.cache.states)
-        else:
-            states = ints + ([AVG] if AVG in layers else [])
-        t0 = time.perf_counter()
-        vectors = self.cache.read(rows, ctx.pooling, states)
-        log.info("%s: read %d rows x %d states in %.2fs", task_id, len(rows), len(states),
-                 time.perf_counter() - t0)
-        _check_vectors(Path(ctx.cache_path), task_id, vectors, sentences, ctx.pooling)
-        position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
-        if not self.cache.has_avg:
-            position[AVG] = AVG  # evaluate_cells averages every state read
-        return vectors, [position[layer] for layer in layers]
-
-    def run(self, unit: WorkUnit, report: Callable[[List[ResultRecord]], None]) -> float:
-        """Train every cell of ``unit``; each program's records are appended to the results
-        file, then passed to ``report``. Returns the seconds the unit took."""
-        t_start = time.perf_counter()
-        ctx = self.context
-        spec, task = self._load(unit.task)
-        rows = self._rows(unit.task)
-        classifier = classifier_record(task, ctx.classifier)
-        store = ResultsStore(ctx.out)
-        system = System.of_cache(self.identity, ctx.device)
-        chance = chance_levels(task)
-        n_examples = sum(len(s) for s in task.splits.values())
-        n_features = COMBINER_WIDTH[spec.combiner] * self.cache.dim
-        # one chunk of layer specs at a time, its vectors read for it alone: the features of a
-        # program (and the vectors behind them) stay under FEATURE_BUDGET_BYTES whatever the
-        # width and the number of hidden states (docs/probe.md, "Memory")
-        for chunk in _layer_chunks(list(unit.layers), n_examples, n_features):
-            vectors, positions = self._vectors(unit.task, rows, chunk, task.sentences)
-            t0 = time.perf_counter()
-            outcomes = evaluate_cells(task, vectors, positions,
-                                      unit.seeds, ctx.classifier, sequential=ctx.sequential,
-                                      device=ctx.device)
-            del vectors
-            seconds = (time.perf_counter() - t0) / (len(chunk) * len(unit.seeds))
-            records = [cell_record(task, o, system, layer=layer if layer == AVG else int(layer),
-                                   pooling=ctx.pooling, seed=seed, classifier=classifier,
-                                   seconds=seconds, chance=chance)
-                       for seed, per_layer in zip(unit.seeds, outcomes)
-                       for layer, o in zip(chunk, per_layer)]
-            written = store_cells(ctx.out, task, records,
-                                  [o for per_layer in outcomes for o in per_layer],
-                                  overwrite=ctx.overwrite, store=store)
-            log.info("%s layers %s: %d cell(s) in %.1fs", unit.task,
-                     ",".join(map(str, chunk)), len(records), seconds * len(records))
-            report(written)
-        return time.perf_counter() - t_start
-
-
 # ---- the run as a whole -------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class UnitStat:
-    """How one unit went: what it was, how long it took, how many cells it wrote."""
-
-    unit: WorkUnit
-    seconds: float
-    written: int
-
-
-class ProbeRun(Sequence[ResultRecord]):
-    """The records a run wrote (a sequence, in grid order: task, seed, layer spec) and how
-    the run went: ``out`` (the results file written), ``seconds`` (wall time), ``device``,
-    ``processes``, ``already_done`` (cells skipped because they were done), ``units``
-    (:class:`UnitStat` of each unit run)."""
-
-    def __init__(self, records: Sequence[ResultRecord], out: Path, seconds: float,
-                 device: str, processes: int, already_done: int,
-                 units: Sequence[UnitStat] = ()) -> None:
-        self.records = list(records)
-        self.out = out
-        self.seconds = seconds
-        self.device = device
-        self.processes = processes
-        self.already_done = already_done
-        self.units = list(units)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self.records[i]
-
-    def __iter__(self) -> Iterator[ResultRecord]:
-        return iter(self.records)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ProbeRun):
-            return self.records == other.records
-        if isinstance(other, (list, tuple)):
-            return self.records == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"ProbeRun({len(self.records)} records, out={str(self.out)!r})"
-
-    def timing(self) -> str:
-        """One line: cells, wall time, cells/s, device and processes."""
-        rate = len(self.records) / self.seconds if self.seconds > 0 else 0.0
-        done = f"; {self.already_done} already done" if self.already_done else ""
-        return (f"{len(self.records)} cell(s) in {self.seconds:.1f} s ({rate:.2f} cells/s) "
-                f"on {self.device}, {self.processes} process(es){done}")
-
-    def describe(self) -> str:
-        """The terminal summary: cells written, each task's best layer spec, timing."""
-        text = summarize(self.records, self.out)
-        return text if not self.records else f"{text}\n{self.timing()}"
-
-
-class _Progress:
-    """A tqdm bar over cells whose ETA comes from the units' estimated costs (cells of one
-    grid differ by orders of magnitude, so a rate over cells would mislead)."""
-
-    def __init__(self, total_cells: int, total_cost: float, show: bool) -> None:
-        self.bar = None
-        self.total_cost = total_cost
-        self.done_cost = 0.0
-        self.t0 = time.monotonic()
-        if show and total_cells:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total_cells, unit="cell", desc="probe", file=sys.stderr,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
-                                       "cells [{elapsed}{postfix}]")
-
-    def update(self, cells: int, cost: float) -> None:
-        self.done_cost += cost
-        if self.bar is None:
-            return
-        elapsed = time.monotonic() - self.t0
-        if self.done_cost > 0 and self.total_cost > 0:
-            left = elapsed * max(0.0, self.total_cost - self.done_cost) / self.done_cost
-            self.bar.set_postfix_str(f"ETA {_clock(left)}", refresh=False)
-        self.bar.update(cells)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _clock(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
 
 def _pending_cells(spec_ids: Sequence[str], layers: Sequence[LayerSpec], seeds: Sequence[int],
                    key: Callable[[str, LayerSpec, int], tuple], done: Set[tuple],
@@ -475,11 +191,11 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
                     "slow-downs", processes, threads, available_cores())
     context = GridContext(str(cache_path), str(out_path), pooling, classifier, bool(sequential),
                           bool(overwrite), threads, device_name,
-                          {spec.id: _spec_state(spec) for spec in specs}, data_dirs, loader)
+                          {spec.id: spec_state(spec) for spec in specs}, data_dirs, loader)
     records: List[ResultRecord] = []
     stats: List[UnitStat] = []
     failures: List[Tuple[str, EstratosError]] = []
-    bar: Optional[_Progress] = None
+    bar: Optional[GridProgress] = None
     todo = n_cells
     try:
         with make_executor(UnitRunner, context, processes) as executor:
@@ -505,7 +221,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
             log.info("%d cell(s) in %d unit(s) on %d process(es)",
                      sum(u.n_cells for u in units), len(units), executor.processes)
             show = sys.stderr.isatty() if progress is None else bool(progress)
-            bar = _Progress(sum(u.n_cells for u in units), sum(u.cost for u in units), show)
+            bar = GridProgress(sum(u.n_cells for u in units), sum(u.cost for u in units), show)
             failures = _run_units(executor, units, records, stats, bar)
             processes = executor.processes
     except KeyboardInterrupt:
@@ -548,7 +264,7 @@ def _survey(executor: Any, task_ids: Sequence[str]) -> Dict[str, TaskShape]:
 
 
 def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRecord],
-               stats: List[UnitStat], bar: _Progress) -> List[Tuple[str, EstratosError]]:
+               stats: List[UnitStat], bar: GridProgress) -> List[Tuple[str, EstratosError]]:
     """Run every unit, collecting records and statistics; returns the failures (task, the
     error as raised), raised by the caller once every other unit has ended."""
     by_index = {u.index: u for u in units}
@@ -579,28 +295,3 @@ def _interrupted(out: Path, kept: int, left: int) -> EstratosError:
         f"interrupted: {kept} new cell(s) of this run are kept in {out}, {left} still to do; "
         "run the same command again to resume (cells already in the results file are "
         "skipped)")
-
-
-def summarize(records: Sequence[ResultRecord], out: os.PathLike | str) -> str:
-    """A few lines for the terminal: cells written, and each task's best layer spec.
-
-    A cell whose score is undefined (null, e.g. a correlation of constant cosines) is left
-    out of the best-layer mean; a task with no defined score says so."""
-    if not records:
-        return f"nothing to do: every cell is already in {out} (use --overwrite to redo)"
-    lines = [f"wrote {len(records)} cell(s) to {out}"]
-    by_task: Dict[str, Dict[Any, List[float]]] = {}
-    for r in records:
-        scores = by_task.setdefault(r.task, {}).setdefault(r.layer, [])
-        if r.score is not None:
-            scores.append(float(r.score))
-    for task, layers in by_task.items():
-        means = {layer: sum(v) / len(v) for layer, v in layers.items() if v}
-        if not means:
-            lines.append(f"  {task}: every score undefined")
-            continue
-        best = max(means, key=lambda k: means[k])
-        undefined = [str(layer) for layer, v in layers.items() if not v]
-        note = f"; undefined at layer {', '.join(undefined)}" if undefined else ""
-        lines.append(f"  {task}: best layer {best} ({means[best]:.2f}, mean over seeds){note}")
-    return "\n".join(lines)

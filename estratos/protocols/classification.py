@@ -18,7 +18,7 @@ from estratos.protocols.base import (POOL, VALIDATION_SPLIT, CellOutcome, Estima
 from estratos.protocols.estimators import n_groups, take
 from estratos.protocols.folds import INNER_KFOLD_SEED, holdout_split, stratified_folds
 from estratos.protocols.metrics import accuracy, f1_positive, test_metrics
-from estratos.vocab import DEFAULT_SEED
+from estratos.vocab import DEFAULT_KFOLD, DEFAULT_SEED
 
 Data = Tuple[Any, np.ndarray]
 
@@ -71,7 +71,7 @@ def _refit_and_predict(make: EstimatorFactory, X: Any, y: np.ndarray, l2: np.nda
 
 
 def kfold_protocol(make: EstimatorFactory, train: Data, test: Data, l2_grid: Sequence[float],
-                   *, k: int = 10, seed: int = DEFAULT_SEED,
+                   *, k: int = DEFAULT_KFOLD, seed: int = DEFAULT_SEED,
                    validation_split: float = VALIDATION_SPLIT,
                    positive: Optional[int] = None) -> List[CellOutcome]:
     """SentEval's k-fold classifier: k-fold CV on train picks L2, refit on train, test once."""
@@ -88,7 +88,7 @@ def kfold_protocol(make: EstimatorFactory, train: Data, test: Data, l2_grid: Seq
 
 
 def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[float], *,
-                         k: int = 10, seed: int = DEFAULT_SEED,
+                         k: int = DEFAULT_KFOLD, seed: int = DEFAULT_SEED,
                          validation_split: float = VALIDATION_SPLIT,
                          positive: Optional[int] = None,
                          fold_seed: int = INNER_KFOLD_SEED) -> List[CellOutcome]:

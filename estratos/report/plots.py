@@ -448,8 +448,3 @@ def write_figures(figures: Sequence[RenderedFigure], out_dir: Path) -> List[Path
         written.append(path)
     log.info("wrote %d figures to %s", len(written), out_dir)
     return written
-
-
-def write_plots(agg: Aggregate, out_dir: Path) -> List[Path]:
-    """All figures of a report into ``out_dir``; returns the files written."""
-    return write_figures(render_figures(agg), out_dir)

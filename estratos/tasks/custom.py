@@ -171,7 +171,7 @@ def load_task_file(path: os.PathLike | str) -> TaskSpec:
         score_range = tuple(float(v) for v in score_range)
     try:
         return TaskSpec(suite=suite, name=name, group=doc["group"],
-                        language=doc.get("language", "und"), loader=fmt, combiner=combiner,
+                        language=doc.get("language", "und"), format=fmt, combiner=combiner,
                         protocol=protocol, metric=metric, files=files, labels=labels,
                         classifier=classifier, description=doc.get("description", ""),
                         extra_metrics=tuple(doc.get("extra_metrics", ())),

@@ -49,7 +49,7 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
                 missing=[str(p) for _, p in plan.missing])
     if not counts or not plan.present:
         return info
-    fmt = get_format(spec.loader)
+    fmt = get_format(spec.format)
     sizes: Dict[str, Optional[int]] = {key: None for key in SPLIT_KEYS}
     try:
         for source in plan.reads:
@@ -137,7 +137,7 @@ def show_task(spec: TaskSpec, data_dirs: DataDirs) -> Dict[str, Any]:
         splits[name] = entry
     return {
         "id": spec.id, "description": spec.description, "group": spec.group,
-        "language": spec.language, "format": spec.loader, "combiner": spec.combiner,
+        "language": spec.language, "format": spec.format, "combiner": spec.combiner,
         "protocol": data.protocol, "metric": spec.metric,
         "extra_metrics": list(spec.extra_metrics),
         "classifier": dict(spec.classifier), "fallback": data.fallback,
@@ -208,7 +208,7 @@ def tasks_with_files(specs: Sequence[TaskSpec], data_dirs: DataDirs) -> List[Tas
             root = plan_task(spec, data_dirs).root
         except OptionError:
             continue
-        sources = get_format(spec.loader).sources(spec, root)
+        sources = get_format(spec.format).sources(spec, root)
         if any(p.is_file() for src in sources.values() for p in src.paths):
             out.append(spec)
     return out

@@ -33,7 +33,7 @@ from urllib.request import Request, urlopen
 
 from estratos import __version__
 from estratos.atomic import create_beside
-from estratos.errors import EstratosError, InputError, OptionError
+from estratos.errors import DownloadError, EstratosError, InputError, OptionError
 
 log = logging.getLogger(__name__)
 
@@ -147,10 +147,6 @@ cc42deff5083a57a5245fd7d06d300cd9d5b77064327b27468f745430d47720a senteval/TASS/t
 REFERENCE_SHA256: Mapping[str, str] = {
     path: digest for digest, path in (line.split() for line in _REFERENCE_SHA256.split("\n")
                                       if line.strip())}
-
-
-class DownloadError(EstratosError):
-    """A download that could not be completed (offline, HTTP error, corrupt archive)."""
 
 
 @dataclass
@@ -366,7 +362,7 @@ def registry_files(data_dir: Path, suites: Tuple[str, ...] = ("es-senteval", "es
         if spec.suite not in suites:
             continue
         root = task_root(spec, dirs)
-        for source in get_format(spec.loader).sources(spec, root).values():
+        for source in get_format(spec.format).sources(spec, root).values():
             for path in source.paths:
                 try:
                     found.add(Path(path).relative_to(data_dir).as_posix())

@@ -84,7 +84,7 @@ def plan_task(spec: TaskSpec, data_dirs: DataDirs) -> Plan:
     source names into the format's files.
     """
     root = task_root(spec, data_dirs)
-    fmt = get_format(spec.loader)
+    fmt = get_format(spec.format)
     published = fmt.sources(spec, root)
     present = {name for name, src in published.items() if src.exists}
     notes = [n for n in [fmt.note(spec, root)] if n]
@@ -120,7 +120,7 @@ def load_task(spec: TaskSpec, data_dirs: DataDirs,
     plan = plan_task(spec, data_dirs)
     for split, path in plan.missing:
         ctx.report(_missing_error(plan, split, path))
-    fmt = get_format(spec.loader)
+    fmt = get_format(spec.format)
     builder = TaskBuilder(spec)
     if plan.missing:
         return builder.build(plan.protocol, plan.splits, plan.fallback)

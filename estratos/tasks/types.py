@@ -34,7 +34,9 @@ GROUPS: Tuple[str, ...] = ("SC", "SPC", "SS", "LPT", "SP", "BSO", "DC", "SSP", "
 class TaskSpec:
     """Declarative description of one dataset; registered by ``id`` = ``suite:name``.
 
-    ``files`` holds loader-specific paths relative to the suite's data folder, ``classifier``
+    ``format`` names the registered data format that reads the files (``tsv``, ``probing``...;
+    it was called ``loader``, which clashed with ``run_probe(loader=)``, a callable),
+    ``files`` holds format-specific paths relative to the suite's data folder, ``classifier``
     per-task overrides of the probe's classifier settings (read-only, so no task can change
     another's settings), ``labels`` the sorted label names when known in advance (``None``:
     taken from the data, sorted).
@@ -49,7 +51,7 @@ class TaskSpec:
     name: str
     group: str
     language: str
-    loader: str
+    format: str
     combiner: str
     protocol: str
     metric: str

@@ -1,6 +1,6 @@
 """Data formats: the behaviour behind declarative specs, registered by format name.
 
-A spec names its format in ``TaskSpec.loader`` and describes its files in ``TaskSpec.files``;
+A spec names its format in ``TaskSpec.format`` and describes its files in ``TaskSpec.files``;
 the format says which files each *published* split comes from (:meth:`Format.sources`, no
 reading, so listing tasks stays cheap), how to read one split into a
 :class:`~estratos.tasks.building.TaskBuilder` (:meth:`Format.read`) and how to count its

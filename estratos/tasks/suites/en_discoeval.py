@@ -14,8 +14,8 @@ SUITE = "en-discoeval"
 register_suite(SuiteInfo(SUITE, "en", "DiscoEval (ZeweiChu/DiscoEval data folder)"))
 
 
-def _spec(name: str, group: str, loader: str, combiner: str, files: dict, **extra) -> TaskSpec:
-    return TaskSpec(suite=SUITE, name=name, group=group, language="en", loader=loader,
+def _spec(name: str, group: str, fmt: str, combiner: str, files: dict, **extra) -> TaskSpec:
+    return TaskSpec(suite=SUITE, name=name, group=group, language="en", format=fmt,
                     combiner=combiner, protocol="split", metric="accuracy", files=files,
                     **extra)
 

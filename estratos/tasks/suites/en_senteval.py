@@ -26,9 +26,9 @@ _STS_SUBSETS = {
 }
 
 
-def _spec(name: str, group: str, loader: str, combiner: str, protocol: str, metric: str,
+def _spec(name: str, group: str, fmt: str, combiner: str, protocol: str, metric: str,
           files: dict, **extra) -> TaskSpec:
-    return TaskSpec(suite=SUITE, name=name, group=group, language="en", loader=loader,
+    return TaskSpec(suite=SUITE, name=name, group=group, language="en", format=fmt,
                     combiner=combiner, protocol=protocol, metric=metric, files=files, **extra)
 
 

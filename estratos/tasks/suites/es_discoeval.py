@@ -13,8 +13,8 @@ SUITE = "es-discoeval"
 register_suite(SuiteInfo(SUITE, "es", "Spanish DiscoEval (OpenCENIA/Spanish-Sentence-Evaluation)"))
 
 
-def _spec(name: str, group: str, loader: str, combiner: str, files: dict, **extra) -> TaskSpec:
-    return TaskSpec(suite=SUITE, name=name, group=group, language="es", loader=loader,
+def _spec(name: str, group: str, fmt: str, combiner: str, files: dict, **extra) -> TaskSpec:
+    return TaskSpec(suite=SUITE, name=name, group=group, language="es", format=fmt,
                     combiner=combiner, protocol="split", metric="accuracy", files=files,
                     **extra)
 

@@ -20,9 +20,9 @@ _SICK = {"splits": {"train": "senteval/SICK/SICK_train.txt",
          "header": True, "columns": 5, "sentences": [1, 2]}
 
 
-def _spec(name: str, group: str, loader: str, combiner: str, protocol: str, metric: str,
+def _spec(name: str, group: str, fmt: str, combiner: str, protocol: str, metric: str,
           files: dict, **extra) -> TaskSpec:
-    return TaskSpec(suite=SUITE, name=name, group=group, language="es", loader=loader,
+    return TaskSpec(suite=SUITE, name=name, group=group, language="es", format=fmt,
                     combiner=combiner, protocol=protocol, metric=metric, files=files, **extra)
 
 

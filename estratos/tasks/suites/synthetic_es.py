@@ -27,7 +27,7 @@ TASKS = {
     "CoordinationInversion": {}, "OddManOut": {}, "Depth": {}, "WordContent": WORD_CONTENT,
 }
 
-register(*(TaskSpec(suite=SUITE, name=name, group="LPT", language="es", loader="probing",
+register(*(TaskSpec(suite=SUITE, name=name, group="LPT", language="es", format="probing",
                     combiner="single", protocol="split", metric="accuracy",
                     files={"file": f"{name}.txt"}, classifier=classifier,
                     description=f"synthetic Spanish probing task {name}")

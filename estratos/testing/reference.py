@@ -15,12 +15,18 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 import torch
 
-from estratos.probe.classifiers import pass_permutation
+from estratos.probe.classifiers import SentEvalClassifier
+from estratos.probe.training import pass_permutation
+
+#: SentEval's schedule, as the batched classifier's constructor defines it (written once)
+_SENTEVAL = SentEvalClassifier().get_params()
 
 
 def reference_senteval_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_dev: np.ndarray,
-                           l2: float, *, seed: int, tenacity: int = 5, epoch_size: int = 4,
-                           max_epoch: int = 200, batch_size: int = 64,
+                           l2: float, *, seed: int, tenacity: int = _SENTEVAL["tenacity"],
+                           epoch_size: int = _SENTEVAL["epoch_size"],
+                           max_epoch: int = _SENTEVAL["max_epoch"],
+                           batch_size: int = _SENTEVAL["batch_size"],
                            n_classes: Optional[int] = None
                            ) -> Tuple[float, int, torch.nn.Linear]:
     """Train one linear probe as SentEval does; returns (best dev accuracy, epochs, model).
@@ -44,8 +50,10 @@ def reference_senteval_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_de
 
 
 def senteval_streams_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_dev: np.ndarray,
-                         l2: float, *, seed: int, tenacity: int = 5, epoch_size: int = 4,
-                         max_epoch: int = 200, batch_size: int = 64,
+                         l2: float, *, seed: int, tenacity: int = _SENTEVAL["tenacity"],
+                         epoch_size: int = _SENTEVAL["epoch_size"],
+                         max_epoch: int = _SENTEVAL["max_epoch"],
+                         batch_size: int = _SENTEVAL["batch_size"],
                          n_classes: Optional[int] = None) -> Tuple[float, int, torch.nn.Linear]:
     """The same loop with SentEval's own random streams: ``torch.manual_seed(seed)`` before
     ``nn.Linear``'s default initialisation and ``np.random.seed(seed)`` before one
@@ -112,8 +120,10 @@ class ReferenceEstimator:
     ``streams``: ``"senteval"`` (:func:`senteval_streams_fit`) or ``"estratos"``
     (:func:`reference_senteval_fit`, our trainer's streams). Linear probes only (nhid 0)."""
 
-    def __init__(self, n_classes: int, seed: int, *, tenacity: int = 5, epoch_size: int = 4,
-                 max_epoch: int = 200, batch_size: int = 64, streams: str = "senteval") -> None:
+    def __init__(self, n_classes: int, seed: int, *, tenacity: int = _SENTEVAL["tenacity"],
+                 epoch_size: int = _SENTEVAL["epoch_size"],
+                 max_epoch: int = _SENTEVAL["max_epoch"],
+                 batch_size: int = _SENTEVAL["batch_size"], streams: str = "senteval") -> None:
         if streams not in ("senteval", "estratos"):
             raise ValueError(f"unknown streams {streams!r}")
         self.n_classes, self.seed, self.streams = n_classes, seed, streams

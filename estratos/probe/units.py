@@ -1,0 +1,213 @@
+"""One process's share of a probe grid: surveying tasks and running work units.
+
+Why apart from the runner: this is what every worker process runs (the runner only plans,
+feeds the workers and collects); it opens the cache, loads tasks, reads only the hidden
+states a unit needs, checks them for NaN, trains the unit's cells through
+:func:`estratos.probe.cells.evaluate_cells` and stores each program's cells
+(:func:`estratos.probe.records.store_cells`), so a killed run keeps every finished program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from estratos.errors import CacheError, MissingSentences
+from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
+from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
+from estratos.probe.grid import TaskShape, WorkUnit
+from estratos.probe.records import System, cell_record, store_cells
+from estratos.probe.runtime import torch_runtime
+from estratos.results import ResultRecord, ResultsStore
+
+log = logging.getLogger(__name__)
+
+#: features of one program are kept under this many bytes by splitting its layer specs into
+#: groups trained one after the other (results do not depend on it); the trainer holds one
+#: more (example-major) copy of the training features
+FEATURE_BUDGET_BYTES = 1_000_000_000
+#: loaded tasks each process keeps for its next units (a unit of the same task skips the load)
+TASKS_KEPT = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class GridContext:
+    """What every process of a run needs to survey tasks and run units (picklable: it is
+    sent to each worker once)."""
+
+    cache_path: str
+    out: str
+    pooling: str
+    classifier: Any  # a registered name or an estimator (estratos.probe.cells.Classifier)
+    sequential: bool
+    overwrite: bool
+    threads: int
+    device: str
+    specs: Mapping[str, Dict[str, Any]]  # task id -> TaskSpec fields (see _spec_state)
+    data_dirs: Any
+    loader: Optional[Callable[[Any, Any], Any]]
+
+
+def _check_vectors(cache_path: Path, spec_id: str, vectors: np.ndarray,
+                   sentences: Sequence[str], pooling: str) -> None:
+    bad = ~np.isfinite(vectors).all(axis=(1, 2))
+    if bad.any():
+        first = sentences[int(np.flatnonzero(bad)[0])]
+        raise CacheError(f"{cache_path}: {int(bad.sum())} row(s) needed by {spec_id} hold NaN "
+                         f"or infinite {pooling} vectors, e.g. {first[:60]!r}; the cache is "
+                         "corrupted: re-encode these sentences (`estratos cache verify` lists "
+                         "them)")
+
+
+def _layer_chunks(layers: Sequence[LayerSpec], n_examples: int, n_features: int
+                  ) -> List[List[LayerSpec]]:
+    per_layer = max(1, n_examples * n_features * 4)
+    size = max(1, FEATURE_BUDGET_BYTES // per_layer)
+    return [list(layers[i:i + size]) for i in range(0, len(layers), size)]
+
+
+def spec_state(spec: Any) -> Dict[str, Any]:
+    """A picklable copy of a TaskSpec's fields (its read-only mappings are not picklable)."""
+    state = {}
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        state[f.name] = dict(value) if isinstance(value, Mapping) else value
+    return state
+
+
+def _default_loader() -> Callable[[Any, Any], Any]:
+    from estratos.tasks import load_task
+
+    return load_task
+
+
+class UnitRunner:
+    """Surveys tasks and runs work units in one process (a worker, or the caller's).
+
+    A context manager: it opens the cache and pins torch's threads for its lifetime. The
+    last :data:`TASKS_KEPT` loaded tasks (data and cache rows) are kept, so a survey and the
+    units that follow it in the same process load a task once.
+    """
+
+    def __init__(self, context: GridContext) -> None:
+        self.context = context
+        self._tasks: "OrderedDict[str, Tuple[Any, Any, Optional[np.ndarray]]]" = OrderedDict()
+        self._stack: List[Any] = []
+
+    def __enter__(self) -> "UnitRunner":
+        from estratos.cache import open_cache
+
+        runtime = torch_runtime(self.context.threads)
+        runtime.__enter__()
+        self._stack.append(runtime)
+        self.cache_cm = open_cache(self.context.cache_path)
+        self.cache = self.cache_cm.__enter__()
+        self._stack.append(self.cache_cm)
+        self.identity = self.cache.identity()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        while self._stack:
+            self._stack.pop().__exit__(None, None, None)
+
+    def _load(self, task_id: str) -> Tuple[Any, Any]:
+        """(spec, task data) from the kept tasks or the loader."""
+        from estratos.tasks.types import TaskSpec
+
+        if task_id in self._tasks:
+            self._tasks.move_to_end(task_id)
+            spec, task, _ = self._tasks[task_id]
+            return spec, task
+        spec = TaskSpec(**self.context.specs[task_id])
+        task = (self.context.loader or _default_loader())(spec, self.context.data_dirs)
+        self._tasks[task_id] = (spec, task, None)
+        while len(self._tasks) > TASKS_KEPT:
+            self._tasks.popitem(last=False)
+        return spec, task
+
+    def _rows(self, task_id: str) -> np.ndarray:
+        """Cache rows of the task's sentences (raises :class:`MissingSentences`)."""
+        spec, task, rows = self._tasks[task_id]
+        if rows is None:
+            rows = self.cache.rows_for(task.sentences)
+            self._tasks[task_id] = (spec, task, rows)
+        return rows
+
+    def survey(self, task_id: str) -> TaskShape:
+        """Load the task and look its sentences up in the cache (keys only, no vectors)."""
+        spec, task = self._load(task_id)
+        missing = 0
+        try:
+            self._rows(task_id)
+        except MissingSentences as exc:
+            missing = exc.missing
+        return TaskShape(task=task_id, protocol=task.protocol,
+                         sizes={name: len(split) for name, split in task.splits.items()},
+                         n_classes=len(task.labels),
+                         n_features=COMBINER_WIDTH[spec.combiner] * self.cache.dim,
+                         missing=missing)
+
+    def _vectors(self, task_id: str, rows: np.ndarray, layers: Sequence[LayerSpec],
+                 sentences: Sequence[str]) -> Tuple[np.ndarray, List[Any]]:
+        """``(vectors, positions)``: the task's vectors of the hidden states ``layers`` need
+        (read from the cache for these layers only) and each layer spec's position along
+        their second axis. ``avg`` is the stored mean over all hidden states; a cache
+        written before encode stored it gets every state read and averaged (``"avg"``)."""
+        ctx = self.context
+        ints = sorted({int(layer) for layer in layers if layer != AVG})
+        if AVG in layers and not self.cache.has_avg:
+            states: List[Any] = list(self.cache.states)
+        else:
+            states = ints + ([AVG] if AVG in layers else [])
+        t0 = time.perf_counter()
+        vectors = self.cache.read(rows, ctx.pooling, states)
+        log.info("%s: read %d rows x %d states in %.2fs", task_id, len(rows), len(states),
+                 time.perf_counter() - t0)
+        _check_vectors(Path(ctx.cache_path), task_id, vectors, sentences, ctx.pooling)
+        position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
+        if not self.cache.has_avg:
+            position[AVG] = AVG  # evaluate_cells averages every state read
+        return vectors, [position[layer] for layer in layers]
+
+    def run(self, unit: WorkUnit, report: Callable[[List[ResultRecord]], None]) -> float:
+        """Train every cell of ``unit``; each program's records are appended to the results
+        file, then passed to ``report``. Returns the seconds the unit took."""
+        t_start = time.perf_counter()
+        ctx = self.context
+        spec, task = self._load(unit.task)
+        rows = self._rows(unit.task)
+        classifier = classifier_record(task, ctx.classifier)
+        store = ResultsStore(ctx.out)
+        system = System.of_cache(self.identity, ctx.device)
+        chance = chance_levels(task)
+        n_examples = sum(len(s) for s in task.splits.values())
+        n_features = COMBINER_WIDTH[spec.combiner] * self.cache.dim
+        # one chunk of layer specs at a time, its vectors read for it alone: the features of a
+        # program (and the vectors behind them) stay under FEATURE_BUDGET_BYTES whatever the
+        # width and the number of hidden states (docs/probe.md, "Memory")
+        for chunk in _layer_chunks(list(unit.layers), n_examples, n_features):
+            vectors, positions = self._vectors(unit.task, rows, chunk, task.sentences)
+            t0 = time.perf_counter()
+            outcomes = evaluate_cells(task, vectors, positions,
+                                      unit.seeds, ctx.classifier, sequential=ctx.sequential,
+                                      device=ctx.device)
+            del vectors
+            seconds = (time.perf_counter() - t0) / (len(chunk) * len(unit.seeds))
+            records = [cell_record(task, o, system, layer=layer if layer == AVG else int(layer),
+                                   pooling=ctx.pooling, seed=seed, classifier=classifier,
+                                   seconds=seconds, chance=chance)
+                       for seed, per_layer in zip(unit.seeds, outcomes)
+                       for layer, o in zip(chunk, per_layer)]
+            written = store_cells(ctx.out, task, records,
+                                  [o for per_layer in outcomes for o in per_layer],
+                                  overwrite=ctx.overwrite, store=store)
+            log.info("%s layers %s: %d cell(s) in %.1fs", unit.task,
+                     ",".join(map(str, chunk)), len(records), seconds * len(records))
+            report(written)
+        return time.perf_counter() - t_start
