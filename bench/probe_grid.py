@@ -7,6 +7,17 @@ busy-core fraction (sum of the units' busy seconds / (wall x jobs)), the ideal w
 ``--compare-sequential N`` reruns the grid's first N cells with ``--jobs 1`` and prints the
 largest score difference (same seed: scheduling must not change scores).
 
+``--compare-jobs 1,2`` runs the whole grid once per ``--jobs`` value and prints each wall
+time, the speed-up over the first and the largest score difference (issue 24: ``--jobs 2``
+must never be slower than ``--jobs 1``, and at least 1.5x faster on one task of 16 cells on
+two idle cores). ``--toy-tasks N`` replaces the real data by N generated 3-class tasks
+(``--toy-examples`` each, 7 hidden states x 384 dims of random vectors with a signal in the
+later states, one cache), so that grids of 1, 3 and 30 tasks need no encoding:
+
+    python bench/probe_grid.py --toy-tasks 1 --layers all --seeds 1111,1 --compare-jobs 1,2
+    python bench/probe_grid.py --toy-tasks 3 --layers all --seeds 1111,1 --compare-jobs 1,2
+    python bench/probe_grid.py --toy-tasks 30 --toy-examples 1000 --layers all --compare-jobs 1,2
+
     python bench/probe_grid.py                    # builds /tmp/estratos-bench/grid-minilm.h5 once
     python bench/probe_grid.py --layers 0,3,6,avg --seeds 1111 --jobs 2 --compare-sequential 4
     python bench/probe_grid.py --cache minilm.h5 --tasks es-senteval --layers all --seeds 1111
@@ -57,6 +68,76 @@ def compare_sequential(cache, dirs, grid, n, args, tmp):
     return len(diffs), max(diffs) if diffs else float("nan"), time.perf_counter() - t0
 
 
+def build_toy(root: Path, n_tasks: int, n_examples: int, seed: int = 0):
+    """``n_tasks`` custom 3-class tasks (task.toml + TSV, split train/dev/test 80/10/10) over
+    one cache of random 7-state x 384-dim vectors whose class signal grows with depth."""
+    import numpy as np
+
+    from estratos.cache import schema
+    from estratos.cache.writer import CacheWriter
+    from estratos.text import sentence_key
+
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    sentences, vectors, files = [], [], []
+    names = ("neg", "neu", "pos")
+    for t in range(n_tasks):
+        y = rng.integers(0, 3, n_examples)
+        texts = [f"toy {t} sentence {i}" for i in range(n_examples)]
+        centers = rng.normal(size=(3, 384))
+        vec = rng.normal(size=(n_examples, 7, 384)).astype(np.float32)
+        vec += (np.linspace(0.0, 0.6, 7)[None, :, None] * centers[y][:, None, :]).astype(
+            np.float32)
+        sentences += texts
+        vectors.append(vec)
+        folder = root / f"Toy{t}"
+        folder.mkdir(exist_ok=True)
+        cut = {"train": (0, int(0.8 * n_examples)),
+               "dev": (int(0.8 * n_examples), int(0.9 * n_examples)),
+               "test": (int(0.9 * n_examples), n_examples)}
+        for split, (a, b) in cut.items():
+            (folder / f"{split}.tsv").write_text(
+                "".join(f"{names[y[i]]}\t{texts[i]}\n" for i in range(a, b)), encoding="utf-8")
+        (folder / "task.toml").write_text(
+            f'name = "Toy{t}"\nsuite = "toy"\ngroup = "SC"\nlanguage = "es"\nformat = "tsv"\n'
+            'combiner = "single"\nprotocol = "split"\n[files]\ntrain = "train.tsv"\n'
+            'dev = "dev.tsv"\ntest = "test.tsv"\n[columns]\nlabel = 0\nsentences = [1]\n'
+            'header = false\n', encoding="utf-8")
+        files.append(folder / "task.toml")
+    vec = np.concatenate(vectors)
+    cache = root / "toy.h5"
+    attrs = {"encoder": "hf", "model": "bench/toy", "revision": "toy", "tokenizer": "bench/toy",
+             "max_length": 128, "lowercase": False, "dtype": "float32",
+             "poolings": ("cls", "mean")}
+    writer = CacheWriter.create(schema.partial_path(cache), attrs)
+    writer.append([sentence_key(s) for s in sentences], sentences, [5] * len(sentences),
+                  [False] * len(sentences), {"cls": vec, "mean": vec})
+    writer.finish(cache)
+    return cache, files
+
+
+def compare_jobs(cache, specs, dirs, args, tmp) -> None:
+    """The same grid once per ``--jobs`` value: wall, speed-up, largest score difference."""
+    from estratos.probe.runner import run_probe
+
+    values = [int(v) for v in args.compare_jobs.split(",")]
+    walls, scores = [], []
+    for i, jobs in enumerate(values):
+        run = run_probe(cache, specs, dirs, Path(tmp) / f"run-{i}-jobs-{jobs}.jsonl",
+                        layers=args.layers, seeds=args.seeds, classifier=args.classifier,
+                        jobs=jobs, device=args.device)
+        walls.append(run.seconds)
+        scores.append({cell_key(r): r.score for r in run})
+        busy = ", ".join(f"{s.seconds:.1f}" for s in sorted(run.units, key=lambda s: s.unit.index))
+        print(f"--jobs {jobs}: {len(run)} cells in {len(run.units)} unit(s) (busy s: {busy}), "
+              f"wall {run.seconds:.1f} s, {walls[0] / run.seconds:.2f}x --jobs {values[0]}",
+              flush=True)
+    worst = max((abs((a or 0.0) - (scores[0][k] or 0.0)) for s in scores[1:]
+                 for k, a in s.items()), default=0.0)
+    same = all(set(s) == set(scores[0]) for s in scores)
+    print(f"largest |score diff| vs --jobs {values[0]}: {worst:.4f} points; same cells: {same}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", default="/tmp/estratos-bench/grid-minilm.h5",
@@ -71,6 +152,11 @@ def main(argv=None) -> int:
     ap.add_argument("--compare-sequential", type=int, default=0, metavar="N",
                     help="rerun the first N cells with --jobs 1 and print the largest "
                          "score difference")
+    ap.add_argument("--compare-jobs", default=None, metavar="A,B",
+                    help="run the grid once per --jobs value; print walls and speed-ups")
+    ap.add_argument("--toy-tasks", type=int, default=0, metavar="N",
+                    help="N generated tasks over a random-vector cache instead of --tasks")
+    ap.add_argument("--toy-examples", type=int, default=3000, metavar="N")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
@@ -79,16 +165,32 @@ def main(argv=None) -> int:
     from estratos.probe.runner import run_probe
     from estratos.tasks import DataDirs, select_tasks
 
-    cache = Path(args.cache)
-    if not cache.exists():
-        build_cache(cache, args.tasks, args.data_dir)
-    dirs = DataDirs.parse([args.data_dir])
     with torch_runtime(1):  # one-time torch imports happen here, outside the timings
         pass
+    if args.toy_tasks:
+        from estratos.tasks import load_task_file
+
+        toy = Path(tempfile.mkdtemp(prefix="estratos-toy-"))
+        cache, files = build_toy(toy, args.toy_tasks, args.toy_examples)
+        specs = [load_task_file(f) for f in files]
+        dirs = None
+        args.tasks = f"{args.toy_tasks} toy task(s) of {args.toy_examples} examples"
+    else:
+        cache = Path(args.cache)
+        if not cache.exists():
+            build_cache(cache, args.tasks, args.data_dir)
+        dirs = DataDirs.parse([args.data_dir])
+        specs = select_tasks(args.tasks)
+    if args.compare_jobs:
+        print(f"cache {cache}; tasks {args.tasks}; layers {args.layers}; seeds {args.seeds}; "
+              f"classifier {args.classifier}; load average {os.getloadavg()[0]:.1f}")
+        with tempfile.TemporaryDirectory() as tmp:
+            compare_jobs(cache, specs, dirs, args, tmp)
+        return 0
     print(f"cache {cache}; tasks {args.tasks}; layers {args.layers}; seeds {args.seeds}; "
           f"jobs {args.jobs} (os.cpu_count() {os.cpu_count()}); classifier {args.classifier}")
     with tempfile.TemporaryDirectory() as tmp:
-        run = run_probe(cache, select_tasks(args.tasks), dirs, Path(tmp) / "grid.jsonl",
+        run = run_probe(cache, specs, dirs, Path(tmp) / "grid.jsonl",
                         layers=args.layers, seeds=args.seeds, classifier=args.classifier,
                         jobs=args.jobs, device=args.device)
         cells = defaultdict(int)

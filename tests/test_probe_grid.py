@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 from estratos.errors import CacheError, OptionError
-from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
-                                 shard_path)
+from estratos.probe.grid import (MIN_LAYER_CUT, TaskShape, WorkUnit, cell_cost, plan_units,
+                                 shard_cells, shard_path)
 from estratos.probe.runner import run_probe
 from estratos.probe.settings import resolve_classifier
 from estratos.results import read_results
@@ -85,9 +85,23 @@ def test_units_cover_every_pending_cell_once_longest_first():
         assert units == plan_units(pending, cost, jobs)  # deterministic
     # one process: one rectangle per (task, pending layer set); more: big units are cut
     assert len(plan_units(pending, cost, 1)) == 4
-    cut = plan_units(pending, cost, 4)
+    cut = plan_units(pending, cost, 4, min_layer_cut=0.0)
     assert max(u.cost for u in cut) <= sum(u.cost for u in cut) / (4 * 6) + 100.0
     assert all(u.task == "big" for u in cut[:-3])
+
+
+def test_units_are_not_cut_where_cutting_costs_more_than_it_gains():
+    """Layer specs are cut apart only into halves worth MIN_LAYER_CUT (cutting loses their
+    shared steps); seeds that train one after the other anyway (CPU) are cut first."""
+    pending = {"t": {1: [0, 1, 2, 3, 4, 5, 6, "avg"], 2: [0, 1, 2, 3, 4, 5, 6, "avg"]}}
+    small = {"t": MIN_LAYER_CUT / 10}  # a whole seed's 8 layer specs: 0.8 x MIN_LAYER_CUT
+    units = plan_units(pending, small, 2, seeds_apart=True)
+    assert [(u.layers, u.seeds) for u in units] == [(tuple(pending["t"][1]), (1,)),
+                                                   (tuple(pending["t"][1]), (2,))]
+    big = {"t": MIN_LAYER_CUT}  # halves of a seed's layer specs are worth cutting
+    units = plan_units(pending, big, 2, seeds_apart=True)
+    assert len(units) > 2 and all(len(u.seeds) == 1 for u in units)
+    assert min(u.cost for u in units) >= MIN_LAYER_CUT
 
 
 def test_cost_grows_with_examples_classes_and_hidden_units():

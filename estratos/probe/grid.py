@@ -35,6 +35,12 @@ Cell = Tuple[str, LayerSpec, int]
 #: with several processes, a unit is cut while it costs more than the grid's
 #: total / (jobs x SPLIT_FACTOR): the tail of a longest-first schedule then stays short
 SPLIT_FACTOR = 6
+#: cutting a unit's layer specs apart loses batching (the per-step overheads its layer specs
+#: shared: 3.3x per cell on TASS1) and loads the task and reads its rows once more (about a
+#: second); so layer specs are only cut apart when each half still costs at least this much
+#: (about 15 s of training on the development VM at ~2.5e9 per second). Seeds that train
+#: one after the other anyway (on the CPU) are cut apart first, at no loss.
+MIN_LAYER_CUT = 4.0e10
 #: a shard block (task, seed: all its layer specs) costing more than total / (count x this)
 #: is split into single cells before blocks are dealt to shards
 SHARD_SPLIT_FACTOR = 2
@@ -110,14 +116,19 @@ def _halves(items: Tuple, ) -> Tuple[Tuple, Tuple]:
     return items[:mid], items[mid:]
 
 
-def _split(unit: WorkUnit) -> List[WorkUnit]:
-    """Cut a unit in two: by layer specs first (each half reads fewer hidden states), then by
-    seeds; a single cell cannot be cut."""
+def _split(unit: WorkUnit, seeds_apart: bool = False,
+           min_layer_cut: float = MIN_LAYER_CUT) -> List[WorkUnit]:
+    """Cut a unit in two: by seeds first when they train one after the other anyway
+    (``seeds_apart``), else by layer specs first (each half reads fewer hidden states); layer
+    specs only while each half costs at least ``min_layer_cut``; a single cell cannot be
+    cut."""
     per_cell = unit.cost / unit.n_cells
-    if len(unit.layers) > 1:
-        parts = [(half, unit.seeds) for half in _halves(unit.layers)]
-    elif len(unit.seeds) > 1:
+    by_layers = (len(unit.layers) > 1
+                 and per_cell * len(unit.seeds) * (len(unit.layers) // 2) >= min_layer_cut)
+    if len(unit.seeds) > 1 and (seeds_apart or not by_layers):
         parts = [(unit.layers, half) for half in _halves(unit.seeds)]
+    elif by_layers:
+        parts = [(half, unit.seeds) for half in _halves(unit.layers)]
     else:
         return [unit]
     return [WorkUnit(unit.task, layers, seeds, per_cell * len(layers) * len(seeds))
@@ -125,14 +136,18 @@ def _split(unit: WorkUnit) -> List[WorkUnit]:
 
 
 def plan_units(pending: Mapping[str, Mapping[int, Sequence[LayerSpec]]],
-               cost: Mapping[str, float], jobs: int = 1) -> List[WorkUnit]:
+               cost: Mapping[str, float], jobs: int = 1,
+               seeds_apart: bool = False,
+               min_layer_cut: float = MIN_LAYER_CUT) -> List[WorkUnit]:
     """Work units covering exactly the ``pending`` cells (task -> seed -> layer specs),
     longest first.
 
     Seeds of a task with the same pending layer specs share a unit (rectangles); with
-    ``jobs > 1``, units costing more than total / (jobs x :data:`SPLIT_FACTOR`) are cut until
-    they fit or are single cells. The plan depends only on its arguments (ties keep the
-    order of ``pending``), so it is the same on every run of the same grid.
+    ``jobs > 1``, units costing more than total / (jobs x :data:`SPLIT_FACTOR`) are cut
+    (:func:`_split`: seeds first when ``seeds_apart``, i.e. they train one after the other on
+    this device; layer specs only into halves costing at least ``min_layer_cut``) until
+    they fit or cannot be cut. The plan depends only on its arguments (ties keep the order of
+    ``pending``), so it is the same on every run of the same grid.
     """
     units: List[WorkUnit] = []
     for task, by_seed in pending.items():
@@ -152,7 +167,7 @@ def plan_units(pending: Mapping[str, Mapping[int, Sequence[LayerSpec]]],
         seq = len(units)
         while heap:
             neg, i, unit = heapq.heappop(heap)
-            parts = _split(unit) if -neg > target else [unit]
+            parts = _split(unit, seeds_apart, min_layer_cut) if -neg > target else [unit]
             if len(parts) == 1:
                 done.append((i, unit))
                 continue

@@ -30,7 +30,7 @@ from estratos import errors as _errors
 from estratos.errors import EstratosError, MissingSentences, OptionError
 from estratos.options import (available_cores, parse_layers, parse_seeds, positive_int,
                               resolve_shard)
-from estratos.probe.cells import Classifier, resolve_probe_device
+from estratos.probe.cells import FUSED_SEED_DEVICES, Classifier, resolve_probe_device
 from estratos.probe.estimator import DEFAULT_CLASSIFIER
 from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
                                  shard_path)
@@ -214,7 +214,9 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
             if where is not None:
                 owned = shard_cells(ids, layer_specs, seeds_t, cost, where)
                 pending = _pending_cells(ids, layer_specs, seeds_t, key, done, owned)
-            units = plan_units(pending, cost, executor.processes)
+            units = plan_units(pending, cost, executor.processes,
+                               seeds_apart=resolve_probe_device(device_name).type
+                               not in FUSED_SEED_DEVICES)
             todo = sum(u.n_cells for u in units)
             if where is not None:
                 grid_cells = len(owned)

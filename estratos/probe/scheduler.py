@@ -9,9 +9,17 @@ unit of a worker that died (e.g. killed for memory), naming its task, while the 
 
 A *runner* does the work: ``factory(context)`` builds it (in each worker, or once here); it is
 a context manager with ``survey(payload) -> value`` and ``run(payload, report) -> seconds``,
-where ``report(value)`` forwards partial results. Every job ends in exactly one event besides
-the ``"cells"`` reports: ``"survey"``, ``"done"``, ``"error"`` (the :class:`EstratosError` itself: errors pickle
-with their fields) or ``"bug"`` (any other exception, as its traceback text).
+where ``report(value)`` forwards partial results. A unit starts with a ``"start"`` event
+(for the ETA); every job ends in exactly one event besides the ``"start"`` and ``"cells"``
+reports: ``"survey"``, ``"done"``, ``"error"`` (the :class:`EstratosError` itself: errors
+pickle with their fields) or ``"bug"`` (any other exception, as its traceback text).
+
+Start-up: a spawned worker needs seconds to start Python and import torch before it can take
+a job, and ``--jobs 2`` must not lose that against ``--jobs 1`` (issue 24). So the parent is
+one of the ``jobs`` processes: it spawns ``jobs - 1`` workers and takes jobs from the same
+queue itself (the first, longest one at once), while a thread of it feeds the workers. Workers
+say ``"ready"`` once their runner is built, and only ready workers are sent jobs, so no job
+waits on a worker that is still importing while the parent could run it.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from estratos.errors import EstratosError
 
@@ -36,13 +44,28 @@ Job = Tuple[str, Any, Any]
 EventSink = Callable[[str, Any, Any], None]
 
 
+#: events that report on a job without ending it
+PARTIAL_EVENTS = frozenset({"start", "cells"})
+#: a worker that dies before it is ready this many times in a row stops the run
+MAX_START_FAILURES = 3
+
+
 def _run_job(runner: Any, job: Job, send: EventSink) -> None:
     kind, key, payload = job
     if kind == "survey":
         send("survey", key, runner.survey(payload))
     else:
+        send("start", key, None)
         seconds = runner.run(payload, lambda value: send("cells", key, value))
         send("done", key, seconds)
+
+
+def _run_caught(runner: Any, job: Job, send: EventSink) -> None:
+    """:func:`_run_job` with user errors turned into an ``"error"`` event."""
+    try:
+        _run_job(runner, job, send)
+    except EstratosError as exc:
+        send("error", job[1], exc)
 
 
 class InProcess:
@@ -59,10 +82,7 @@ class InProcess:
 
     def run(self, jobs: Iterable[Job], on_event: EventSink) -> None:
         for job in jobs:
-            try:
-                _run_job(self.runner, job, on_event)
-            except EstratosError as exc:
-                on_event("error", job[1], exc)
+            _run_caught(self.runner, job, on_event)
 
     def close(self) -> None:
         self._runner_cm.__exit__(None, None, None)
@@ -105,6 +125,7 @@ def serve(conn: Any, factory: Callable[[Any], Any], context: Any, parent: int) -
         conn.send((kind, key, value))
 
     with factory(context) as runner:
+        send("ready", None, None)
         while True:
             try:
                 job = conn.recv()
@@ -121,11 +142,15 @@ def serve(conn: Any, factory: Callable[[Any], Any], context: Any, parent: int) -
 
 
 class WorkerPool:
-    """``processes`` spawned workers, each fed one job at a time (see the module docstring).
+    """``processes - 1`` spawned workers plus this process, each running one job at a time
+    (see the module docstring).
 
     Use as a context manager: leaving it (normally, on an error or on Ctrl-C) stops every
     worker; a worker in the middle of a unit is terminated, which is safe because results
     are appended as whole lines under a lock (a torn line is cut off by the next append).
+    This process's own jobs run in the calling thread (Ctrl-C stops them as with one
+    process); a feeder thread sends jobs to the ready workers and passes their events on.
+    ``on_event`` is called from both threads, never at the same time.
     """
 
     def __init__(self, factory: Callable[[Any], Any], context: Any, processes: int) -> None:
@@ -136,9 +161,15 @@ class WorkerPool:
         self._context = context
         self.processes = processes
         self._workers: List[Tuple[Any, Any]] = []
+        self._ready: Set[int] = set()
+        self._start_failures = 0
+        self._local: Optional[Any] = None
+        self._local_cm: Optional[Any] = None
         try:
-            for _ in range(processes):
+            for _ in range(processes - 1):
                 self._workers.append(self._start())
+            self._local_cm = factory(context)  # while the workers start
+            self._local = self._local_cm.__enter__()
         except BaseException:  # Ctrl-C while starting: stop the ones already started
             self.close(graceful=False)
             raise
@@ -152,60 +183,122 @@ class WorkerPool:
         return proc, parent_end
 
     def run(self, jobs: Iterable[Job], on_event: EventSink) -> None:
-        """Run ``jobs`` in order, each on the next idle worker; returns when all have ended."""
+        """Run ``jobs`` in order, each on the next free process (this one included);
+        returns when all have ended."""
+        queue: Deque[Job] = deque(jobs)
+        lock = threading.Lock()
+        stop = threading.Event()
+        failed: List[BaseException] = []
+
+        def send(kind: str, key: Any, value: Any) -> None:
+            with lock:
+                on_event(kind, key, value)
+
+        def take() -> Optional[Job]:
+            with lock:
+                return queue.popleft() if queue else None
+
+        def feed() -> None:
+            try:
+                self._feed(queue, take, send, stop)
+            except BaseException as exc:  # handed to the calling thread
+                failed.append(exc)
+                stop.set()
+
+        feeder = threading.Thread(target=feed, name="estratos-feeder", daemon=True)
+        feeder.start()
+        try:
+            while not stop.is_set():
+                job = take()
+                if job is None:
+                    break
+                _run_caught(self._local, job, send)
+            while feeder.is_alive():
+                feeder.join(0.2)
+        finally:
+            stop.set()
+            feeder.join()
+        if failed:
+            raise failed[0]
+
+    def _feed(self, queue: Deque[Job], take: Callable[[], Optional[Job]], send: EventSink,
+              stop: threading.Event) -> None:
+        """The feeder thread: jobs to ready idle workers, their events to ``send``; ends when
+        the queue is empty and no worker is busy (or on ``stop``)."""
         from multiprocessing.connection import wait
 
-        queue: Deque[Job] = deque(jobs)
         busy: Dict[int, Job] = {}
-        while queue or busy:
-            for w in range(len(self._workers)):
-                if queue and w not in busy:
-                    job = queue.popleft()
-                    self._workers[w][1].send(job)
-                    busy[w] = job
-            conns = {self._workers[w][1]: w for w in busy}
-            sentinels = {self._workers[w][0].sentinel: w for w in busy}
-            for ready in wait(list(conns) + list(sentinels)):
+        while not stop.is_set() and (queue or busy):
+            for w in sorted(self._ready - set(busy)):
+                job = take()
+                if job is None:
+                    break
+                self._workers[w][1].send(job)
+                busy[w] = job
+            if not queue and not busy:
+                return
+            conns = {conn: w for w, (_, conn) in enumerate(self._workers)}
+            sentinels = {proc.sentinel: w for w, (proc, _) in enumerate(self._workers)}
+            for ready in wait(list(conns) + list(sentinels), timeout=0.1):
                 if ready in conns:
                     w = conns[ready]
-                    if w not in busy:
-                        continue
+                    if self._workers[w][1] is not ready:
+                        continue  # restarted meanwhile
                     try:
                         kind, key, value = ready.recv()
                     except (EOFError, OSError):
                         continue  # the worker died: its sentinel reports it
-                    on_event(kind, key, value)
-                    if kind != "cells":
+                    if kind == "ready":
+                        self._ready.add(w)
+                        self._start_failures = 0
+                        continue
+                    send(kind, key, value)
+                    if kind not in PARTIAL_EVENTS:
                         del busy[w]
                 else:
-                    w = sentinels[ready]
-                    proc, conn = self._workers[w]
-                    while w in busy and conn.poll():  # what it sent before dying
-                        try:
-                            kind, key, value = conn.recv()
-                        except (EOFError, OSError):
-                            break
-                        on_event(kind, key, value)
-                        if kind != "cells":
-                            del busy[w]
-                    if w in busy:
-                        proc.join()
-                        job = busy.pop(w)
-                        on_event("error", job[1], EstratosError(
-                            f"the worker process running it died (exit code {proc.exitcode}"
-                            f"{'; killed: out of memory?' if proc.exitcode == -9 else ''})"))
-                    conn.close()
-                    self._workers[w] = self._start()
+                    self._reap(sentinels[ready], ready, busy, send)
+
+    def _reap(self, w: int, sentinel: Any, busy: Dict[int, Job], send: EventSink) -> None:
+        """Worker ``w`` died: pass on what it sent before, fail its job, start another."""
+        proc, conn = self._workers[w]
+        if proc.sentinel is not sentinel:
+            return  # restarted meanwhile
+        while conn.poll():
+            try:
+                kind, key, value = conn.recv()
+            except (EOFError, OSError):
+                break
+            if kind == "ready" or w not in busy:
+                continue
+            send(kind, key, value)
+            if kind not in PARTIAL_EVENTS:
+                del busy[w]
+        proc.join()
+        if w in busy:
+            job = busy.pop(w)
+            send("error", job[1], EstratosError(
+                f"the worker process running it died (exit code {proc.exitcode}"
+                f"{'; killed: out of memory?' if proc.exitcode == -9 else ''})"))
+        elif w not in self._ready:
+            self._start_failures += 1
+            if self._start_failures > MAX_START_FAILURES * len(self._workers):
+                raise RuntimeError("probe worker processes keep dying while starting "
+                                   f"(exit code {proc.exitcode})")
+        conn.close()
+        self._ready.discard(w)
+        self._workers[w] = self._start()
 
     def close(self, *, graceful: bool = True) -> None:
-        for proc, conn in self._workers:
-            if graceful and proc.is_alive():
+        # a worker still starting has done nothing: it is not waited for
+        polite = [graceful and w in self._ready for w in range(len(self._workers))]
+        for (proc, conn), wait_for in zip(self._workers, polite):
+            if wait_for and proc.is_alive():
                 try:
                     conn.send(None)
                 except (OSError, ValueError):
                     pass
-        for proc, conn in self._workers:
-            if graceful:
+        for (proc, conn), wait_for in zip(self._workers, polite):
+            if wait_for:
                 proc.join(5)
             if proc.is_alive():
                 proc.terminate()
@@ -215,6 +308,10 @@ class WorkerPool:
                 proc.join()
             conn.close()
         self._workers = []
+        self._ready = set()
+        if self._local_cm is not None:
+            self._local_cm.__exit__(None, None, None)
+            self._local_cm = self._local = None
 
     def __enter__(self) -> "WorkerPool":
         return self
