@@ -218,3 +218,66 @@ def test_batched_seeds_of_the_relatedness_regressor_match_each_seed_alone():
         np.testing.assert_array_equal(alone.epochs_, together.epochs_[rows])
         np.testing.assert_allclose(alone.dev_score_, together.dev_score_[rows], atol=1e-7)
         np.testing.assert_allclose(alone.predict(x[:, 150:]), both[rows], atol=1e-6)
+
+
+def collinear_toy(n=600, n_dev=200, rank=8, width=192, classes=5, seed=0):
+    """Features that are nearly collinear and far from centred (a few latent factors seen
+    through many correlated, offset columns), as sentence vectors are."""
+    rng = np.random.default_rng(seed)
+    mix = rng.normal(size=(rank, width))
+    w = rng.normal(size=(rank, classes))
+
+    def draw(m):
+        z = rng.normal(size=(m, rank))
+        x = z @ mix + 0.01 * rng.normal(size=(m, width)) + 3.0
+        y = np.argmax(z @ w + rng.gumbel(size=(m, classes)), axis=1)
+        return np.hstack([x, x * 0.5 + x[::-1] * 0.5]).astype(np.float32), y
+
+    (x, y), (xd, yd) = draw(n), draw(n_dev)
+    return x[None], y, xd[None], yd
+
+
+def test_lbfgs_converges_fast_on_nearly_collinear_features():
+    """Issue 24: raw L-BFGS crawled to its cap on such features. Standardized and warm
+    started along the L2 path, every fit converges in a few dozen iterations (no fit is
+    capped) and the probe is as accurate as a fit run to float precision."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y, xd, yd = collinear_toy()
+    clf = LBFGSClassifier().fit(x, y, xd, yd, [1e-5, 1e-4, 1e-3, 1e-2])
+    assert not clf.capped_.any()
+    assert clf.epochs_.max() < 100
+    tight = LogisticRegression(C=1.0 / (1e-3 * len(y)), max_iter=5000, tol=1e-8)
+    mean, std = x[0].mean(0), x[0].std(0)
+    tight.fit((x[0] - mean) / std, y)
+    exact = (tight.predict((xd[0] - mean) / std) == yd).mean()
+    assert abs(clf.dev_score_[0, 2] - exact) <= 0.03
+
+
+def test_a_fit_stopped_at_the_cap_is_recorded_in_the_result():
+    from estratos.probe.records import System, cell_record
+    from estratos.protocols.classification import split_protocol
+
+    x, y, xd, yd = collinear_toy()
+    out = split_protocol(lambda: LBFGSClassifier(max_iter=2), (x, y), (xd, yd), (xd, yd),
+                         [1e-3])
+    assert out[0].capped == 2 and out[0].epochs == 2
+    done = split_protocol(lambda: LBFGSClassifier(), (x, y), (xd, yd), (xd, yd), [1e-3])
+    assert done[0].capped is None
+    from estratos.protocols.estimators import OneAtATime
+
+    alone = split_protocol(lambda: OneAtATime(lambda: LBFGSClassifier(max_iter=2)), (x, y),
+                           (xd, yd), (xd, yd), [1e-3])
+    assert alone[0].capped == 2
+    # the results line says so, and reads back
+    from estratos.results import ResultRecord
+    from probe_toys import toy_split_task
+
+    task = toy_split_task(40)[0]
+    system = System(kind="probe", model="m", revision=None)
+    line = cell_record(task, out[0], system, layer=0, pooling="cls", seed=1,
+                       classifier={"name": "lbfgs"}, seconds=1.0)
+    assert line.to_json()["capped"] == {"max_iter": 2}
+    assert ResultRecord.from_json(line.to_json()).capped == {"max_iter": 2}
+    assert "capped" not in cell_record(task, done[0], system, layer=0, pooling="cls", seed=1,
+                                       classifier={"name": "lbfgs"}, seconds=1.0).to_json()

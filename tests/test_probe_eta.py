@@ -95,3 +95,26 @@ def test_before_any_unit_ends_the_written_cells_give_a_rate():
 ])
 def test_the_fit_keeps_both_parameters_nonnegative(points, want):
     assert _fit_nonnegative(points) == pytest.approx(want)
+
+
+def test_the_probe_bar_shows_the_measured_estimate():
+    """The runner's bar (estratos.probe.progress.GridProgress) fed the events a grid sends."""
+    from estratos.probe.grid import WorkUnit
+    from estratos.probe.progress import GridProgress
+
+    clock = Clock()
+    units = [WorkUnit("t", (0, 1), (1,), 100.0, 0), WorkUnit("t", (2, 3), (1,), 10.0, 1),
+             WorkUnit("u", (0, 1), (1,), 10.0, 2)]
+    bar = GridProgress(units, 1, show=False, clock=clock)
+    assert bar.text() is None
+    bar.started(units[0])
+    clock.now = 20.0
+    bar.update(units[0], 2)
+    bar.finished(units[0], 20.0)
+    assert bar.text() == "ETA 0:04"  # 0.2 s per unit of cost, nothing else known yet
+    bar.started(units[1])
+    clock.now = 32.0
+    bar.update(units[1], 2)
+    bar.finished(units[1], 12.0)  # a small unit took 12 s: a fixed part the prior lacks
+    # a x 100 + b = 20, a x 10 + b = 12: the last unit needs 12 s (the prior alone: 2.9 s)
+    assert bar.text() == "ETA 0:12"

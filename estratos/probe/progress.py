@@ -1,25 +1,31 @@
 """The probe grid's progress bar (stderr, tqdm) and its estimate of the time left.
 
-Why estimated costs and not a rate over cells: cells of one grid differ by orders of
-magnitude (a DC MLP against an STS cosine), so the bar advances by cells but its ETA comes
-from the units' cost estimates (:mod:`estratos.probe.grid`).
+Why not a rate over cells, nor the estimated costs alone: cells of one grid differ by orders
+of magnitude (a DC MLP against an STS cosine), and the estimates miss what each unit costs
+whatever its size, so the bar advances by cells but its ETA comes from what the finished
+units really took (:class:`estratos.probe.eta.GridEta`, issue 24).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import Callable, Dict, Optional, Sequence
+
+from estratos.probe.eta import GridEta
+from estratos.probe.grid import WorkUnit
 
 
 class GridProgress:
-    """A tqdm bar over cells whose ETA comes from the units' estimated costs (cells of one
-    grid differ by orders of magnitude, so a rate over cells would mislead)."""
+    """A tqdm bar over the cells of ``units`` run on ``processes`` processes; fed the units'
+    ``started``/``update`` (cells written)/``finished`` events. ``clock``: for tests."""
 
-    def __init__(self, total_cells: int, total_cost: float, show: bool) -> None:
+    def __init__(self, units: Sequence[WorkUnit], processes: int, show: bool,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.bar = None
-        self.total_cost = total_cost
-        self.done_cost = 0.0
-        self.t0 = time.monotonic()
+        self.eta = GridEta({u.index: u.cost for u in units}, processes, clock)
+        self.written: Dict[int, int] = {}
+        total_cells = sum(u.n_cells for u in units)
         if show and total_cells:
             from tqdm.auto import tqdm
 
@@ -27,14 +33,29 @@ class GridProgress:
                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
                                        "cells [{elapsed}{postfix}]")
 
-    def update(self, cells: int, cost: float) -> None:
-        self.done_cost += cost
+    def started(self, unit: WorkUnit) -> None:
+        self.eta.started(unit.index)
+
+    def update(self, unit: WorkUnit, cells: int) -> None:
+        self.written[unit.index] = self.written.get(unit.index, 0) + cells
+        self.eta.progress(unit.index, self.written[unit.index] / unit.n_cells)
+        self._show(cells)
+
+    def finished(self, unit: WorkUnit, seconds: float) -> None:
+        self.eta.finished(unit.index, seconds)
+        self._show(0)
+
+    def text(self) -> Optional[str]:
+        """``ETA m:ss``, or None before anything was measured."""
+        left = self.eta.seconds_left()
+        return None if left is None else f"ETA {clock(left)}"
+
+    def _show(self, cells: int) -> None:
         if self.bar is None:
             return
-        elapsed = time.monotonic() - self.t0
-        if self.done_cost > 0 and self.total_cost > 0:
-            left = elapsed * max(0.0, self.total_cost - self.done_cost) / self.done_cost
-            self.bar.set_postfix_str(f"ETA {clock(left)}", refresh=False)
+        text = self.text()
+        if text is not None:
+            self.bar.set_postfix_str(text, refresh=False)
         self.bar.update(cells)
 
     def close(self) -> None:

@@ -78,7 +78,8 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: 
         chance=chance, epochs=outcome.epochs, seconds=round(seconds, 3),
         model=system.model, revision=system.revision, random_init=system.random_init,
         cache=None if system.cache is None else dict(system.cache),
-        estratos_version=__version__, created=utc_now(), device=system.device, **extra)
+        estratos_version=__version__, created=utc_now(), device=system.device,
+        capped=None if outcome.capped is None else {"max_iter": int(outcome.capped)}, **extra)
 
 
 def store_cells(out: Union[str, os.PathLike], task: TaskData,

@@ -223,7 +223,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
             log.info("%d cell(s) in %d unit(s) on %d process(es)",
                      sum(u.n_cells for u in units), len(units), executor.processes)
             show = sys.stderr.isatty() if progress is None else bool(progress)
-            bar = GridProgress(sum(u.n_cells for u in units), sum(u.cost for u in units), show)
+            bar = GridProgress(units, executor.processes, show)
             failures = _run_units(executor, units, records, stats, bar)
             processes = executor.processes
     except KeyboardInterrupt:
@@ -275,12 +275,15 @@ def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRec
 
     def on_event(kind: str, key: Any, value: Any) -> None:
         unit = by_index[key]
-        if kind == "cells":
+        if kind == "start":
+            bar.started(unit)
+        elif kind == "cells":
             records.extend(value)
             written[key] = written.get(key, 0) + len(value)
-            bar.update(len(value), unit.cost / unit.n_cells * len(value))
+            bar.update(unit, len(value))
         elif kind == "done":
             stats.append(UnitStat(unit, float(value), written.get(key, 0)))
+            bar.finished(unit, float(value))
         elif kind == "error":
             log.error("%s: %s", unit.describe(), value)
             failures.append((unit.task, value))

@@ -33,7 +33,9 @@ EstimatorFactory = Callable[[], Any]
 class CellOutcome:
     """What one feature group (one layer spec) scored under a protocol.
 
-    ``l2``/``dev``/``test``/``epochs``/``extra`` are recorded in results. The rest stays out of
+    ``l2``/``dev``/``test``/``epochs``/``extra`` are recorded in results, and ``capped`` (the
+    iteration cap of an estimator whose model behind the test predictions stopped at it, e.g.
+    L-BFGS's ``max_iter``; None when it converged or has no cap). The rest stays out of
     the JSON: ``predictions`` holds one prediction per example of the ``predicted`` split(s),
     concatenated in that order and in each split's example order (the predicted label index
     for classification, the predicted score for relatedness, the cosine for similarity);
@@ -50,6 +52,17 @@ class CellOutcome:
     predicted: Tuple[str, ...] = ()
     folds: Optional[np.ndarray] = field(default=None, repr=False)
     positive: Optional[int] = None
+    capped: Optional[int] = None
+
+
+def capped_at(est: Any, index: Tuple[int, ...]) -> Optional[int]:
+    """The iteration cap of ``est`` when its model at ``index`` (into ``capped_``) stopped at
+    it, else None. Estimators with a cap say which fits reached it in ``capped_`` (same shape
+    as ``epochs_``) and the cap in ``max_iter``; others have neither."""
+    capped = getattr(est, "capped_", None)
+    if capped is None or not bool(np.asarray(capped)[index]):
+        return None
+    return int(est.max_iter)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import (AbstractSet, Any, Callable, List, Optional, Sequence, Tuple)
 import numpy as np
 
 from estratos.protocols.base import (POOL, VALIDATION_SPLIT, CellOutcome, EstimatorFactory,
-                                     Inputs, Protocol, SplitPlan, register)
+                                     Inputs, Protocol, SplitPlan, capped_at, register)
 from estratos.protocols.estimators import n_groups, take
 from estratos.protocols.folds import INNER_KFOLD_SEED, holdout_split, stratified_folds
 from estratos.protocols.metrics import accuracy, f1_positive, test_metrics
@@ -44,7 +44,7 @@ def split_protocol(make: EstimatorFactory, train: Data, dev: Data, test: Data,
             l2=float(l2_grid[r]), dev={"accuracy": round(float(dev_pct[g, r]), 2)},
             test=test_metrics(pred[g, r], test[1], positive),
             epochs=int(est.epochs_[g, r]), predictions=pred[g, r], predicted=("test",),
-            positive=positive))
+            positive=positive, capped=capped_at(est, (g, r))))
     return out
 
 
@@ -62,12 +62,15 @@ def _cross_validate(make: EstimatorFactory, X: Any, y: np.ndarray, l2_grid: Sequ
 
 def _refit_and_predict(make: EstimatorFactory, X: Any, y: np.ndarray, l2: np.ndarray,
                        X_test: Any, validation_split: float, seed: int
-                       ) -> Tuple[np.ndarray, np.ndarray]:
+                       ) -> Tuple[np.ndarray, np.ndarray, List[Optional[int]]]:
     """Refit each group with its chosen L2 on all of ``X`` (a seeded share held out for
-    early stopping) and predict ``X_test``: (labels (G, n), epochs (G,))."""
+    early stopping) and predict ``X_test``: (labels (G, n), epochs (G,), each group's
+    :func:`capped_at`)."""
     tr, dv = holdout_split(len(y), validation_split, seed)
     est = make().fit(take(X, tr), y[tr], take(X, dv), y[dv], np.asarray(l2)[:, None])
-    return np.asarray(est.predict(X_test))[:, 0], np.asarray(est.epochs_)[:, 0]
+    epochs = np.asarray(est.epochs_)[:, 0]
+    return (np.asarray(est.predict(X_test))[:, 0], epochs,
+            [capped_at(est, (g, 0)) for g in range(len(epochs))])
 
 
 def kfold_protocol(make: EstimatorFactory, train: Data, test: Data, l2_grid: Sequence[float],
@@ -80,10 +83,11 @@ def kfold_protocol(make: EstimatorFactory, train: Data, test: Data, l2_grid: Seq
     cv = _cross_validate(make, X, y, l2_grid, folds)
     best = _choose(cv)
     l2 = np.asarray([l2_grid[r] for r in best], dtype=np.float64)
-    pred, epochs = _refit_and_predict(make, X, y, l2, test[0], validation_split, seed)
+    pred, epochs, capped = _refit_and_predict(make, X, y, l2, test[0], validation_split, seed)
     return [CellOutcome(l2=float(l2[g]), dev={"accuracy": round(float(cv[g, r]), 2)},
                         test=test_metrics(pred[g], test[1], positive), epochs=int(epochs[g]),
-                        predictions=pred[g], predicted=("test",), positive=positive)
+                        predictions=pred[g], predicted=("test",), positive=positive,
+                        capped=capped[g])
             for g, r in enumerate(best)]
 
 
@@ -103,6 +107,7 @@ def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[f
     test_f1: List[np.ndarray] = []
     epochs: List[np.ndarray] = []
     chosen: List[np.ndarray] = []
+    capped: List[List[Optional[int]]] = []
     predictions = np.zeros((G, len(y)), dtype=np.int64)
     fold_of = np.zeros(len(y), dtype=np.int64)
     for f, (tr, te) in enumerate(stratified_folds(y, k, fold_seed)):
@@ -113,7 +118,9 @@ def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[f
         dev_best.append(np.round(cv[np.arange(G), best], 2))
         l2 = np.asarray([l2_grid[r] for r in best], dtype=np.float64)
         chosen.append(l2)
-        pred, ep = _refit_and_predict(make, X_tr, y_tr, l2, take(X, te), validation_split, seed)
+        pred, ep, cap = _refit_and_predict(make, X_tr, y_tr, l2, take(X, te), validation_split,
+                                           seed)
+        capped.append(cap)
         predictions[:, te] = pred
         fold_of[te] = f
         epochs.append(ep)
@@ -134,7 +141,8 @@ def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[f
             dev={"accuracy": round(float(np.mean([d[g] for d in dev_best])), 2)},
             test=test, epochs=int(round(float(np.mean([e[g] for e in epochs])))),
             extra={"l2_per_fold": l2s}, predictions=predictions[g], predicted=("all",),
-            folds=fold_of, positive=positive))
+            folds=fold_of, positive=positive,
+            capped=max((c[g] for c in capped if c[g] is not None), default=None)))
     return out
 
 

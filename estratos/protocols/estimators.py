@@ -66,6 +66,10 @@ class OneAtATime:
                          for r in range(table.shape[1])] for g in range(G)]
         self.dev_score_ = np.array([[m.dev_score_[0, 0] for m in row] for row in self.models_])
         self.epochs_ = np.array([[m.epochs_[0, 0] for m in row] for row in self.models_])
+        first = self.models_[0][0] if self.models_ and self.models_[0] else None
+        if first is not None and hasattr(first, "capped_"):  # iteration caps (capped_at)
+            self.capped_ = np.array([[m.capped_[0, 0] for m in row] for row in self.models_])
+            self.max_iter = first.max_iter
         return self
 
     def predict(self, X) -> np.ndarray:

@@ -95,6 +95,8 @@ class ResultRecord:
     "uniform_bits", "compression", "blocks", "block_bits", "order_seed"}``. ``degenerate``
     is ``{"class": LABEL}`` when every test prediction is that one class (the probe never
     left it), so reports show the cell as degenerate instead of as a score like any other.
+    ``capped`` is ``{"max_iter": N}`` when the model behind the test predictions stopped at
+    its iteration cap N instead of converging (``lbfgs``), left out otherwise.
     """
 
     kind: str
@@ -129,6 +131,7 @@ class ResultRecord:
     control: Optional[Mapping[str, Any]] = None
     mdl: Optional[Mapping[str, Any]] = None
     degenerate: Optional[Mapping[str, Any]] = None
+    capped: Optional[Mapping[str, Any]] = None
     schema: int = SCHEMA_VERSION
 
     # ------------------------------------------------------------------ identity
@@ -206,7 +209,7 @@ class ResultRecord:
                                       and not isinstance(score, bool)):
             raise ResultsFileError(f"field 'score' must be a number or null, got {score!r}",
                              path, line)
-        for key in ("test", "dev", "chance", "ci", "control", "mdl", "degenerate"):
+        for key in ("test", "dev", "chance", "ci", "control", "mdl", "degenerate", "capped"):
             if obj.get(key) is not None and not isinstance(obj[key], dict):
                 raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
         control = obj.get("control")
@@ -236,7 +239,8 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "model": (str,), "seed": (int,),
 }
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device")
-_OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "control", "mdl", "degenerate")
+_OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "control", "mdl", "degenerate",
+                      "capped")
 
 
 def _plain(value: Any) -> Any:
