@@ -422,6 +422,13 @@ def test_model_dtype_loads_the_weights_in_that_dtype(zoo, toy_task, tmp_path):
     assert 0 < max(gaps) < 0.1  # other weights, close vectors
     res = invoke(base + ["--out", tmp_path / "x.h5", "--model-dtype", "float8"])
     assert res.exit_code == 2 and "--model-dtype" in res.output
+    # rows from other weight precisions never share a cache: extending is refused
+    more = tmp_path / "more.txt"
+    more.write_text("una frase nueva.\n", encoding="utf-8")
+    res = invoke(["encode", "--model", zoo["llama"], "--sentences", more, "--threads", "1",
+                  "--dtype", "float32", "--out", tmp_path / "f32.h5", "--model-dtype", "bfloat16"])
+    assert res.exit_code == 1 and "model_dtype" in res.output, res.output
+    assert not (tmp_path / "f32.h5.partial").exists()
 
 
 def test_device_map_needs_accelerate(zoo, toy_task, tmp_path, monkeypatch):

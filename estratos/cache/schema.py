@@ -55,7 +55,10 @@ CHUNK_ROWS = 512
 #: shards all require them to be identical
 SETTINGS_ATTRS = ("schema_version", "encoder", "model", "revision", "tokenizer", "max_length",
                   "lowercase", "dtype", "poolings", "states", "mean_skips_bos",
-                  "random_init")
+                  "random_init", "model_dtype")
+#: settings that caches written before they existed lack: absent on either side matches
+#: (an old cache was written in float32 weights on CPU or autocast on a GPU, unrecorded)
+LATE_SETTINGS = ("model_dtype",)
 #: attributes that only exist on shard files
 SHARD_ATTRS = ("shard_index", "shard_count", "input_digest")
 
@@ -264,6 +267,8 @@ def settings_diff(have: Mapping[str, Any], want: Mapping[str, Any]) -> Dict[str,
             a, b = stored_states(have), stored_states(want)
             if a is None or b is None:
                 continue
+        if k in LATE_SETTINGS and (a is None or b is None):
+            continue
         if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
             a = tuple(a or ())
             b = tuple(b or ())

@@ -319,17 +319,24 @@ class HFEncoder:
     def settings(self) -> Dict[str, object]:
         """Attributes that define the vectors (compared when resuming or extending a cache).
         ``mean_skips_bos`` exists for decoder-only models, ``random_init`` for control models
-        only, so caches made before them keep matching."""
+        only, so caches made before them keep matching. ``model_dtype`` (the weights' dtype
+        as loaded): rows of other weight precisions never share a cache; caches made before
+        it was recorded match any (see :data:`estratos.cache.schema.LATE_SETTINGS`)."""
         out: Dict[str, object] = {
             "encoder": self.kind, "model": self.model_name, "revision": self.revision,
             "tokenizer": f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path}",
             "max_length": self.max_length, "lowercase": self.lowercase,
-            "poolings": self.poolings}
+            "poolings": self.poolings, "model_dtype": self.weights_dtype_name}
         if self.decoder:
             out["mean_skips_bos"] = self.mean_skips_bos
         if self.random_init is not None:
             out["random_init"] = self.random_init
         return out
+
+    @property
+    def weights_dtype_name(self) -> str:
+        """The dtype the weights were loaded in, as the cache records it (``bfloat16``)."""
+        return str(self.dtype).replace("torch.", "")
 
     def _autocasts(self) -> bool:
         """Autocast on CUDA only for float32 weights loaded with ``--model-dtype auto`` (as
@@ -346,7 +353,7 @@ class HFEncoder:
         out: Dict[str, object] = {
             "compute": compute, "model_type": str(getattr(self.config, "model_type", "")),
             "architecture": pooling.DECODER if self.decoder else pooling.ENCODER,
-            "model_dtype": str(self.dtype).replace("torch.", ""),
+            "model_dtype": self.weights_dtype_name,
             "trust_remote_code": self.trust_remote_code}
         if self.device_map is not None:
             out["device_map"] = self.device_map
