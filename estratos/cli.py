@@ -342,9 +342,16 @@ class _OnePooling(click.Choice):
               help="Also skip cells already in these results files (repeatable).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar [default: when stderr is a terminal].")
+@click.option("--control-labels", is_flag=True,
+              help="Control cells: train and early-stop on permuted labels, test on the "
+                   "true ones (kept beside the ordinary cells; the report shows "
+                   "selectivity).")
+@click.option("--mdl", is_flag=True,
+              help="Also record each classification cell's online code length and its "
+                   "compression against the uniform code (Voita & Titov 2020).")
 def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, seeds, classifier,
                   sequential, jobs, threads, overwrite, expect_model, device, shard,
-                  resume_from, progress) -> None:
+                  resume_from, progress, control_labels, mdl) -> None:
     """Train probes for every task x layer x seed (estratos.probe.probe_tasks)."""
     from estratos.probe.command import probe_tasks
 
@@ -352,7 +359,8 @@ def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, see
                       layers=layers, pooling=pooling, seeds=seeds, classifier=classifier,
                       sequential=sequential, jobs=jobs, overwrite=overwrite,
                       expect_model=expect_model, threads=threads, device=device,
-                      shard=shard or "auto", resume_from=resume_from, progress=progress)
+                      shard=shard or "auto", resume_from=resume_from, progress=progress,
+                      control_labels=control_labels, mdl=mdl)
     click.echo(run.describe())
 
 # ---- report and baseline -----------------------------------------------------------------
@@ -388,8 +396,12 @@ def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, see
               help="Confidence level of --ci.")
 @click.option("--resamples", type=int, default=1000, show_default=True,
               help="Bootstrap resamples of --ci and --significance.")
+@click.option("--control", "controls", multiple=True, metavar="CONTROL.jsonl",
+              help="A control model's results (e.g. encode --random-init): beside the "
+                   "model's per layer, with the difference and its paired bootstrap "
+                   "interval (repeatable).")
 def report_command(results, out, formats, plot, baselines, gap, pairs, reference, ci,
-                   significance, correction, alpha, level, resamples) -> None:
+                   significance, correction, alpha, level, resamples, controls) -> None:
     """Paper-style tables (and figures) from RESULTS files alone
     (estratos.report.write_report); RESULTS may be glob patterns (e.g. shard files)."""
     from estratos.report import write_report
@@ -399,7 +411,7 @@ def report_command(results, out, formats, plot, baselines, gap, pairs, reference
                          alpha=alpha, level=level, resamples=resamples)
     summary = write_report(results, out, formats=formats, plot=plot, baseline=baselines,
                            gap=tuple(gap) if gap else None, pairs=pairs, reference=reference,
-                           stats=stats)
+                           stats=stats, control=controls)
     click.echo(summary.describe())
 
 

@@ -42,10 +42,17 @@ class StackedAdam:
         self.t = 0
 
     def step(self, grads: List[torch.Tensor],
-             segments: Optional[Sequence[Tuple[int, int]]] = None) -> None:
+             segments: Optional[Sequence[Tuple[int, int]]] = None,
+             steps: Optional[Sequence[int]] = None) -> None:
         """One Adam step. ``segments``: row ranges (one per seed) updated as separate tensors,
         so each seed's parameters meet exactly the kernels they meet when trained alone
-        (vectorised kernels round the tail of a tensor in scalar code)."""
+        (vectorised kernels round the tail of a tensor in scalar code). ``steps``: each
+        segment's own step count (streams on training subsets of different sizes take
+        different numbers of steps; only the segments given are updated, ``grads`` covering
+        rows up to the last one)."""
+        if steps is not None:
+            self._step_segments(grads, segments or [], steps)
+            return
         self.t += 1
         params, decay, m, v = self.params, self.decay, self.m, self.v
         if segments is not None and len(segments) > 1:
@@ -73,6 +80,26 @@ class StackedAdam:
         torch._foreach_div_(denom, bc2_sqrt)
         torch._foreach_add_(denom, self.eps)
         torch._foreach_addcdiv_(params, m, denom, value=-self.lr / bc1)
+
+    def _step_segments(self, grads: List[torch.Tensor], segments: Sequence[Tuple[int, int]],
+                       steps: Sequence[int]) -> None:
+        """Adam on each segment's rows with that segment's own step count."""
+        def split(ts: List[torch.Tensor]) -> List[torch.Tensor]:
+            return [t[a:b] for t in ts for a, b in segments]
+        params, decay, m, v, g = (split(self.params), split(self.decay), split(self.m),
+                                  split(self.v), split(grads))
+        torch._foreach_addcmul_(g, params, decay)
+        per_view = [int(steps[i % len(segments)]) for i in range(len(params))]
+        if _FUSED_ADAM is not None:
+            counts = [torch.tensor(float(t), device=p.device) for p, t in zip(params, per_view)]
+            _FUSED_ADAM(params, g, m, v, [], counts, lr=self.lr, beta1=self.b1, beta2=self.b2,
+                        weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
+            return
+        for p, gi, mi, vi, t in zip(params, g, m, v, per_view):
+            mi.mul_(self.b1).add_(gi, alpha=1.0 - self.b1)
+            vi.mul_(self.b2).addcmul_(gi, gi, value=1.0 - self.b2)
+            denom = vi.sqrt().div_(math.sqrt(1.0 - self.b2 ** t)).add_(self.eps)
+            p.addcdiv_(mi, denom, value=-self.lr / (1.0 - self.b1 ** t))
 
     def keep(self, rows: torch.Tensor, cols: torch.Tensor, blocks: List[int]) -> None:
         """Keep only the models in feature groups ``rows`` x L2 columns ``cols``."""

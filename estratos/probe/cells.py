@@ -23,7 +23,9 @@ from sklearn.base import clone
 
 from estratos.errors import OptionError
 from estratos.probe.estimator import RecordedEstimator
+from estratos.probe.controls import DEV_PART, permuted, permuted_labels_factory
 from estratos.probe.features import AVG, build_features, layer_matrix, slot_vectors
+from estratos.probe.mdl import online_codes
 from estratos.probe.settings import resolve_classifier, resolve_regressor
 from estratos.protocols import CellOutcome, Inputs, OneAtATime, get_protocol, positive_class
 from estratos.tasks.types import TaskData
@@ -114,7 +116,8 @@ def chance_levels(task: TaskData) -> Optional[Dict[str, Any]]:
 
 def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePosition],
                    seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
-                   device: Union[str, "torch.device"] = "cpu") -> List[List[CellOutcome]]:
+                   device: Union[str, "torch.device"] = "cpu", control_labels: bool = False,
+                   mdl: bool = False) -> List[List[CellOutcome]]:
     """Train and evaluate the cells (layer spec x seed) of one task; outer list: seeds,
     inner: ``states`` in order.
 
@@ -128,6 +131,7 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
     seeds of a protocol whose seeds share the data (``split``, ``relatedness``) train as one
     program (layer specs x L2 values x seeds); on the CPU they train one after the other, so
     a cell's numbers never depend on which other seeds ran (docs/probe.md, "Devices").
+    ``control_labels`` and ``mdl``: see :func:`evaluate_groups`.
     """
     spec = task.spec
     torch_device = resolve_probe_device(device)
@@ -150,13 +154,15 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
         return built[key]
 
     return evaluate_groups(task, features, pairs, len(states), seeds, classifier,
-                           sequential=sequential, device=torch_device)
+                           sequential=sequential, device=torch_device,
+                           control_labels=control_labels, mdl=mdl)
 
 
 def evaluate_groups(task: TaskData, features: Callable[[str], Any],
                     pairs: Callable[[str], Tuple[Any, Any]], n_groups: int,
                     seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
-                    device: Optional["torch.device"] = None) -> List[List[CellOutcome]]:
+                    device: Optional["torch.device"] = None, control_labels: bool = False,
+                    mdl: bool = False) -> List[List[CellOutcome]]:
     """The cells of one task over ``n_groups`` feature groups (outer list: seeds, inner:
     groups), whatever the features are: ``features(split)`` gives the G groups of a split's
     examples (a ``(G, n, F)`` stack or a list of G matrices, sparse ones included),
@@ -164,6 +170,11 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
     torch device for estimators that take one (None: they run where they run, and torch is
     not imported). A relatedness task trains the regressor only if the estimator
     ``trains_regressor``; otherwise the protocol scores the untrained cosine.
+
+    ``control_labels``: every model trains on permuted training and dev labels
+    (:mod:`estratos.probe.controls`; seeds then train one after the other, each with its
+    own permutation). ``mdl``: each classification outcome gets ``extra["mdl"]``, the online
+    code of its training labels (:mod:`estratos.probe.mdl`).
     """
     protocol = get_protocol(task.protocol)
     spec = task.spec
@@ -181,9 +192,11 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
     if trains == "regressor" and not clf.trains_regressor:
         trains = None
 
-    def factory(template: Any) -> Callable[[], Any]:
+    def factory(template: Any, seed: Union[int, Tuple[int, ...]]) -> Callable[[], Any]:
         def make() -> Any:
             return clone(template)
+        if control_labels:
+            make = permuted_labels_factory(make, int(seed))  # one seed: fusion is off
         return (lambda: OneAtATime(make)) if sequential else make
 
     def inputs(seed: Union[int, Tuple[int, ...]]) -> Inputs:
@@ -193,9 +206,9 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
         clf_on = {k: v for k, v in on.items() if k in params}  # lbfgs runs on the CPU
         return Inputs(
             labels=labels, splits=tuple(task.splits), features=features, pairs=pairs,
-            classifier=factory(clone(clf).set_params(**clf_on)) if trains == "classifier"
-            else None,
-            regressor=(factory(resolve_regressor(spec.score_range, **on))
+            classifier=(factory(clone(clf).set_params(**clf_on), seed)
+                        if trains == "classifier" else None),
+            regressor=(factory(resolve_regressor(spec.score_range, **on), seed)
                        if trains == "regressor" else None),
             seed=int(seed if isinstance(seed, int) else seed[0]),
             l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
@@ -207,12 +220,39 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
         return [list(once) for _ in seeds]
     seeds = [int(s) for s in seeds]
     fuse = (protocol.seeds_share_data and not sequential and len(seeds) > 1
-            and device is not None and device.type in FUSED_SEED_DEVICES
+            and not control_labels and device is not None
+            and device.type in FUSED_SEED_DEVICES
             and (trains == "regressor" or "device" in params))
     if fuse:
         together = protocol.evaluate(inputs(tuple(seeds)))  # seed-major groups
-        return [together[i * n_groups:(i + 1) * n_groups] for i in range(len(seeds))]
-    return [protocol.evaluate(inputs(seed)) for seed in seeds]
+        out = [together[i * n_groups:(i + 1) * n_groups] for i in range(len(seeds))]
+    else:
+        out = [protocol.evaluate(inputs(seed)) for seed in seeds]
+    if mdl and trains == "classifier":
+        for seed, outcomes in zip(seeds, out):
+            _add_online_codes(task, protocol, inputs(seed), clf, seed, outcomes,
+                              control_labels, device)
+    return out
+
+
+def _add_online_codes(task: TaskData, protocol: Any, inputs: Inputs, clf: Any, seed: int,
+                      outcomes: List[CellOutcome], control_labels: bool,
+                      device: Optional["torch.device"]) -> None:
+    """``extra["mdl"]`` of each outcome: the online code of the protocol's training labels
+    (permuted ones for a control cell) with the cell's probe and chosen L2."""
+    data = protocol.code_data(inputs)
+    if data is None:
+        return
+    (X, y), (X_dev, y_dev) = data
+    if control_labels:  # the control task's labels, as its probe was trained on them
+        y, y_dev = permuted(y, seed), permuted(y_dev, seed, DEV_PART)
+    template = clone(clf)
+    if device is not None and "device" in template.get_params():
+        template = template.set_params(device=device)
+    codes = online_codes(template, (X, y), (X_dev, y_dev), [o.l2 for o in outcomes], seed,
+                         max(2, len(task.labels)))
+    for outcome, code in zip(outcomes, codes):
+        outcome.extra["mdl"] = code
 
 
 __all__ = ["AVG", "StatePosition", "chance_levels", "classifier_record", "evaluate_cells",

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -77,6 +78,10 @@ def _sgd_cost(passes: int, width: int) -> float:
     return float(passes * (6.0 * width + STEP_OVERHEAD))
 
 
+#: what :meth:`SentEvalClassifier.fit_subsets` may early-stop on
+STOP_ON = ("accuracy", "likelihood")
+
+
 @register_estimator
 class SentEvalClassifier(RecordedEstimator):
     """SentEval's PyTorch MLP/logistic probe, batched over G feature groups x R L2 values
@@ -130,14 +135,42 @@ class SentEvalClassifier(RecordedEstimator):
         return _sgd_cost(passes, width)
 
     def fit(self, X, y, X_dev, y_dev, l2) -> "SentEvalClassifier":
+        from estratos.probe.training import seed_list
+
+        return self._fit(X, y, X_dev, y_dev, l2, seed_list(self.seed), None, "accuracy")
+
+    def fit_subsets(self, X, y, X_dev, y_dev, l2, subsets: Sequence[np.ndarray],
+                    stop_on: str = "accuracy") -> "SentEvalClassifier":
+        """Train, for each of the index arrays ``subsets`` (longest first), every (group, L2)
+        model on those training examples only, all as one program (streams, subset-major:
+        group ``s * G + g``), each as if trained alone on its subset with this ``seed``
+        (same init, that subset's own example order, batch means and Adam steps). Why: MDL's
+        block models (:mod:`estratos.probe.mdl`) are independent models on nested subsets.
+        ``stop_on``: what early stopping keeps the best of, dev ``"accuracy"`` (SentEval)
+        or dev ``"likelihood"`` (mean log-probability of the dev labels: what a code
+        length needs, see :mod:`estratos.probe.mdl`); ``dev_score_`` holds it."""
+        from estratos.probe.training import seed_list
+
+        seeds = seed_list(self.seed)
+        if len(seeds) != 1:
+            raise ValueError("fit_subsets trains one seed")
+        lengths = [len(s) for s in subsets]
+        if not lengths or min(lengths) < 1 or lengths != sorted(lengths, reverse=True):
+            raise ValueError("subsets must be non-empty and sorted longest first")
+        if stop_on not in STOP_ON:
+            raise ValueError(f"stop_on must be one of {', '.join(STOP_ON)}")
+        return self._fit(X, y, X_dev, y_dev, l2, seeds * len(subsets),
+                         [np.asarray(s, dtype=np.int64) for s in subsets], stop_on)
+
+    def _fit(self, X, y, X_dev, y_dev, l2, seeds: List[int],
+             subsets: Optional[List[np.ndarray]], stop_on: str) -> "SentEvalClassifier":
         import torch
 
         from estratos.probe.training import (StackedNet, as_groups, cross_entropy_grad,
-                                             seed_list, torch_device, train_stacked)
+                                             torch_device, train_stacked)
 
         x, x_dev = as_groups(X), as_groups(X_dev)
         device = torch_device(self.device)
-        seeds = seed_list(self.seed)
         y = np.asarray(y, dtype=np.int64)
         y_dev_t = torch.from_numpy(np.asarray(y_dev, dtype=np.int64)).to(device)
         n_classes = self.n_classes or int(max(y.max(initial=0), y_dev_t.max().item()) + 1)
@@ -149,12 +182,18 @@ class SentEvalClassifier(RecordedEstimator):
         onehot = torch.nn.functional.one_hot(torch.from_numpy(y), n_classes).to(torch.float32)
 
         def score(logits: torch.Tensor) -> np.ndarray:
+            if stop_on == "likelihood":
+                logp = torch.log_softmax(logits.to(torch.float64), dim=-1)
+                index = y_dev_t[None, :, None, None].expand(*logp.shape[:3], 1)
+                return logp.gather(-1, index)[..., 0].mean(dim=1).cpu().numpy()
             hits = logits.argmax(dim=-1) == y_dev_t[None, :, None]
             return hits.to(torch.float64).mean(dim=1).cpu().numpy()
 
         state = train_stacked(net, x, onehot, x_dev, table, grad_fn=cross_entropy_grad,
                        score_fn=score, batch_size=self.batch_size, epoch_size=self.epoch_size,
-                       max_epoch=self.max_epoch, tenacity=self.tenacity, lr=self.lr)
+                       max_epoch=self.max_epoch, tenacity=self.tenacity, lr=self.lr,
+                       subsets=subsets,
+                       first_best=-math.inf if stop_on == "likelihood" else -1.0)
         self._state = state
         self.dev_score_ = state.dev
         self.epochs_ = state.epochs
@@ -171,6 +210,14 @@ class SentEvalClassifier(RecordedEstimator):
     def predict(self, X) -> np.ndarray:
         """Labels ``(G', R, n)`` of every model's best weights."""
         return self._logits(X).argmax(dim=-1).transpose(1, 2).cpu().numpy()
+
+    def log_proba(self, X) -> np.ndarray:
+        """Natural-log class probabilities ``(G', R, n, C)`` of every model's best weights
+        (log-softmax in float64: finite even where a probability underflows)."""
+        import torch
+
+        logits = self._logits(X).to(torch.float64)
+        return torch.log_softmax(logits, dim=-1).transpose(1, 2).cpu().numpy()
 
     def score(self, X, y) -> np.ndarray:
         """Accuracy (fraction) ``(G', R)`` of every model."""

@@ -66,7 +66,8 @@ def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
                 overwrite: bool = False, expect_model: Optional[str] = None,
                 threads: Optional[int] = None, device: Optional[str] = "auto",
                 shard: ShardSpec = None, resume_from: Sequence[Union[str, os.PathLike]] = (),
-                progress: Optional[bool] = False) -> Any:
+                progress: Optional[bool] = False, control_labels: bool = False,
+                mdl: bool = False) -> Any:
     """``estratos probe``: check the options, select the tasks (``--tasks``,
     ``--task-file``, ``--data-dir``: :func:`estratos.tasks.selection.select_specs`), check
     that the cache opens, then :func:`estratos.probe.runner.run_probe` (a ``ProbeRun``)."""
@@ -87,7 +88,8 @@ def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
                          classifier, str) else classifier,
                      sequential=sequential, jobs=opts.jobs, overwrite=overwrite,
                      expect_model=expect_model, threads=opts.threads, device=opts.device,
-                     shard=opts.shard, resume_from=resume_from, progress=progress)
+                     shard=opts.shard, resume_from=resume_from, progress=progress,
+                     control_labels=control_labels, mdl=mdl)
 
 
 __all__ = ["ProbeOptions", "check_probe_options", "probe_tasks"]

@@ -8,11 +8,11 @@ so the baseline does not load torch for it.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
-from estratos.protocols import CellOutcome
+from estratos.protocols import CellOutcome, get_protocol
 from estratos.results.predictions import CellPredictions
 from estratos.tasks.types import TaskData
 
@@ -25,3 +25,18 @@ def outcome_predictions(task: TaskData, outcome: CellOutcome) -> Optional[CellPr
     golds = [(name, np.asarray(task.splits[name].labels)) for name in outcome.predicted]
     return CellPredictions.from_splits(outcome.predictions, golds, outcome.folds,
                                        outcome.positive)
+
+
+def degenerate(task: TaskData, outcome: CellOutcome) -> Optional[Dict[str, Any]]:
+    """``{"class": LABEL}`` when every test prediction of a classification cell is one class
+    (the probe never left it, e.g. the majority), else None. Why: such a cell's score is the
+    class rate, not something the layer encodes; reports show it apart
+    (``ResultRecord.degenerate``)."""
+    if get_protocol(task.protocol).scores or outcome.predictions is None:
+        return None
+    predicted = np.asarray(outcome.predictions)
+    if predicted.size < 2 or not np.all(predicted == predicted.flat[0]):
+        return None
+    index = int(predicted.flat[0])
+    labels = list(task.labels)
+    return {"class": str(labels[index]) if 0 <= index < len(labels) else index}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from estratos import __version__
-from estratos.probe.predictions import outcome_predictions
+from estratos.probe.predictions import degenerate, outcome_predictions
 from estratos.protocols import CellOutcome
 from estratos.results import ResultRecord, ResultsStore, primary_score
 from estratos.results.predictions import write_predictions
@@ -67,7 +67,9 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: 
     """The results line of one cell: ``outcome`` of ``task`` at ``layer``/``pooling``/
     ``seed``, trained by ``classifier`` (its record object), for ``system``. ``chance``:
     the task's chance levels (classification protocols). ``extra``: further optional
-    fields of :class:`ResultRecord` (e.g. ``control``)."""
+    fields of :class:`ResultRecord` (e.g. ``control``). A one-class outcome is marked
+    ``degenerate`` and an outcome's online code (``extra["mdl"]``) becomes ``mdl``, for
+    probe and baseline alike."""
     spec = task.spec
     return ResultRecord(
         kind=system.kind, task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
@@ -79,7 +81,8 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: 
         model=system.model, revision=system.revision, random_init=system.random_init,
         cache=None if system.cache is None else dict(system.cache),
         estratos_version=__version__, created=utc_now(), device=system.device,
-        capped=None if outcome.capped is None else {"max_iter": int(outcome.capped)}, **extra)
+        capped=None if outcome.capped is None else {"max_iter": int(outcome.capped)},
+        mdl=outcome.extra.get("mdl"), degenerate=degenerate(task, outcome), **extra)
 
 
 def store_cells(out: Union[str, os.PathLike], task: TaskData,

@@ -31,7 +31,7 @@ from estratos.errors import EstratosError, MissingSentences, OptionError
 from estratos.options import (available_cores, parse_layers, parse_seeds, positive_int,
                               resolve_shard)
 from estratos.probe.cells import FUSED_SEED_DEVICES, Classifier, resolve_probe_device
-from estratos.probe.estimator import DEFAULT_CLASSIFIER
+from estratos.probe.estimator import DEFAULT_CLASSIFIER, get_estimator
 from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
                                  shard_path)
 from estratos.probe.outcome import ProbeRun, UnitStat, summarize
@@ -42,6 +42,7 @@ from estratos.probe.settings import check_classifier, task_estimator
 from estratos.probe.units import GridContext, UnitRunner, spec_state
 from estratos.results import ResultRecord
 from estratos.results.reader import done_keys, expand_paths
+from estratos.results.record import PERMUTED_LABELS
 from estratos.vocab import DEFAULT_POOLING, DEFAULT_SEED, LayerSpec
 
 log = logging.getLogger(__name__)
@@ -110,9 +111,17 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
               device: Optional[str] = "auto",
               shard: Union[None, str, Tuple[int, int]] = None,
               resume_from: Sequence[Union[str, os.PathLike]] = (),
-              progress: Optional[bool] = False) -> ProbeRun:
+              progress: Optional[bool] = False, control_labels: bool = False,
+              mdl: bool = False) -> ProbeRun:
     """Probe every (task, layer spec, pooling, seed) cell; returns the records written as a
     :class:`ProbeRun` (a sequence of :class:`ResultRecord`, with timing).
+
+    ``control_labels``: the run's cells are control cells, trained on permuted training
+    and dev labels (:mod:`estratos.probe.controls`); they are other cells than the ordinary
+    ones (same results file, both kept). Tasks whose protocol trains nothing (cosine
+    similarity) have no control and are left out with a warning. ``mdl``: every
+    classification cell also records its online code length (:mod:`estratos.probe.mdl`;
+    estimators with ``fit_subsets``, e.g. senteval).
 
     ``layers``: ``"all"`` (every hidden state + ``avg``) or a comma list / sequence of
     indices and ``"avg"``. ``jobs``: processes kept busy with work units, each pinned to
@@ -143,10 +152,16 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     specs = list(specs)
     if not specs:
         raise OptionError("--tasks: no task selected")
+    if control_labels:
+        specs = _controllable(specs)
     ids = [spec.id for spec in specs]
     if len(set(ids)) != len(ids):
         raise OptionError(f"--tasks: a task is selected twice ({', '.join(ids)})")
     classifier_name = check_classifier(classifier)
+    if mdl and not hasattr(get_estimator(classifier) if isinstance(classifier, str)
+                           else classifier, "fit_subsets"):
+        raise OptionError(f"--mdl: the {classifier_name} classifier cannot train MDL's block "
+                          "models; use --classifier senteval")
     # bad task overrides fail before any reading; the estimators feed the cost estimates
     estimators = {spec.id: task_estimator(spec, get_protocol(spec.protocol), classifier)
                   for spec in specs}
@@ -173,8 +188,10 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
 
     system = System.of_cache(identity)
 
+    control = PERMUTED_LABELS if control_labels else None
+
     def key(task: str, layer: LayerSpec, seed: int) -> tuple:
-        return system.key(task, layer, pooling, seed, classifier_name)
+        return system.key(task, layer, pooling, seed, classifier_name, control)
 
     pending = _pending_cells(ids, layer_specs, seeds_t, key, done)
     grid_cells = len(ids) * len(layer_specs) * len(seeds_t)
@@ -191,7 +208,8 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
                     "slow-downs", processes, threads, available_cores())
     context = GridContext(str(cache_path), str(out_path), pooling, classifier, bool(sequential),
                           bool(overwrite), threads, device_name,
-                          {spec.id: spec_state(spec) for spec in specs}, data_dirs, loader)
+                          {spec.id: spec_state(spec) for spec in specs}, data_dirs, loader,
+                          bool(control_labels), bool(mdl))
     records: List[ResultRecord] = []
     stats: List[UnitStat] = []
     failures: List[Tuple[str, EstratosError]] = []
@@ -244,6 +262,22 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     _raise_failures(failures)
     return ProbeRun(records, out_path, time.monotonic() - t_start, device_name, processes,
                     grid_cells - todo, stats)
+
+
+def _controllable(specs: Sequence[Any]) -> List[Any]:
+    """The tasks that can have control-label cells: those whose protocol trains a model
+    (a cosine similarity has nothing to permute); the others are named in a warning."""
+    from estratos.protocols import get_protocol
+
+    kept = [s for s in specs if get_protocol(s.protocol).trains is not None]
+    left = [s.id for s in specs if s not in kept]
+    if left and not kept:
+        raise OptionError(f"--control-labels: no selected task trains a probe "
+                          f"({', '.join(left)} score an untrained cosine)")
+    if left:
+        log.warning("--control-labels: no control for %s (an untrained cosine: nothing to "
+                    "permute)", ", ".join(left))
+    return kept
 
 
 def _survey(executor: Any, task_ids: Sequence[str]) -> Dict[str, TaskShape]:

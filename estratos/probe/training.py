@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -139,16 +139,26 @@ class StackedNet:
         per_model = l2.reshape(P, R, 1, 1)
         return [wide, wide.clone(), per_model, per_model.clone()]
 
-    def draw_masks(self, live_seeds: np.ndarray, batch: int) -> Optional[torch.Tensor]:
+    def draw_masks(self, live_seeds: np.ndarray, batch: int,
+                   sizes: Optional[Mapping[int, int]] = None) -> Optional[torch.Tensor]:
         """This step's dropout masks of the streams whose seeds are ``live_seeds`` (one per
         live stream, ``(Ga, 1, B, H)``): one ``(B, H)`` draw per seed still training, from
-        that seed's generator, as training the seed alone draws it."""
+        that seed's generator, as training the seed alone draws it. ``sizes``: a seed's own
+        batch size when it is shorter than ``batch`` (training subsets: its draw is that
+        long, as alone, and padded)."""
         if self.H == 0 or self.dropout <= 0:
             return None
         keep = 1.0 - self.dropout
         present = np.unique(live_seeds)
-        drawn = {int(s): (torch.rand((batch, self.H), generator=self.dropout_gens[s]) < keep)
-                 for s in present}
+
+        def draw(s: int) -> torch.Tensor:
+            size = batch if sizes is None else sizes.get(s, batch)
+            mask = torch.rand((size, self.H), generator=self.dropout_gens[s]) < keep
+            if size < batch:
+                mask = torch.cat([mask, torch.zeros((batch - size, self.H), dtype=mask.dtype)])
+            return mask
+
+        drawn = {int(s): draw(int(s)) for s in present}
         if len(present) == 1:
             mask = drawn[int(present[0])].to(torch.float32).div_(keep)
             return mask.to(self.device)[None, None]
@@ -173,8 +183,11 @@ class StackedNet:
         z = torch.matmul(h, p[2]).add_(p[3]).transpose(1, 2).contiguous()
         return z, (x, h, mask)
 
-    def backward(self, dz: torch.Tensor, saved: tuple) -> List[torch.Tensor]:
-        """Gradients of every parameter from ``dz = dLoss/dlogits (Ga, B, R, C)``."""
+    def backward(self, dz: torch.Tensor, saved: tuple,
+                 params: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
+        """Gradients of every parameter from ``dz = dLoss/dlogits (Ga, B, R, C)``
+        (``params``: the ones the forward pass ran with, default all)."""
+        p = self.params if params is None else params
         x = saved[0]
         Ga, B = x.shape[0], x.shape[1]
         xt = x.transpose(1, 2)
@@ -185,7 +198,7 @@ class StackedNet:
         dz = dz.transpose(1, 2)  # (Ga, R, B, C)
         gw2 = torch.matmul(h.transpose(-1, -2), dz)
         gb2 = dz.sum(dim=2, keepdim=True)
-        dh = torch.matmul(dz, self.params[2].transpose(-1, -2))
+        dh = torch.matmul(dz, p[2].transpose(-1, -2))
         da = dh.mul_(h).mul_(1.0 - h)
         if mask is not None:
             da.mul_(mask)
@@ -262,13 +275,21 @@ class FitState:
 
 def train_stacked(net: StackedNet, x: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tensor,
            l2: np.ndarray, *, grad_fn: GradFn, score_fn: ScoreFn, batch_size: int,
-           epoch_size: int, max_epoch: int, tenacity: int, lr: float) -> FitState:
+           epoch_size: int, max_epoch: int, tenacity: int, lr: float,
+           subsets: Optional[Sequence[np.ndarray]] = None,
+           first_best: float = -1.0) -> FitState:
     """SentEval's fit loop, for all P x R models at once (see the module docstring).
 
     ``x (G, n, F)`` and ``x_dev`` are shared by every seed; ``l2 (P, R)``. Each step gathers
     every live stream's batch from its seed's example order. Models leave the program when
     they stop: after each round, the streams (rows) and L2 values (columns) with no active
     model left are dropped from every tensor.
+
+    ``subsets`` (one index array per entry of ``net.seeds``, longest first): each of those
+    streams trains on its own subset of the examples (MDL's block models,
+    :mod:`estratos.probe.mdl`), a pass being a permutation of its subset; see
+    :func:`_subset_pass`. ``first_best``: the dev score a first round must beat (SentEval
+    starts from -1; a log-likelihood score needs -inf).
     """
     P, R = l2.shape
     n = x.shape[1]
@@ -278,12 +299,13 @@ def train_stacked(net: StackedNet, x: torch.Tensor, targets: torch.Tensor, x_dev
     targets = targets.to(device)
     adam = StackedAdam(net.params, net.decay_tensors(torch.as_tensor(l2, dtype=torch.float32)), lr)
     best = [p.clone() for p in net.params]
-    best_score = np.full((P, R), -1.0)  # SentEval starts from -1
+    best_score = np.full((P, R), float(first_best))  # SentEval starts from -1
     count = np.zeros((P, R), dtype=np.int64)
     epochs = np.zeros((P, R), dtype=np.int64)
     active = np.ones((P, R), dtype=bool)
     rows, cols = np.arange(P), np.arange(R)  # models still in the program
     nepoch = 0
+    steps_taken = np.zeros(len(seeds), dtype=np.int64)  # Adam steps per seed (subsets)
     while active.any() and nepoch <= max_epoch:
         row_seed = net.stream_seed[rows]
         row_group = net.stream_group[rows]
@@ -296,6 +318,11 @@ def train_stacked(net: StackedNet, x: torch.Tensor, targets: torch.Tensor, x_dev
         starts = np.searchsorted(row_seed, live_seeds)
         segments = list(zip(starts.tolist(), starts[1:].tolist() + [len(rows)]))
         for pass_index in range(nepoch, nepoch + epoch_size):
+            if subsets is not None:
+                _subset_pass(net, adam, xt, targets, subsets, pass_index, batch_size,
+                             live_seeds, row_seed, row_group, segments, steps_taken,
+                             grad_fn)
+                continue
             perms = torch.stack([torch.from_numpy(pass_permutation(n, seeds[s], pass_index))
                                  for s in live_seeds]).to(device)  # (S_live, n)
             for start in range(0, n, batch_size):
@@ -346,6 +373,48 @@ def train_stacked(net: StackedNet, x: torch.Tensor, targets: torch.Tensor, x_dev
     log.debug("trained %d x %d models for %d epochs", P, R, nepoch)
     net.R = R
     return FitState(net, best, best_score, epochs)
+
+
+def _subset_pass(net: StackedNet, adam: StackedAdam, xt: torch.Tensor, targets: torch.Tensor,
+                 subsets: Sequence[np.ndarray], pass_index: int, batch_size: int,
+                 live_seeds: np.ndarray, row_seed: np.ndarray, row_group: np.ndarray,
+                 segments: Sequence[Tuple[int, int]], steps_taken: np.ndarray,
+                 grad_fn: GradFn) -> None:
+    """One training pass of streams that train on subsets of different sizes.
+
+    Each subset is visited in the order ``pass_permutation(len(subset), seed, pass)`` in
+    batches of ``batch_size``, as training it alone does, so a stream takes as many steps as
+    its subset has batches. Subsets are sorted longest first, so the streams that still have
+    a batch at a step are the first rows of the program: one forward/backward serves them;
+    a shorter last batch is padded and its padding weighs nothing; each stream's loss is its
+    own batch mean, and Adam counts each stream's own steps.
+    """
+    device = xt.device
+    seeds = net.seeds
+    orders = [subsets[s][pass_permutation(len(subsets[s]), seeds[s], pass_index)]
+              for s in live_seeds]
+    lengths = np.array([len(o) for o in orders])
+    s_pos = np.searchsorted(live_seeds, row_seed)
+    for start in range(0, int(lengths.max(initial=0)), batch_size):
+        k = int((lengths > start).sum())  # seeds with a batch now: the first k (longest)
+        sizes = np.minimum(lengths[:k] - start, batch_size)
+        B = int(sizes.max())
+        idx = np.stack([np.resize(o[start:start + B], B) for o in orders[:k]])  # (k, B)
+        end = segments[k - 1][1]
+        rows_idx = torch.as_tensor(idx[s_pos[:end]], device=device)  # (end, B)
+        g_index = torch.as_tensor(row_group[:end], device=device)
+        xb = xt[rows_idx.t(), g_index[None, :]].transpose(0, 1)
+        tb = targets[rows_idx]
+        views = [p[:end] for p in net.params]
+        own = {int(live_seeds[i]): int(sizes[i]) for i in range(k)}
+        z, saved = net.forward(xb, views, mask=net.draw_masks(row_seed[:end], B, own))
+        row_size = torch.as_tensor(sizes[s_pos[:end]], dtype=z.dtype, device=device)
+        weight = (torch.arange(B, device=device)[None, :] < row_size[:, None]).to(z.dtype)
+        weight = weight.mul_(B / row_size[:, None])  # batch mean over the stream's own rows
+        dz = grad_fn(z, tb, segments[:k]).mul_(weight[:, :, None, None])
+        steps_taken[live_seeds[:k]] += 1
+        adam.step(net.backward(dz, saved, views), segments[:k],
+                  steps=steps_taken[live_seeds[:k]].tolist())
 
 
 def seed_list(seed: Union[int, Sequence[int]]) -> List[int]:

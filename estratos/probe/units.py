@@ -20,6 +20,7 @@ import numpy as np
 
 from estratos.errors import CacheError, MissingSentences
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
+from estratos.probe.controls import control_record
 from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
 from estratos.probe.grid import TaskShape, WorkUnit
 from estratos.probe.records import System, cell_record, store_cells
@@ -52,6 +53,8 @@ class GridContext:
     specs: Mapping[str, Dict[str, Any]]  # task id -> TaskSpec fields (see _spec_state)
     data_dirs: Any
     loader: Optional[Callable[[Any, Any], Any]]
+    control_labels: bool = False  # control cells (probe --control-labels)
+    mdl: bool = False  # online codes (probe --mdl)
 
 
 def _check_vectors(cache_path: Path, spec_id: str, vectors: np.ndarray,
@@ -196,12 +199,15 @@ class UnitRunner:
             t0 = time.perf_counter()
             outcomes = evaluate_cells(task, vectors, positions,
                                       unit.seeds, ctx.classifier, sequential=ctx.sequential,
-                                      device=ctx.device)
+                                      device=ctx.device, control_labels=ctx.control_labels,
+                                      mdl=ctx.mdl)
             del vectors
             seconds = (time.perf_counter() - t0) / (len(chunk) * len(unit.seeds))
             records = [cell_record(task, o, system, layer=layer if layer == AVG else int(layer),
                                    pooling=ctx.pooling, seed=seed, classifier=classifier,
-                                   seconds=seconds, chance=chance)
+                                   seconds=seconds, chance=chance,
+                                   control=control_record(seed) if ctx.control_labels
+                                   else None)
                        for seed, per_layer in zip(unit.seeds, outcomes)
                        for layer, o in zip(chunk, per_layer)]
             written = store_cells(ctx.out, task, records,

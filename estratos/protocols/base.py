@@ -153,6 +153,14 @@ class Protocol:
         By default one model per L2 value on :attr:`train_split`."""
         return float(grid * sizes.get(self.train_split or "train", sum(sizes.values())))
 
+    def code_data(self, inputs: "Inputs") -> Optional[Tuple[Tuple[Any, np.ndarray],
+                                                          Tuple[Any, np.ndarray]]]:
+        """``((X, y), (X_dev, y_dev))``: the examples a classification cell's probe is
+        trained on and the dev examples it early-stops on, for an online (MDL) code of the
+        training labels (``estratos.probe.mdl``); None when the protocol trains no
+        classifier. Why here: which split plays which part is the protocol's business."""
+        return None
+
     def __repr__(self) -> str:
         return f"<protocol {self.name}>"
 

@@ -182,6 +182,12 @@ def plan_all_required(name: str, published: Sequence[str], present: AbstractSet[
     return SplitPlan(name, tuple((src, into or src) for src in published), splits)
 
 
+def _held_out(X: Any, y: np.ndarray, inputs: Inputs) -> Tuple[Data, Data]:
+    """``(X, y)`` less a seeded ``validation_split`` share, and that share (as dev)."""
+    tr, dv = holdout_split(len(y), inputs.validation_split, inputs.seed)
+    return (take(X, tr), y[tr]), (take(X, dv), y[dv])
+
+
 # ---- the registered protocols --------------------------------------------------------------
 
 @register
@@ -193,6 +199,10 @@ class SplitProtocol(Protocol):
 
     def plan(self, published, present, names, holdout):
         return plan_train_dev_test(self.name, published, present, names, holdout)
+
+    def code_data(self, inputs: Inputs):
+        f, y = inputs.features, inputs.labels
+        return (f("train"), y("train")), (f("dev"), y("dev"))
 
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
         f, y = inputs.features, inputs.labels
@@ -221,6 +231,10 @@ class KFoldProtocol(Protocol):
         n = sizes.get("train", 0)  # k folds per L2 value, then one refit
         return float(grid * k * n * (k - 1) / k + n)
 
+    def code_data(self, inputs: Inputs):
+        # the refit's data: train, with its seeded held-out share as dev
+        return _held_out(inputs.features("train"), inputs.labels("train"), inputs)
+
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
         f, y = inputs.features, inputs.labels
         return kfold_protocol(inputs.classifier, (f("train"), y("train")),
@@ -244,6 +258,9 @@ class InnerKFoldProtocol(Protocol):
         # per outer fold: inner k folds per L2 value, then one refit
         return float(k * KFoldProtocol.examples_trained(
             self, {"train": sizes.get("all", 0) * (k - 1) / k}, grid, k))
+
+    def code_data(self, inputs: Inputs):
+        return _held_out(inputs.features("all"), inputs.labels("all"), inputs)
 
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
         return inner_kfold_protocol(inputs.classifier,

@@ -16,6 +16,7 @@ Choices written down here because the paper does not fix them:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -45,17 +46,25 @@ class System:
     revision: Optional[str]
     pooling: Optional[str]
     classifier: Optional[str]
+    #: the control kind of control cells (``ResultRecord.control``), None for ordinary ones
+    control: Optional[str] = None
 
     @property
     def label(self) -> str:
         """Short display name: a local model folder shows its last two path parts, a
         revision its first 8 characters (after any ``sha256:`` prefix; a control model's
-        ``random-init:SEED`` in full); csv/json keep both in full."""
+        ``random-init:SEED`` in full); csv/json keep both in full. Control cells say so
+        ("[permuted-labels]")."""
         model = self.model
         if model.startswith(("/", "./", "../", "~")) or "\\" in model:
             model = "/".join(re.split(r"[\\/]+", model.rstrip("/\\"))[-2:])
         rev = revision_tag(self.revision)
-        return f"{model}{rev}"
+        control = f" [{self.control}]" if self.control else ""
+        return f"{model}{rev}{control}"
+
+    def without_control(self) -> "System":
+        """The ordinary system a control row controls for."""
+        return dataclasses.replace(self, control=None)
 
     @property
     def slug(self) -> str:
@@ -66,7 +75,7 @@ class System:
 
     def sort_key(self) -> Tuple[str, ...]:
         return (self.model, self.revision or "", self.pooling or "", self.classifier or "",
-                self.kind)
+                self.kind, self.control or "")
 
     @property
     def identity(self) -> str:
@@ -263,6 +272,10 @@ class Aggregate:
     #: cells whose every seed has an undefined score (e.g. a correlation of constant
     #: cosines): shown as undefined, never averaged as 0
     undefined: set = field(default_factory=set)
+    #: (row, task) -> the seeds whose test predictions were all one class (degenerate)
+    degenerate: Dict[Tuple[Row, str], set] = field(default_factory=dict)
+    #: (row, task) -> seed -> MDL compression (``ResultRecord.mdl``), cells that have it
+    compression: Dict[Tuple[Row, str], Dict[int, float]] = field(default_factory=dict)
 
     @property
     def systems(self) -> List[System]:
@@ -275,7 +288,8 @@ class Aggregate:
     def name(self, system: System) -> str:
         """The model's display name in this report (tables, figures); see
         :func:`display_names`. :meth:`identities` gives each in full for captions."""
-        return self._names.get(system) or display_names([system])[system]
+        name = self._names.get(system) or display_names([system])[system]
+        return f"{name} [{system.control}]" if system.control else name  # a control row
 
     def identities(self) -> str:
         """What each display name leaves out, for captions: 'NAME = full model at revision
@@ -305,6 +319,16 @@ class Aggregate:
         values = self.seeds.get((row, task))
         return Stat.of([values[s] for s in sorted(values)]) if values else None
 
+    def degenerate_seeds(self, row: Row, task: str) -> Tuple[int, int]:
+        """(seeds predicting one class, seeds with a score) of a cell."""
+        return (len(self.degenerate.get((row, task), ())),
+                len(self.seeds.get((row, task), {})))
+
+    def mdl_cell(self, row: Row, task: str) -> Optional[Stat]:
+        """MDL compression mean +- std over the seeds that recorded it."""
+        values = self.compression.get((row, task))
+        return Stat.of([values[s] for s in sorted(values)]) if values else None
+
     def extra(self, row: Row, task: str, metric: str) -> Optional[Stat]:
         values = self.extras.get((row, task, metric))
         return Stat.of([values[s] for s in sorted(values)]) if values else None
@@ -330,7 +354,7 @@ class Aggregate:
 def row_of(record: Any) -> Row:
     """The report row of a result record (its system at its layer spec)."""
     return Row(System(record.kind, record.model, record.revision, record.pooling,
-                      record.classifier_name), record.layer)
+                      record.classifier_name, record.control_kind), record.layer)
 
 
 def aggregate(records: Iterable[Located]) -> Aggregate:
@@ -340,6 +364,8 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     seeds: Dict[Tuple[Row, str], Dict[int, float]] = {}
     extras: Dict[Tuple[Row, str, str], Dict[int, float]] = {}
     undefined: set = set()
+    degenerate: Dict[Tuple[Row, str], set] = {}
+    compression: Dict[Tuple[Row, str], Dict[int, float]] = {}
     facts: Dict[str, Dict[str, Any]] = {}
     chances: Dict[str, Mapping[str, Any]] = {}
     fallbacks: Dict[str, Dict[str, None]] = {}
@@ -361,6 +387,10 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
             undefined.add((row, task))
         else:
             seeds.setdefault((row, task), {})[d.seed] = float(d.score)
+            if d.degenerate:
+                degenerate.setdefault((row, task), set()).add(d.seed)
+        if d.mdl:
+            compression.setdefault((row, task), {})[d.seed] = float(d.mdl["compression"])
         if d.fallback:
             fallbacks.setdefault(task, {})[str(d.fallback)] = None
         if d.chance:
@@ -386,4 +416,4 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     datasets.sort(key=lambda ds: (group_order(ds.group), natural_key(ds.label), ds.task))
     groups = sorted({ds.group for ds in datasets}, key=group_order)
     rows = sorted({row for row, _ in seeds} | {row for row, _ in undefined}, key=Row.sort_key)
-    return Aggregate(rows, datasets, groups, seeds, extras, undefined)
+    return Aggregate(rows, datasets, groups, seeds, extras, undefined, degenerate, compression)

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from estratos.errors import OptionError, ResultsError
 from estratos.report import odesia
 from estratos.report.intervals import StatsOptions, apply as apply_stats, correction_text
-from estratos.results import LoadedResults, Notice, expand_paths, load_results
+from estratos.results import LoadedResults, Located, Notice, expand_paths, load_results
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.tables import (
     Cell, Footnotes, Table, dataset_tables, group_table, layer_tables)
@@ -148,21 +148,57 @@ def _gap_table(gap: odesia.Gap, notes: Footnotes) -> Table:
                          "language")
 
 
+def _control_sections(agg: Aggregate, records: Sequence[Located],
+                      control: Sequence[PathLike], notes: Footnotes,
+                      stats: Optional[StatsOptions]) -> List[Section]:
+    """The "Controls" section: selectivity, MDL, control-model comparisons (each present
+    only when the results allow it)."""
+    from estratos.report import controls as ctl
+
+    out = []
+    tables = ctl.selectivity_tables(agg)
+    if tables:
+        out.append(Section("Controls: selectivity", tables, ctl.SELECTIVITY_INTRO))
+    tables = ctl.mdl_tables(agg)
+    if tables:
+        out.append(Section("Controls: MDL compression", tables, ctl.MDL_INTRO))
+    if control:
+        kw = {} if stats is None else {"resamples": stats.resamples, "level": stats.level,
+                                       "seed": stats.seed}
+        tables = ctl.control_model_tables(agg, records, [os.fspath(p) for p in control], notes,
+                                          **kw)
+        if not tables:
+            raise OptionError(f"--control: no cell of {', '.join(map(os.fspath, control))} "
+                              "matches a layer of the other results (same pooling, "
+                              "classifier and task)")
+        level = kw.get("level", ctl.DEFAULT_LEVEL)
+        resamples = kw.get("resamples", ctl.DEFAULT_RESAMPLES)
+        out.append(Section("Controls: control model", tables, ctl.CONTROL_INTRO.format(
+            control=", ".join(f"`{os.fspath(p)}`" for p in control), level=100 * level,
+            resamples=resamples)))
+    return out
+
+
 def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLike] = (),
                  gap: Optional[Tuple[PathLike, PathLike]] = None,
                  pairs: Optional[PathLike] = None,
                  reference: odesia.Reference = "auto",
-                 stats: Optional[StatsOptions] = None) -> ReportContent:
+                 stats: Optional[StatsOptions] = None,
+                 control: Sequence[PathLike] = ()) -> ReportContent:
     """Load results and compute every table of a report (nothing is written).
 
     ``baseline`` files (of ``estratos baseline``) add Delta tables; ``gap=(EN, ES)`` adds
     Ind(EN, ES) over the dataset ``pairs`` (default: the shipped pairs file). All files,
     including the baseline and gap ones, also appear in the score tables. ``stats`` adds
     bootstrap intervals and/or significance marks from the stored predictions
-    (:mod:`estratos.report.intervals`).
+    (:mod:`estratos.report.intervals`). ``control`` files hold a control model's results
+    (e.g. ``encode --random-init``): they join the tables and curves, and a "Controls"
+    section compares them layer by layer (:mod:`estratos.report.controls`), which also shows
+    selectivity (control-label cells) and MDL compression when the results have them.
     """
     reference = odesia.parse_reference(reference)
-    paths = _unique_paths(expand_paths(list(results)) + list(baseline) + list(gap or ()))
+    paths = _unique_paths(expand_paths(list(results)) + list(baseline) + list(gap or ())
+                          + list(control))
     if not paths:
         raise OptionError("give at least one RESULTS file (or --gap EN ES)")
     loaded: LoadedResults = load_results(paths)
@@ -197,6 +233,7 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     layers = layer_tables(agg, notes, decorate=decorate, caption=stats_caption)
     if layers:
         sections.append(Section("Per layer", layers))
+    sections += _control_sections(agg, loaded.records, control, notes, stats)
     content = ReportContent(loaded.sources, loaded.notices + stat_notices, agg, sections,
                             notes, reference=reference, intervals=intervals, marks=marks)
     base_scores = odesia.baseline_scores(agg) if (baseline or gap) else {}
@@ -230,7 +267,8 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
                  gap: Optional[Tuple[PathLike, PathLike]] = None,
                  pairs: Optional[PathLike] = None,
                  reference: odesia.Reference = "auto",
-                 stats: Optional[StatsOptions] = None) -> ReportSummary:
+                 stats: Optional[StatsOptions] = None,
+                 control: Sequence[PathLike] = ()) -> ReportSummary:
     """Build a report and write it to the folder ``out`` (see :func:`build_report`).
 
     Files: report.md, report.tex, groups.csv + datasets.csv (+ gap.csv), report.json,
@@ -246,7 +284,7 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
 
         require_matplotlib()
     content = build_report(results, baseline=baseline, gap=gap, pairs=pairs,
-                           reference=reference, stats=stats)
+                           reference=reference, stats=stats, control=control)
     if plot:
         from estratos.report.plots import render_figures
 

@@ -17,7 +17,8 @@ from typing import List, Sequence
 
 from estratos import __version__
 from estratos.report.tables import Cell, Footnotes, Table
-from estratos.report.writers import LEGEND, MISSING, ReportContent, Section, value_text
+from estratos.report.writers import (LEGEND, MISSING, ONE_CLASS_NOTE, ReportContent, Section,
+                                     has_one_class, value_text)
 
 #: the page's whole style: readable tables, numbers right-aligned, figures scaled to fit
 STYLE = """
@@ -69,10 +70,15 @@ def _cell(cell: Cell) -> str:
         classes.append("undefined")
     elif cell.stat is None:
         classes.append("missing")
+    if cell.all_degenerate:
+        classes.append("degenerate")
     if cell.mark:
         classes.append(cell.mark)
     dagger = " †" if cell.not_worse else ""  # not significantly worse than the best layer
-    return f'<td class="{" ".join(classes)}">{html.escape(text)}{dagger}{_sup(cell.notes)}</td>'
+    # greyed inline (the page's style sheet stays as it was for reports without such cells)
+    style = ' style="color:#999;font-style:italic"' if cell.all_degenerate else ""
+    return (f'<td class="{" ".join(classes)}"{style}>{html.escape(text)}{dagger}'
+            f'{_sup(cell.notes)}</td>')
 
 
 def _anchor(key: str) -> str:
@@ -95,6 +101,8 @@ def html_table(table: Table, footnotes: Footnotes, *, caption: bool = True) -> s
     notes += [f"<sup>{n}</sup> {_text(texts[n])}" for n in used]
     if any(c.partial for row in table.rows for c in row):
         notes.append("* mean over the datasets this row has (fewer than the group has here).")
+    if has_one_class(table):
+        notes.append(html.escape(ONE_CLASS_NOTE))
     out = [f'<div class="scroll" id="{_anchor(table.key)}"><table>',
            f"<caption>{html.escape(table.title)}</caption>" if caption else "",
            f"<thead><tr>{head}</tr></thead>", "<tbody>", *body, "</tbody></table></div>"]

@@ -149,14 +149,36 @@ def _png(fig, canvas_cls) -> bytes:
     return buf.getvalue()
 
 
-def _annotate(ax, image, shown: np.ndarray, undefined: np.ndarray, fmt: str) -> None:
-    """Write each cell's value ('—' none, 'undef.' undefined) readable on its background."""
+def one_class_mask(agg: Aggregate, system: System, datasets: Sequence[Dataset]) -> np.ndarray:
+    """(datasets x layer specs) True where every seed predicted one class (degenerate)."""
+    rows = _layer_rows(agg, system)
+    mask = np.zeros((len(datasets), len(rows)), dtype=bool)
+    for i, ds in enumerate(datasets):
+        for j, row in enumerate(rows):
+            k, n = agg.degenerate_seeds(row, ds.task)
+            mask[i, j] = n > 0 and k == n
+    return mask
+
+
+def _annotate(ax, image, shown: np.ndarray, undefined: np.ndarray, fmt: str,
+              one_class: Optional[np.ndarray] = None) -> None:
+    """Write each cell's value ('—' none, 'undef.' undefined) readable on its background;
+    a cell whose seeds all predicted one class is hatched and says "1 class" (its number
+    is a class rate, not a score)."""
     for i in range(shown.shape[0]):
         for j in range(shown.shape[1]):
             value = shown[i, j]
             if np.isnan(value):  # no result, or an undefined score (e.g. constant cosines)
                 ax.text(j, i, "undef." if undefined[i, j] else "—", ha="center",
                         va="center", fontsize=6, color="0.35")
+                continue
+            if one_class is not None and one_class[i, j]:
+                from matplotlib.patches import Rectangle
+
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="white",
+                                       edgecolor="0.5", hatch="///", linewidth=0))
+                ax.text(j, i, f"{format(value, fmt)}\n1 class", ha="center", va="center",
+                        fontsize=6, color="0.2", style="italic")
                 continue
             r, g, b, _ = image.cmap(image.norm(value))
             dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
@@ -209,6 +231,7 @@ def heatmap_plot(agg: Aggregate, system: System) -> Any:
         return None
     metrics = list(dict.fromkeys(d.metric for d in datasets))
     panels = [[i for i, d in enumerate(datasets) if d.metric == m] for m in metrics]
+    one_class = one_class_mask(agg, system, datasets)
     fig = Figure(figsize=_heat_size(len(layers), len(datasets), len(panels)))
     grid = fig.add_gridspec(len(panels), 1, height_ratios=[max(len(p), 2) + 0.6 for p in panels])
     for k, (metric, idx) in enumerate(zip(metrics, panels)):
@@ -219,7 +242,7 @@ def heatmap_plot(agg: Aggregate, system: System) -> Any:
         image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap=_cmap("viridis"),
                           vmin=low, vmax=high)
         _heatmap_axes(ax, [datasets[i].label for i in idx], layers)
-        _annotate(ax, image, values, undefined[idx], ".1f")
+        _annotate(ax, image, values, undefined[idx], ".1f", one_class[idx])
         # the metric and the colour scale's anchors in the panel title; the colour bar has
         # no label of its own (stacked panels' vertical labels ran into each other)
         ax.set_title(f"{metric_label(metric)}; colours from {low:.1f} ({what}) to "
@@ -256,13 +279,45 @@ def zscore_plot(agg: Aggregate, system: System) -> Any:
     labels = [d.label if not np.isfinite(span) else f"{d.label} (spread {span:.1f})"
               for d, span in zip(datasets, spans)]
     _heatmap_axes(ax, labels, layers)
-    _annotate(ax, image, shown, undefined, ".1f")
+    _annotate(ax, image, shown, undefined, ".1f", one_class_mask(agg, system, datasets))
     ax.set_xlabel("layer (0 = embeddings; avg = mean of all hidden states)", fontsize=7)
     bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
     bar.set_label("z-score across the task's layers", fontsize=7)
     bar.ax.tick_params(labelsize=6)
     fig.suptitle(f"{system_title(system, agg.name(system))}\neach task's score as a z-score "
                  "across its layers (spread = max - min over layers, in points)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def compression_plot(agg: Aggregate, system: System) -> Any:
+    """MDL compression (uniform / online code length) vs layer, one line per task, mean over
+    seeds with a +- 1 std band (a matplotlib Figure, or None without MDL results)."""
+    Figure, _ = require_matplotlib()
+    rows = [r for r in _layer_rows(agg, system) if isinstance(r.layer, int)]
+    lines = []
+    for ds in agg.datasets:
+        points = [(r.layer, st) for r in rows if (st := agg.mdl_cell(r, ds.task)) is not None]
+        if points:
+            lines.append((ds, points))
+    if not lines:
+        return None
+    fig = Figure(figsize=(6.5, 3.6))
+    ax = fig.add_subplot(1, 1, 1)
+    for ds, points in lines:
+        xs = np.array([x for x, _ in points], dtype=float)
+        ys = np.array([st.mean for _, st in points])
+        sd = np.array([st.std or 0.0 for _, st in points])
+        ax.plot(xs, ys, marker="o", markersize=3, label=ds.label)
+        ax.fill_between(xs, ys - sd, ys + sd, alpha=0.2, linewidth=0)
+    ax.axhline(1.0, linestyle="--", linewidth=1, color="0.3", label="uniform code (1)")
+    ax.set_xlabel("layer", fontsize=7)
+    ax.set_ylabel("compression (uniform / online bits)", fontsize=7)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, frameon=False)
+    fig.suptitle(f"{system_title(system, agg.name(system))}\nMDL compression vs layer, mean "
+                 "over seeds", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -410,6 +465,13 @@ def render_figures(agg: Aggregate) -> List[RenderedFigure]:
                 f"(columns), one colour scale per metric ({metrics}), from the lowest "
                 "majority-class floor of its tasks (0 for correlations) to 100, so a small "
                 "spread stays a small change of colour.", _png(fig, Canvas)))
+        fig = compression_plot(agg, system)
+        if fig is not None:
+            figures.append(RenderedFigure(
+                f"mdl-compression_{part}.png",
+                f"{title}: MDL compression (uniform / online code length of the training "
+                "labels) of each task at each layer; dashed: 1, no better than the uniform "
+                "code.", _png(fig, Canvas)))
         fig = zscore_plot(agg, system)
         if fig is not None:
             figures.append(RenderedFigure(

@@ -32,6 +32,13 @@ class Cell:
     notes: Tuple[int, ...] = ()      # footnote numbers attached to this cell
     ci: Optional[Tuple[float, float]] = None  # bootstrap interval over test examples
     not_worse: bool = False          # not significantly worse than the best layer (†)
+    #: (seeds whose test predictions were all one class, seeds) when the first is > 0
+    degenerate: Optional[Tuple[int, int]] = None
+
+    @property
+    def all_degenerate(self) -> bool:
+        """Every seed predicted one class: the number is a class rate, not a score."""
+        return self.degenerate is not None and self.degenerate[0] == self.degenerate[1]
 
     @property
     def is_value(self) -> bool:
@@ -70,7 +77,9 @@ def _rounded(stat: Optional[Stat]) -> Optional[float]:
 def value_cell(agg: Aggregate, row: Row, task: str) -> Cell:
     """A dataset cell: mean +- std over seeds, or undefined (a null score, e.g. a
     correlation of constant predictions), or missing."""
-    return Cell(stat=agg.cell(row, task), undefined=agg.is_undefined(row, task))
+    k, n = agg.degenerate_seeds(row, task)
+    return Cell(stat=agg.cell(row, task), undefined=agg.is_undefined(row, task),
+                degenerate=(k, n) if k else None)
 
 
 def mark_cells(cells: List[List[Cell]], columns: Sequence[int], by: str = "column") -> None:
@@ -81,7 +90,9 @@ def mark_cells(cells: List[List[Cell]], columns: Sequence[int], by: str = "colum
     else:
         lines = [[(r, c) for c in columns] for r in range(len(cells))]
     for line in lines:
-        line = [(r, c) for r, c in line if not cells[r][c].partial]  # not comparable
+        # partial means and one-class cells are not comparable scores
+        line = [(r, c) for r, c in line
+                if not cells[r][c].partial and not cells[r][c].all_degenerate]
         present = [v for r, c in line if (v := _rounded(cells[r][c].stat)) is not None]
         if len(present) < 2:  # a lone value is not "best" of anything
             continue

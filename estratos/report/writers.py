@@ -22,11 +22,17 @@ from estratos.report.tables import DECIMALS, Cell, Footnotes, Table
 
 MISSING = "—"
 UNDEFINED = "undef."
+#: shown after a degenerate cell's number (every test prediction one class)
+ONE_CLASS = "(one class)"
 LEGEND = ("Scores on the paper's scale: accuracy and F1 in %, correlations (SS) Pearson x100. "
           "Each number is the mean ± sample std over the seeds present (std omitted for one "
           "seed, or when every seed gave the same number, e.g. STS cosine); the Seeds column "
           "gives their number. Best per column in bold, runner-up underlined; {missing} = no "
           "result; * = mean over fewer datasets than the group has in this report.")
+#: the note under a table holding degenerate cells
+ONE_CLASS_NOTE = ("(one class) = the probe predicted one class for every test example (the "
+                  "number is that class's rate, not something the layer encodes; never marked "
+                  "best); (one class: k/n seeds) = so did k of the n seeds.")
 DELTA_LEGEND = ("Delta = (s - b) / |b - r| x 100 against the baseline {baseline}; r is the "
                 "metric's {rule}. {undefined} = undefined (b = r or unbounded metric).")
 
@@ -77,7 +83,21 @@ def value_text(cell: Cell, pm: str) -> str:
         text += f"{pm}{_num(cell.stat.std)}"
     if cell.ci is not None:
         text += f" [{_num(cell.ci[0])}, {_num(cell.ci[1])}]"
-    return text + ("*" if cell.partial else "")
+    return text + ("*" if cell.partial else "") + degenerate_text(cell)
+
+
+def degenerate_text(cell: Cell) -> str:
+    """What follows a cell some of whose seeds predicted one class for every test example:
+    ' (one class)' or ' (one class: 2/3 seeds)'."""
+    if cell.degenerate is None:
+        return ""
+    k, n = cell.degenerate
+    return f" {ONE_CLASS}" if k == n else f" {ONE_CLASS[:-1]}: {k}/{n} seeds)"
+
+
+def has_one_class(table: Table) -> bool:
+    """Whether a table shows a degenerate cell (its note is then added below it)."""
+    return any(c.degenerate for row in table.rows for c in row)
 
 
 def _table_notes(table: Table) -> List[int]:
@@ -122,6 +142,8 @@ def markdown_table(table: Table, footnotes: Footnotes) -> str:
     extra += [f"[{n}] {_md_escape(texts[n])}" for n in _table_notes(table)]
     if any(c.partial for row in table.rows for c in row):
         extra.append("\\* mean over the datasets this row has (fewer than the group has here).")
+    if has_one_class(table):
+        extra.append(ONE_CLASS_NOTE)
     return "\n".join(lines) + ("\n\n" + "  \n".join(extra) if extra else "") + "\n"
 
 
@@ -189,6 +211,8 @@ def latex_table(table: Table, footnotes: Footnotes) -> str:
     notes = [rf"$^{{{n}}}${latex_escape(texts[n])}" for n in _table_notes(table)]
     if any(c.partial for row in table.rows for c in row):
         notes.append(r"* mean over the datasets this row has (fewer than the group has here).")
+    if has_one_class(table):
+        notes.append(latex_escape(ONE_CLASS_NOTE))
     if notes:
         lines += [r"\par\smallskip\footnotesize", " \\\\\n".join(notes)]
     caption = latex_escape(table.title + (f" ({table.caption})" if table.caption else ""))
@@ -226,6 +250,20 @@ def _stat_fields(prefix: str, stat: Optional[Stat]) -> Dict[str, Any]:
     return {f"{prefix}mean": _r(stat.mean) if stat else None,
             f"{prefix}std": _r(stat.std) if stat else None,
             f"{prefix}n_seeds": stat.n if stat else None}
+
+
+def _control_fields(agg: Aggregate, row: Row, task: str) -> Dict[str, Any]:
+    """Issue 23's columns, present only in reports whose results have them (so reports of
+    other results keep their layout): the control kind, the seeds that predicted one class,
+    the MDL compression."""
+    out: Dict[str, Any] = {}
+    if any(r.system.control for r in agg.rows):
+        out["control"] = row.system.control
+    if agg.degenerate:
+        out["one_class_seeds"] = agg.degenerate_seeds(row, task)[0]
+    if agg.compression:
+        out |= _stat_fields("compression_", agg.mdl_cell(row, task))
+    return out
 
 
 def group_records(content: ReportContent) -> List[Dict[str, Any]]:
@@ -267,6 +305,7 @@ def dataset_records(content: ReportContent) -> List[Dict[str, Any]]:
                         "p_vs_best_adjusted": _r(mark.p_adjusted) if mark else None,
                         "not_worse_than_best": mark.not_worse if mark else None}
             rec["fallback"] = "; ".join(ds.fallbacks) or None
+            rec |= _control_fields(agg, row, ds.task)
             if content.delta is not None:
                 cal = content.calib.get(ds.task)
                 rec |= _stat_fields("delta_", content.delta.cell(row, ds.task))
