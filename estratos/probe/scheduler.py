@@ -178,7 +178,18 @@ class WorkerPool:
         parent_end, child_end = self._ctx.Pipe()
         proc = self._ctx.Process(target=serve, daemon=True,
                                  args=(child_end, self._factory, self._context, os.getpid()))
-        proc.start()
+        # the child is born ignoring SIGINT (an ignored signal stays ignored across exec, and
+        # Python keeps it so): a Ctrl-C while it still imports must not print its traceback;
+        # the parent alone stops it. (Only the main thread may set handlers; a restart from
+        # the feeder thread keeps the default, as before.)
+        restore = None
+        if threading.current_thread() is threading.main_thread():
+            restore = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            proc.start()
+        finally:
+            if restore is not None:
+                signal.signal(signal.SIGINT, restore)
         child_end.close()
         return proc, parent_end
 
