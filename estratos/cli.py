@@ -159,6 +159,7 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
                    random_init) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
     from estratos.encode.inputs import gather_sentences
+    from estratos.encode.options import check_model_folder
     from estratos.options import check_device, parse_states, positive_int, resolve_shard
 
     # what can be checked without the model or torch is checked first
@@ -166,6 +167,7 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
     positive_int("--threads", threads, allow_none=True)
     resolve_shard(shard or "auto")
     parse_states(states)
+    check_model_folder(model)
     sentences = gather_sentences(sentences_file, tasks, data_dirs, task_files)
     from estratos.encode import encode_sentences  # torch and transformers: only now
 

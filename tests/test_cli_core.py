@@ -163,6 +163,7 @@ FAST = [
     (["probe"], 1, "no such cache file"),
     (["encode", "--device", "gpu"], 2, "--device"),
     (["encode", "--threads", "0"], 2, "--threads"),
+    (["encode"], 2, "is not a model folder"),  # the base's --model names no folder
     (["baseline", "--seeds", "-1"], 2, "--seeds"),
 ]
 

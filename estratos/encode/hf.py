@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from estratos.encode import devices, hub, pooling, tokens
+from estratos.encode import options as model_options
 from estratos.errors import OptionError
 from estratos.vocab import RANDOM_INIT_PREFIX
 
@@ -79,21 +80,6 @@ def default_max_length(tokenizer: object, config: object) -> int:
         offset = 2 if ("roberta" in model_type or model_type == "camembert") else 0
         limits.append(positions - offset)
     return min(limits)
-
-
-def _check_model_folder(folder: Path) -> None:
-    """A local ``--model`` must be a folder with a ``config.json`` (say so, naming the folder,
-    instead of the tokenizer backend's unrelated complaint about sentencepiece)."""
-    if not folder.is_dir():
-        raise OptionError(f"--model: {str(folder)!r} is not a model folder (no such directory)")
-    if (folder / "config.json").is_file():
-        return
-    inside = sorted(p.parent for p in folder.glob("*/config.json"))
-    hint = (f"; a model folder inside it: {inside[0]}" if len(inside) == 1 else
-            f"; model folders inside it: {', '.join(map(str, inside[:3]))}" if inside else
-            "; point --model at the folder that holds config.json and the weights")
-    raise OptionError(f"--model: {folder} has no config.json, so it is not a Hugging Face "
-                      f"model folder{hint}")
 
 
 @contextlib.contextmanager
@@ -233,9 +219,8 @@ class HFEncoder:
         self.device_map = device_map
         self.trust_remote_code = bool(trust_remote_code)
         self.random_init = random_init
-        looks_local = self.model_name.startswith(("/", "./", "../", "~")) or Path(self.model_name).exists()
-        if looks_local:
-            _check_model_folder(Path(self.model_name).expanduser())
+        if model_options.looks_local(self.model_name):
+            model_options.check_model_folder(self.model_name)
             self._local_only = False
         else:
             self._local_only = hub.local_files_only(self.model_name)
