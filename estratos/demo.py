@@ -93,7 +93,8 @@ def _have_matplotlib() -> bool:
 def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path, model: str,
                   seeds: Sequence[int], n_per_task: int, plot: bool,
                   task_files: Sequence[str] = (), task_ids: Sequence[str] = ()) -> List[str]:
-    """The CLI commands equivalent to a demo run (data build, encode, probe, report)."""
+    """The CLI commands equivalent to a demo run (data build, encode, probe, control probe,
+    report)."""
     q = shlex.quote
     data_opt = f"--data-dir {q(f'{DEMO_SUITE}={data_dir}')}"
     data_opt += "".join(f" --task-file {q(str(Path(p).resolve()))}" for p in task_files)
@@ -105,6 +106,8 @@ def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path, 
         f"estratos encode --model {q(model)} --tasks {tasks} {data_opt} --out {q(str(cache))}",
         f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} --layers all "
         f"--pooling {DEMO_POOLING} {seed_opts} --out {q(str(results))}",
+        f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} --layers all "
+        f"--pooling {DEMO_POOLING} {seed_opts} --control-labels --out {q(str(results))}",
         f"estratos report {q(str(results))} --out {q(str(report_dir))} "
         f"--format {DEMO_REPORT_FORMATS}" + (" --plot" if plot else ""),
     ]
@@ -194,7 +197,8 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
              n_per_task: int = DEMO_N_PER_TASK,
              progress: Optional[bool] = None,
              say: Optional[Callable[[str], None]] = None) -> DemoSummary:
-    """Build synthetic-es, encode it, probe every layer + avg x ``seeds``, write the report.
+    """Build synthetic-es, encode it, probe every layer + avg x ``seeds`` (and the same cells
+    on permuted training labels, the control), write the report.
 
     ``out_dir`` receives ``data/``, ``cache.h5``, ``results.jsonl`` and ``report/``
     (``report.md`` and ``report.html``; with matplotlib installed, heatmaps and layer curves
@@ -235,7 +239,7 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     show = progress if progress is not None else None
 
     t0 = time.perf_counter()
-    tell(f"[1/4] building the {DEMO_SUITE} tasks ({n_per_task} examples each) in {data_dir}")
+    tell(f"[1/5] building the {DEMO_SUITE} tasks ({n_per_task} examples each) in {data_dir}")
     out.mkdir(parents=True, exist_ok=True)
     _prepare_data(data_dir, n_per_task)
     selection = select_specs(tasks, task_files, [f"{DEMO_SUITE}={data_dir}"])
@@ -247,12 +251,12 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     seconds["data"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    tell(f"[2/4] caching the vectors of {len(sentences)} unique sentences ({model}) in {cache}")
+    tell(f"[2/5] caching the vectors of {len(sentences)} unique sentences ({model}) in {cache}")
     tell("      " + encode_sentences(list(sentences), model, cache, progress=show).headline())
     seconds["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    tell(f"[3/4] probing every layer + avg of {len(specs)} tasks x {len(seeds)} seeds "
+    tell(f"[3/5] probing every layer + avg of {len(specs)} tasks x {len(seeds)} seeds "
          f"into {results}")
     disable = None if show is None else not show
     for spec in tqdm(specs, desc="probe", unit="task", disable=disable):
@@ -260,8 +264,18 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
                   seeds=seeds)
     seconds["probe"] = time.perf_counter() - t0
 
+    # the same cells on permuted training labels: what the probe reaches from its capacity
+    # alone, so the report's selectivity (score - control) says how much the layer adds
     t0 = time.perf_counter()
-    tell(f"[4/4] writing the report into {report_dir}")
+    tell("[4/5] the same probes on permuted training labels (control cells, for the "
+         "selectivity table)")
+    for spec in tqdm(specs, desc="control", unit="task", disable=disable):
+        run_probe(cache, [spec], data_dirs, results, layers="all", pooling=DEMO_POOLING,
+                  seeds=seeds, control_labels=True)
+    seconds["control"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    tell(f"[5/5] writing the report into {report_dir}")
     report = write_report([results], report_dir, formats=DEMO_REPORT_FORMATS, plot=plot)
     md = next((p for p in report.files if p.suffix == ".md"), None)
     table = md.read_text(encoding="utf-8") if md is not None else ""

@@ -35,8 +35,9 @@ def test_console_script_demo_offline(tmp_path):
     assert (out / "report" / "report.md").is_file()
     assert (out / "report" / "report.html").is_file()  # the page the README says to open
     records = read_results(out / "results.jsonl")
-    # MiniLM-L6: embeddings + 6 layers + avg, 9 tasks, 3 seeds
-    assert len(records) == 8 * len(TASKS) * 3
+    # MiniLM-L6: embeddings + 6 layers + avg, 9 tasks, 3 seeds; each cell also as a control
+    assert len(records) == 8 * len(TASKS) * 3 * 2
+    assert sum(r.control is not None for r in records) == 8 * len(TASKS) * 3
     assert {r.name for r in records} == set(TASKS)
     assert {r.seed for r in records} == {1111, 1, 2}
     assert {r.layer for r in records} == set(range(7)) | {"avg"}
@@ -46,7 +47,7 @@ def test_console_script_demo_offline(tmp_path):
     assert str(out / "cache.h5") in proc.stdout
     for word in ("estratos encode", "estratos probe", "estratos report"):
         assert word in proc.stdout
-    assert "[4/4]" in proc.stderr
+    assert "[5/5]" in proc.stderr
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,13 @@ def tiny_demo(tiny_bert_dir, tmp_path_factory):
 def test_run_demo_writes_every_output(tiny_demo, tiny_bert_dir):
     out, summary = tiny_demo
     records = read_results(summary.results)
-    assert len(records) == len(TASKS) * 4  # embeddings + 2 layers + avg, one seed
+    # embeddings + 2 layers + avg, one seed; every cell again on permuted labels (control)
+    assert len(records) == len(TASKS) * 4 * 2
+    controls = [r for r in records if r.control is not None]
+    assert len(controls) == len(TASKS) * 4
+    assert {r.control["kind"] for r in controls} == {"permuted-labels"}
+    # the report shows the control next to accuracy: a selectivity table
+    assert "selectivity" in summary.table.lower()
     assert {r.name for r in records} == set(TASKS)
     assert summary.cache == out / "cache.h5" and summary.cache.is_file()
     assert (out / "report" / "report.md") in summary.report_files
@@ -70,7 +77,7 @@ def test_run_demo_writes_every_output(tiny_demo, tiny_bert_dir):
     assert "WordContent" in summary.table
     text = summary.describe()
     assert str(summary.results) in text and "estratos probe" in text
-    assert set(summary.seconds) == {"data", "encode", "probe", "report"}
+    assert set(summary.seconds) == {"data", "encode", "probe", "control", "report"}
 
 
 def test_demo_commands_name_real_options(tiny_demo):
@@ -127,7 +134,8 @@ def test_demo_commands_quote_paths(tmp_path):
     d = tmp_path / "with space"
     cmds = demo_commands(d / "data", d / "c.h5", d / "r.jsonl", d / "rep", "m", (1, 2), 200,
                          plot=False)
-    assert len(cmds) == 4
+    assert len(cmds) == 5
     probe = shlex.split(cmds[2])
     assert probe[probe.index("--seeds") + 1] == "1,2"
+    assert shlex.split(cmds[3]) == probe[:-2] + ["--control-labels"] + probe[-2:]
     assert str(d / "c.h5") in shlex.split(cmds[1])

@@ -45,7 +45,7 @@ def test_other_settings_are_named_before_any_work(made, tiny_bert_dir, extra, ne
     assert result.exit_code == 2, result.output
     assert f"{made} holds a demo made with other settings" in result.output
     assert needle in result.output
-    assert "[1/4]" not in result.output  # no step started
+    assert "[1/5]" not in result.output  # no step started
     assert snapshot(made) == before
 
 
