@@ -164,3 +164,22 @@ def write_toy_task(folder: Path, splits: Mapping[str, Sequence[Tuple[str, str]]]
     path = folder / file_name
     path.write_text(TOY_TASK_TOML.format(name=name, suite=suite), encoding="utf-8")
     return path
+
+
+def write_toml_task(folder: Path, n: int, informative: Sequence[int], train: int, dev: int
+                    ) -> Tuple[Path, Path]:
+    """A custom split task (TOML + TSV files in ``folder``) over ``n`` toy sentences, the
+    first ``train`` for training, the next ``dev`` for dev, the rest for test, and a cache
+    holding their vectors. Returns (task file, cache)."""
+    sentences, vec, y = toy_classification(n, informative=informative)
+    names = ("neg", "pos")
+    for split, rows in {"train": range(0, train), "dev": range(train, train + dev),
+                        "test": range(train + dev, n)}.items():
+        (folder / f"{split}.tsv").write_text(
+            "".join(f"{names[y[i]]}\t{sentences[i]}\n" for i in rows), encoding="utf-8")
+    (folder / "toy.toml").write_text(
+        'name = "Toy"\nsuite = "custom"\ngroup = "SC"\nlanguage = "es"\nformat = "tsv"\n'
+        'combiner = "single"\nprotocol = "split"\n[files]\ntrain = "train.tsv"\n'
+        'dev = "dev.tsv"\ntest = "test.tsv"\n[columns]\nlabel = 0\nsentences = [1]\n'
+        'header = false\n', encoding="utf-8")
+    return folder / "toy.toml", write_cache(folder / "c.h5", sentences, vec)

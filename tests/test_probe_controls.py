@@ -19,7 +19,7 @@ from estratos.probe.runner import run_probe
 from estratos.results import read_results
 
 from probe_toys import (MemoryLoader, single_task, spec, toy_classification,
-                        toy_similarity_tasks, write_cache)
+                        toy_similarity_tasks, write_cache, write_toml_task)
 
 
 def blobs(n, groups, informative, seed=0, dim=6):
@@ -208,20 +208,9 @@ def test_a_cell_that_predicts_one_class_is_marked(tmp_path):
 
 
 def test_cli_control_labels_and_mdl(tmp_path):
-    sentences, vec, y = toy_classification(300, informative=(1,))
-    names = ("neg", "pos")
-    for split, rows in {"train": range(0, 180), "dev": range(180, 240),
-                        "test": range(240, 300)}.items():
-        (tmp_path / f"{split}.tsv").write_text(
-            "".join(f"{names[y[i]]}\t{sentences[i]}\n" for i in rows), encoding="utf-8")
-    (tmp_path / "toy.toml").write_text(
-        'name = "Toy"\nsuite = "custom"\ngroup = "SC"\nlanguage = "es"\nformat = "tsv"\n'
-        'combiner = "single"\nprotocol = "split"\n[files]\ntrain = "train.tsv"\n'
-        'dev = "dev.tsv"\ntest = "test.tsv"\n[columns]\nlabel = 0\nsentences = [1]\n'
-        'header = false\n', encoding="utf-8")
-    cache = write_cache(tmp_path / "c.h5", sentences, vec)
+    task_file, cache = write_toml_task(tmp_path, 300, (1,), 180, 60)
     out = tmp_path / "r.jsonl"
-    base = ["probe", "--cache", str(cache), "--task-file", str(tmp_path / "toy.toml"),
+    base = ["probe", "--cache", str(cache), "--task-file", str(task_file),
             "--out", str(out), "--threads", "1", "--layers", "1"]
     runner = CliRunner()
     res = runner.invoke(cli, base + ["--mdl"])

@@ -16,7 +16,7 @@ from estratos.probe.runner import run_probe
 from estratos.probe.settings import resolve_classifier
 from estratos.results import read_results
 
-from probe_toys import spec, toy_classification, toy_split_task, write_cache
+from probe_toys import spec, toy_classification, toy_split_task, write_cache, write_toml_task
 
 # ---- toy grid: three tasks of different sizes over one cache --------------------------------
 
@@ -223,19 +223,8 @@ def test_cli_shard_from_slurm_variables_and_device(grid, tmp_path, monkeypatch):
 
 
 def test_cli_shards_of_a_custom_task(tmp_path, monkeypatch):
-    sentences, vec, y = toy_classification(200, informative=(1, 2))
-    names = ("neg", "pos")
-    for split, rows in {"train": range(0, 120), "dev": range(120, 160),
-                        "test": range(160, 200)}.items():
-        (tmp_path / f"{split}.tsv").write_text(
-            "".join(f"{names[y[i]]}\t{sentences[i]}\n" for i in rows), encoding="utf-8")
-    (tmp_path / "toy.toml").write_text(
-        'name = "Toy"\nsuite = "custom"\ngroup = "SC"\nlanguage = "es"\nformat = "tsv"\n'
-        'combiner = "single"\nprotocol = "split"\n[files]\ntrain = "train.tsv"\n'
-        'dev = "dev.tsv"\ntest = "test.tsv"\n[columns]\nlabel = 0\nsentences = [1]\n'
-        'header = false\n', encoding="utf-8")
-    cache = write_cache(tmp_path / "c.h5", sentences, vec)
-    base = ["probe", "--cache", str(cache), "--task-file", str(tmp_path / "toy.toml"),
+    task_file, cache = write_toml_task(tmp_path, 200, (1, 2), 120, 40)
+    base = ["probe", "--cache", str(cache), "--task-file", str(task_file),
             "--out", str(tmp_path / "r.jsonl"), "--layers", "all", "--seeds", "1,2"]
     runner = CliRunner()
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
