@@ -19,16 +19,18 @@ files; nothing is retrained.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from estratos.report.aggregate import Aggregate, Row, Stat, System, layer_label
-from estratos.report.intervals import Samples
+from estratos.report.aggregate import Aggregate, Row, Stat, System, layer_label, row_of
+from estratos.report.intervals import RowSample, Samples
 from estratos.report.tables import Cell, Footnotes, Table, mark_cells
 from estratos.results import Located
-from estratos.stats import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, paired_bootstrap
+from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, Sample,
+                            paired_bootstrap)
 from estratos.stats.bootstrap import same_test_set
 
 SELECTIVITY_INTRO = (
@@ -54,7 +56,7 @@ def _paired_seeds(agg: Aggregate, a: Row, b: Row, task: str) -> List[Tuple[float
 
 
 def _layer_table(key: str, title: str, agg: Aggregate, system: System,
-                 value: "callable", caption: str) -> Optional[Table]:
+                 value: Callable[[Row, str], Cell], caption: str) -> Optional[Table]:
     rows = [r for r in agg.layers_of(system) if r.layer is not None]
     body = []
     for ds in agg.datasets:
@@ -121,7 +123,7 @@ def control_model_tables(agg: Aggregate, records: Sequence[Located],
     control_systems = []
     for loc in records:
         if os.path.realpath(loc.path) in wanted:
-            system = _system_of(loc)
+            system = row_of(loc.record).system
             if system not in control_systems:
                 control_systems.append(system)
     samples = Samples(records)
@@ -136,12 +138,6 @@ def control_model_tables(agg: Aggregate, records: Sequence[Located],
             if table is not None:
                 tables.append(table)
     return tables
-
-
-def _system_of(loc: Located) -> System:
-    from estratos.report.aggregate import row_of
-
-    return row_of(loc.record).system
 
 
 def _control_table(agg: Aggregate, system: System, control: System, samples: Samples,
@@ -205,10 +201,8 @@ def _difference(samples: Samples, a: Row, b: Row, task: str, resamples: int, lev
     return (d.lo, d.hi), d.p_value
 
 
-def _only(row_sample, seeds: Sequence[int]):
+def _only(row_sample: RowSample, seeds: Sequence[int]) -> Sample:
     """The row's sample restricted to ``seeds`` (same order on both sides)."""
-    import dataclasses
-
     keep = [row_sample.seeds.index(s) for s in seeds]
     sample = row_sample.sample
     return dataclasses.replace(sample, predicted=np.asarray(sample.predicted)[keep])
