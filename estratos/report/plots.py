@@ -452,45 +452,42 @@ def render_figures(agg: Aggregate) -> List[RenderedFigure]:
     """Every figure of a report, drawn in memory (heatmaps per system, curves per group)."""
     _, Canvas = require_matplotlib()
     figures: List[RenderedFigure] = []
+
+    def add(fig: Optional[object], name: str, caption: str) -> None:
+        """Keep a drawn figure (a plot function returns None when it has nothing to show)."""
+        if fig is not None:
+            figures.append(RenderedFigure(name, caption, _png(fig, Canvas)))
+
     for system in agg.systems:
         title, part = system_title(system, agg.name(system)), system_file_part(system)
         if agg.name(system) != system.identity:
             title += f" (model: {system.identity})"
         metrics = ", ".join(dict.fromkeys(d.metric for d in layer_matrix(agg, system)[0]))
-        fig = heatmap_plot(agg, system)
-        if fig is not None:
-            figures.append(RenderedFigure(
-                f"heatmap-scores_{part}.png",
-                f"{title}: mean test score over seeds of each task (rows) at each layer "
-                f"(columns), one colour scale per metric ({metrics}), from the lowest "
-                "majority-class floor of its tasks (0 for correlations) to 100, so a small "
-                "spread stays a small change of colour.", _png(fig, Canvas)))
-        fig = compression_plot(agg, system)
-        if fig is not None:
-            figures.append(RenderedFigure(
-                f"mdl-compression_{part}.png",
-                f"{title}: MDL compression (uniform / online code length of the training "
-                "labels) of each task at each layer; dashed: 1, no better than the uniform "
-                "code.", _png(fig, Canvas)))
-        fig = zscore_plot(agg, system)
-        if fig is not None:
-            figures.append(RenderedFigure(
-                f"heatmap-zscores_{part}.png",
-                f"{title}: each task's mean score standardized across layers 0..L (the avg "
-                "column on the same scale), so tasks of any metric share a colour map and the "
-                "figure shows where each peaks; each task's spread over its layers (in points) "
-                "is beside its name, since a z-score makes a small spread look as strong as a "
-                "large one.", _png(fig, Canvas)))
+        add(heatmap_plot(agg, system),
+            f"heatmap-scores_{part}.png",
+            f"{title}: mean test score over seeds of each task (rows) at each layer "
+            f"(columns), one colour scale per metric ({metrics}), from the lowest "
+            "majority-class floor of its tasks (0 for correlations) to 100, so a small "
+            "spread stays a small change of colour.")
+        add(compression_plot(agg, system),
+            f"mdl-compression_{part}.png",
+            f"{title}: MDL compression (uniform / online code length of the training "
+            "labels) of each task at each layer; dashed: 1, no better than the uniform "
+            "code.")
+        add(zscore_plot(agg, system),
+            f"heatmap-zscores_{part}.png",
+            f"{title}: each task's mean score standardized across layers 0..L (the avg "
+            "column on the same scale), so tasks of any metric share a colour map and the "
+            "figure shows where each peaks; each task's spread over its layers (in points) "
+            "is beside its name, since a z-score makes a small spread look as strong as a "
+            "large one.")
     for group in agg.groups:
-        fig = curves_plot(agg, group)
-        if fig is not None:
-            figures.append(RenderedFigure(
-                f"layer-curves_{re.sub(r'[^A-Za-z0-9]+', '-', group)}.png",
-                f"{group}: score vs layer per system, mean over seeds with a +- 1 sample std "
-                "band; the diamond after the last layer is the avg spec; dashed: the floor a "
-                "probe must beat (majority-class rate, 1/K, or r = 0); dotted: baselines."
-                + (f" Models: {agg.identities()}." if agg.identities() else ""),
-                _png(fig, Canvas)))
+        add(curves_plot(agg, group),
+            f"layer-curves_{re.sub(r'[^A-Za-z0-9]+', '-', group)}.png",
+            f"{group}: score vs layer per system, mean over seeds with a +- 1 sample std "
+            "band; the diamond after the last layer is the avg spec; dashed: the floor a "
+            "probe must beat (majority-class rate, 1/K, or r = 0); dotted: baselines."
+            + (f" Models: {agg.identities()}." if agg.identities() else ""))
     names: Dict[str, int] = {}
     unique = []
     for fig in figures:  # two systems with the same label (e.g. revisions cut to 8 chars)
