@@ -167,8 +167,8 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
     positive_int("--threads", threads, allow_none=True)
     resolve_shard(shard or "auto")
     parse_states(states)
-    check_model_folder(model)
     sentences = gather_sentences(sentences_file, tasks, data_dirs, task_files)
+    check_model_folder(model)
     from estratos.encode import encode_sentences  # torch and transformers: only now
 
     summary = encode_sentences(
