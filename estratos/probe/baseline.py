@@ -247,7 +247,7 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
 
 def baseline_tasks(tasks: Optional[str], out: Union[str, os.PathLike], *,
                    data_dir: Sequence[str] = (), task_files: Sequence[str] = (),
-                   seeds: Union[str, Sequence[int]] = "1111",
+                   seeds: Union[str, Sequence[int]] = (DEFAULT_SEED,),
                    overwrite: bool = False) -> List[ResultRecord]:
     """``estratos baseline`` as a function: task ids / suites (plus ``--task-file`` specs)
     and data folders in their command-line forms, then :func:`run_baseline`."""
