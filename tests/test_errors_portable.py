@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 
 import pytest
 
@@ -43,14 +44,22 @@ def test_a_context_keeps_the_fields_and_goes_first():
 
 class _FailingInWorkers:
     """Toy tasks built in memory; in the worker processes (not the parent) task ``fail``
-    raises ``error`` (the loader is pickled to each worker, the error with it)."""
+    raises ``error`` (the loader is pickled to each worker, the error with it). The parent
+    is one of the processes and takes the first job itself: while loading any other task it
+    waits until a worker has reached ``fail`` (``marker``), so the error is a worker's
+    whatever the machine's speed."""
 
-    def __init__(self, fail, error, parent):
-        self.fail, self.error, self.parent = fail, error, parent
+    def __init__(self, fail, error, parent, marker):
+        self.fail, self.error, self.parent, self.marker = fail, error, parent, str(marker)
 
     def __call__(self, task_spec, data_dirs):
         if os.getpid() != self.parent and task_spec.id == self.fail:
+            open(self.marker, "w").close()
             raise self.error
+        if os.getpid() == self.parent and task_spec.id != self.fail:
+            deadline = time.monotonic() + 300
+            while not os.path.exists(self.marker) and time.monotonic() < deadline:
+                time.sleep(0.05)
         return toy_split_task(160, task_spec=task_spec)[0]
 
 
@@ -61,7 +70,8 @@ def test_an_error_raised_in_a_worker_arrives_with_its_fields(tmp_path, error):
     _, sents, vec = toy_split_task(160)
     cache = write_cache(tmp_path / "c.h5", sents, vec)
     specs = [spec("A"), spec("B")]
-    loader = _FailingInWorkers("toy:B", error, os.getpid())
+    marker = tmp_path / "worker-reached-B"
+    loader = _FailingInWorkers("toy:B", error, os.getpid(), marker)
     with pytest.raises(type(error)) as caught:
         run_probe(cache, specs, None, tmp_path / "r.jsonl", layers="0", jobs=2, threads=1,
                   loader=loader)
@@ -70,4 +80,5 @@ def test_an_error_raised_in_a_worker_arrives_with_its_fields(tmp_path, error):
     assert str(got) == f"toy:B: {error}"
     for field in ("path", "line", "message", "missing"):
         assert getattr(got, field, None) == getattr(error, field, None), field
+    assert marker.exists()  # the worker's error, not the parent's
     assert not (tmp_path / "r.jsonl").exists()
