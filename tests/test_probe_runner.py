@@ -112,6 +112,40 @@ def test_jobs_run_tasks_in_processes(tmp_path):
     assert len(read_results(tmp_path / "r.jsonl")) == 4
 
 
+SPAWN_WATCH = """
+import sys
+import estratos.probe.scheduler as scheduler
+original = scheduler.WorkerPool.__init__
+def watched(self, *args, **kwargs):
+    print("PARENT HAD TORCH AT SPAWN", "torch" in sys.modules, flush=True)
+    original(self, *args, **kwargs)
+scheduler.WorkerPool.__init__ = watched
+from estratos.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_workers_start_before_the_parent_imports_torch_and_log_like_it(tmp_path):
+    """Issue 24 item 3: a worker's imports overlap the parent's (it is spawned before the
+    parent imports torch), and with -v its log lines reach stderr as the parent's do."""
+    import subprocess
+    import sys
+
+    from probe_toys import write_toml_task
+
+    task_file, cache = write_toml_task(tmp_path, 240, informative=(1, 2), train=160, dev=40)
+    argv = ["-v", "probe", "--cache", str(cache), "--task-file", str(task_file),
+            "--layers", "all", "--seeds", "1,2", "--jobs", "2", "--out", str(tmp_path / "r.jsonl")]
+    done = subprocess.run([sys.executable, "-c", SPAWN_WATCH, *argv], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "PARENT HAD TORCH AT SPAWN False" in done.stdout, done.stdout
+    units = [line for line in done.stderr.splitlines()
+             if "estratos.probe.units" in line and " cell(s) in " in line]
+    assert len(units) == 2, done.stderr  # one unit per seed, one of them in the worker
+    assert len(read_results(tmp_path / "r.jsonl")) == 2 * 4
+
+
 class MemoryLoaderPickle:
     """A picklable loader (TaskData holds read-only mappings, which do not pickle)."""
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from estratos.stats import (Sample, adjust, bootstrap_ci, holm, mcnemar_exact, metric_value,
+from estratos.stats import (Sample, adjust, bootstrap_ci, bootstrap_cis, holm, mcnemar_exact, metric_value,
                             paired_bootstrap)
 from estratos.stats.significance import mcnemar_p
 
@@ -16,6 +16,26 @@ def _binomial(n=1000, correct=700):
     pred = np.zeros(n, dtype=int)
     pred[correct:] = 1  # the last n - correct are wrong
     return Sample("accuracy", pred, gold)
+
+
+def test_intervals_of_many_cells_equal_each_cell_alone():
+    """bootstrap_cis draws the resamples once per test-set layout; every interval is the
+    one its sample gets alone (several layouts, strata, seeds and an undefined one)."""
+    rng = np.random.default_rng(5)
+    gold = rng.integers(0, 3, 400)
+    strata = np.repeat([0, 1], 200)
+    samples = [Sample("accuracy", np.where(rng.random(400) < p, gold, (gold + 1) % 3), gold)
+               for p in (0.5, 0.7, 0.9)]
+    samples.append(Sample("accuracy", np.stack([gold, (gold + 1) % 3]), gold, strata))
+    samples.append(Sample("accuracy", gold[:150], gold[:150]))
+    scores = rng.normal(size=300)
+    samples.append(Sample("pearson", np.zeros(300), scores))  # undefined: constant side
+    samples.append(Sample("pearson", scores + rng.normal(size=300), scores))
+    together = bootstrap_cis(samples, resamples=200, seed=7)
+    alone = [bootstrap_cis([s], resamples=200, seed=7)[0] for s in samples]
+    assert together == alone
+    assert together[5].estimate is None and together[6].lo is not None
+    assert len({(i.lo, i.hi) for i in together[:3]}) == 3
 
 
 def test_bootstrap_ci_of_a_binomial_covers_the_analytic_interval():

@@ -19,7 +19,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.base import clone
 
 from estratos.errors import OptionError
 from estratos.probe.estimator import RecordedEstimator
@@ -194,7 +193,7 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
 
     def factory(template: Any, seed: Union[int, Tuple[int, ...]]) -> Callable[[], Any]:
         def make() -> Any:
-            return clone(template)
+            return template.fresh()
         if control_labels:
             make = permuted_labels_factory(make, int(seed))  # one seed: fusion is off
         return (lambda: OneAtATime(make)) if sequential else make
@@ -206,7 +205,7 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
         clf_on = {k: v for k, v in on.items() if k in params}  # lbfgs runs on the CPU
         return Inputs(
             labels=labels, splits=tuple(task.splits), features=features, pairs=pairs,
-            classifier=(factory(clone(clf).set_params(**clf_on), seed)
+            classifier=(factory(clf.fresh(**clf_on), seed)
                         if trains == "classifier" else None),
             regressor=(factory(resolve_regressor(spec.score_range, **on), seed)
                        if trains == "regressor" else None),
@@ -246,7 +245,7 @@ def _add_online_codes(task: TaskData, protocol: Any, inputs: Inputs, clf: Any, s
     (X, y), (X_dev, y_dev) = data
     if control_labels:  # the control task's labels, as its probe was trained on them
         y, y_dev = permuted(y, seed), permuted(y_dev, seed, DEV_PART)
-    template = clone(clf)
+    template = clf.fresh()
     if device is not None and "device" in template.get_params():
         template = template.set_params(device=device)
     codes = online_codes(template, (X, y), (X_dev, y_dev), [o.l2 for o in outcomes], seed,

@@ -83,7 +83,11 @@ class RecordedEstimator:
         return self
 
     def fresh(self, **params: Any) -> "RecordedEstimator":
-        """A new unfitted estimator with the same parameters (and ``params`` set)."""
+        """A new unfitted estimator with the same parameters (and ``params`` set).
+
+        What ``sklearn.base.clone(self).set_params(**params)`` gives for these estimators
+        (their parameters are never changed in place), without importing scikit-learn: a
+        second of start-up in every probe process that trains none of its models."""
         return type(self)(**{**self.get_params(deep=False), **params})
 
     def __repr__(self) -> str:

@@ -35,11 +35,15 @@ Cell = Tuple[str, LayerSpec, int]
 #: with several processes, a unit is cut while it costs more than the grid's
 #: total / (jobs x SPLIT_FACTOR): the tail of a longest-first schedule then stays short
 SPLIT_FACTOR = 6
-#: cutting a unit's layer specs apart loses batching (the per-step overheads its layer specs
-#: shared: 3.3x per cell on TASS1) and loads the task and reads its rows once more (about a
-#: second); so layer specs are only cut apart when each half still costs at least this much
-#: (about 15 s of training on the development VM at ~2.5e9 per second). Seeds that train
-#: one after the other anyway (on the CPU) are cut apart first, at no loss.
+#: cutting a unit's layer specs apart loses batching: a program pays a fixed Python cost per
+#: optimizer step (~0.35 s per program on TASS1) that its layer specs share. Measured on
+#: TASS1 (one seed, MiniLM, idle cores): 8 specs in one program 3.3 s; two programs of 4
+#: specs 1.2 + 2.2 s; four of 2 specs 4.4 s in all (1.33x). A cell of TASS1 is estimated at
+#: 5.9e9, so at this threshold a seed's 8 specs (4.7e10) may be halved but halves are not
+#: cut again; with ``--jobs 2`` on one task, cutting to halves or quarters made the whole
+#: command slower (7.8-8.2 s against 7.5 s with seeds cut apart only), since real costs
+#: differ by layer (later layers train longer) where the estimates cannot tell. Seeds that
+#: train one after the other anyway (on the CPU) are cut apart first, at no loss.
 MIN_LAYER_CUT = 4.0e10
 #: a shard block (task, seed: all its layer specs) costing more than total / (count x this)
 #: is split into single cells before blocks are dealt to shards

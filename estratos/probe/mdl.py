@@ -27,7 +27,6 @@ import math
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
-from sklearn.base import clone
 
 from estratos.protocols.estimators import n_groups
 
@@ -87,7 +86,7 @@ def online_codes(template: Any, train: Any, dev: Any, l2: Sequence[float], seed:
     models = ends[:-1]
     if not models:  # a single example: nothing is coded by a model
         return [online_code(ends, n_classes, []) for _ in range(G)]
-    est = clone(template).set_params(seed=int(seed), n_classes=n_classes)
+    est = template.fresh(seed=int(seed), n_classes=n_classes)
     subsets = [order[:e] for e in reversed(models)]  # longest first
     est.fit_subsets(X, y, X_dev, y_dev, np.asarray(l2, dtype=np.float64)[:, None], subsets,
                     stop_on="likelihood")

@@ -39,7 +39,7 @@ from estratos.probe.progress import GridProgress
 from estratos.probe.records import System
 from estratos.probe.scheduler import make_executor
 from estratos.probe.settings import check_classifier, task_estimator
-from estratos.probe.units import GridContext, UnitRunner, spec_state
+from estratos.probe.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
 from estratos.results import ResultRecord
 from estratos.results.reader import done_keys, expand_paths
 from estratos.results.record import PERMUTED_LABELS
@@ -165,7 +165,6 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     # bad task overrides fail before any reading; the estimators feed the cost estimates
     estimators = {spec.id: task_estimator(spec, get_protocol(spec.protocol), classifier)
                   for spec in specs}
-    device_name = str(resolve_probe_device(device))
     where = resolve_shard(shard)
     cache_path = Path(cache_path)
     out_path = shard_path(out, where)
@@ -196,7 +195,8 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     pending = _pending_cells(ids, layer_specs, seeds_t, key, done)
     grid_cells = len(ids) * len(layer_specs) * len(seeds_t)
     if not pending:
-        return ProbeRun([], out_path, time.monotonic() - t_start, device_name, 0, grid_cells)
+        return ProbeRun([], out_path, time.monotonic() - t_start,
+                        str(resolve_probe_device(device)), 0, grid_cells)
     # a shard must know the whole grid's costs; an unsharded run only its pending tasks'
     to_survey = ids if where is not None else list(pending)
     n_cells = sum(len(v) for by_seed in pending.values() for v in by_seed.values())
@@ -206,17 +206,21 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     if threads * processes > available_cores():
         log.warning("--jobs %d x --threads %d exceeds the %d available cores; expect "
                     "slow-downs", processes, threads, available_cores())
-    context = GridContext(str(cache_path), str(out_path), pooling, classifier, bool(sequential),
-                          bool(overwrite), threads, device_name,
-                          {spec.id: spec_state(spec) for spec in specs}, data_dirs, loader,
-                          bool(control_labels), bool(mdl))
     records: List[ResultRecord] = []
     stats: List[UnitStat] = []
     failures: List[Tuple[str, EstratosError]] = []
     bar: Optional[GridProgress] = None
     todo = n_cells
     try:
-        with make_executor(UnitRunner, context, processes) as executor:
+        # the workers start now and import torch while this process does the same below
+        # (resolving the device, building its own runner): the imports overlap
+        with make_executor(processes, preload=WORKER_PRELOAD) as executor:
+            device_name = str(resolve_probe_device(device))
+            context = GridContext(str(cache_path), str(out_path), pooling, classifier,
+                                  bool(sequential), bool(overwrite), threads, device_name,
+                                  {spec.id: spec_state(spec) for spec in specs}, data_dirs,
+                                  loader, bool(control_labels), bool(mdl))
+            executor.start(UnitRunner, context)
             shapes = _survey(executor, to_survey)
             missing = {t: shapes[t].missing for t in to_survey if shapes[t].missing}
             if missing:

@@ -15,15 +15,24 @@ reports: ``"survey"``, ``"done"``, ``"error"`` (the :class:`EstratosError` itsel
 pickle with their fields) or ``"bug"`` (any other exception, as its traceback text).
 
 Start-up: a spawned worker needs seconds to start Python and import torch before it can take
-a job, and ``--jobs 2`` must not lose that against ``--jobs 1`` (issue 24). So the parent is
-one of the ``jobs`` processes: it spawns ``jobs - 1`` workers and takes jobs from the same
-queue itself (the first, longest one at once), while a thread of it feeds the workers. Workers
-say ``"ready"`` once their runner is built, and only ready workers are sent jobs, so no job
-waits on a worker that is still importing while the parent could run it.
+a job, and ``--jobs 2`` must not lose that against ``--jobs 1`` (issue 24). So:
+
+- workers are spawned *before* the runner's context exists (:func:`make_executor`), importing
+  the ``preload`` modules while the parent still checks options and imports the same
+  libraries itself: the two imports overlap instead of following each other;
+  :meth:`WorkerPool.start` then hands every worker the runner's factory and context (a
+  worker says ``"hello"`` once its imports are done and is sent them then, so the parent
+  never blocks on a pipe a busy importer does not read);
+- the parent is one of the ``jobs`` processes: it spawns ``jobs - 1`` workers and takes jobs
+  from the same queue itself (the first, longest one at once), while a thread of it feeds
+  the workers. Workers say ``"ready"`` once their runner is built, and only ready workers
+  are sent jobs, so no job waits on a worker that is still importing while the parent could
+  run it.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import pickle
@@ -32,7 +41,8 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple
+from typing import (Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set,
+                    Tuple)
 
 from estratos.errors import EstratosError
 
@@ -75,17 +85,27 @@ class InProcess:
     Ctrl-C propagate with their traceback.
     """
 
-    def __init__(self, factory: Callable[[Any], Any], context: Any) -> None:
-        self._runner_cm = factory(context)
-        self.runner = self._runner_cm.__enter__()
+    def __init__(self) -> None:
+        self._runner_cm: Optional[Any] = None
+        self.runner: Optional[Any] = None
         self.processes = 1
 
+    def start(self, factory: Callable[[Any], Any], context: Any) -> None:
+        """Build the runner (``factory(context)``, entered until :meth:`close`)."""
+        cm = factory(context)
+        self.runner = cm.__enter__()
+        self._runner_cm = cm
+
     def run(self, jobs: Iterable[Job], on_event: EventSink) -> None:
+        if self.runner is None:
+            raise RuntimeError("start() the executor before run()")
         for job in jobs:
             _run_caught(self.runner, job, on_event)
 
     def close(self) -> None:
-        self._runner_cm.__exit__(None, None, None)
+        if self._runner_cm is not None:
+            self._runner_cm.__exit__(None, None, None)
+            self._runner_cm = self.runner = None
 
     def __enter__(self) -> "InProcess":
         return self
@@ -112,18 +132,47 @@ def _watch_parent(parent: int) -> None:
             os._exit(3)
 
 
-def serve(conn: Any, factory: Callable[[Any], Any], context: Any, parent: int) -> None:
-    """A worker process: run the jobs the parent sends until it sends None or goes away.
+def _log_setup() -> Tuple[int, Optional[str]]:
+    """This process's logging level and its first root handler's format, for the workers
+    (a spawned process starts with logging unconfigured: ``-v`` would show only the
+    parent's half of the work)."""
+    root = logging.getLogger()
+    fmt = None
+    if root.handlers and root.handlers[0].formatter is not None:
+        fmt = getattr(root.handlers[0].formatter, "_fmt", None)
+    return root.getEffectiveLevel(), fmt
+
+
+def serve(conn: Any, parent: int, preload: Sequence[str] = (),
+          log_setup: Tuple[int, Optional[str]] = (logging.WARNING, None)) -> None:
+    """A worker process: import ``preload``, say ``"hello"``, receive ``(factory, context)``,
+    build the runner, say ``"ready"``, then run the jobs the parent sends until it sends None
+    or goes away. It logs to stderr as the parent does (``log_setup``: :func:`_log_setup`).
 
     SIGINT is ignored here: Ctrl-C reaches every process of the terminal's group, and the
     parent alone decides how to stop (it terminates the workers).
     """
+    level, fmt = log_setup
+    if fmt is not None:
+        logging.basicConfig(level=level, format=fmt)
+    else:
+        logging.getLogger().setLevel(level)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
 
     def send(kind: str, key: Any, value: Any) -> None:
         conn.send((kind, key, value))
 
+    for name in preload:
+        importlib.import_module(name)
+    send("hello", None, None)
+    try:
+        setup = conn.recv()
+    except (EOFError, OSError):
+        return
+    if setup is None:
+        return
+    factory, context = setup
     with factory(context) as runner:
         send("ready", None, None)
         while True:
@@ -145,20 +194,22 @@ class WorkerPool:
     """``processes - 1`` spawned workers plus this process, each running one job at a time
     (see the module docstring).
 
-    Use as a context manager: leaving it (normally, on an error or on Ctrl-C) stops every
-    worker; a worker in the middle of a unit is terminated, which is safe because results
-    are appended as whole lines under a lock (a torn line is cut off by the next append).
-    This process's own jobs run in the calling thread (Ctrl-C stops them as with one
-    process); a feeder thread sends jobs to the ready workers and passes their events on.
-    ``on_event`` is called from both threads, never at the same time.
+    Workers are spawned at construction and import ``preload`` at once; :meth:`start` gives
+    them (and this process) the runner. Use as a context manager: leaving it (normally, on
+    an error or on Ctrl-C) stops every worker; a worker in the middle of a unit is
+    terminated, which is safe because results are appended as whole lines under a lock (a
+    torn line is cut off by the next append). This process's own jobs run in the calling
+    thread (Ctrl-C stops them as with one process); a feeder thread sends jobs to the ready
+    workers and passes their events on. ``on_event`` is called from both threads, never at
+    the same time.
     """
 
-    def __init__(self, factory: Callable[[Any], Any], context: Any, processes: int) -> None:
+    def __init__(self, processes: int, preload: Sequence[str] = ()) -> None:
         import multiprocessing
 
         self._ctx = multiprocessing.get_context("spawn")
-        self._factory = factory
-        self._context = context
+        self._preload = tuple(preload)
+        self._setup: Optional[Tuple[Callable[[Any], Any], Any]] = None
         self.processes = processes
         self._workers: List[Tuple[Any, Any]] = []
         self._ready: Set[int] = set()
@@ -168,16 +219,27 @@ class WorkerPool:
         try:
             for _ in range(processes - 1):
                 self._workers.append(self._start())
-            self._local_cm = factory(context)  # while the workers start
-            self._local = self._local_cm.__enter__()
         except BaseException:  # Ctrl-C while starting: stop the ones already started
+            self.close(graceful=False)
+            raise
+
+    def start(self, factory: Callable[[Any], Any], context: Any) -> None:
+        """Give the workers (as each says ``"hello"``) and this process the runner
+        ``factory(context)``; this process builds its own at once, while the workers may
+        still be importing."""
+        self._setup = (factory, context)
+        try:
+            cm = factory(context)
+            self._local = cm.__enter__()
+            self._local_cm = cm
+        except BaseException:
             self.close(graceful=False)
             raise
 
     def _start(self) -> Tuple[Any, Any]:
         parent_end, child_end = self._ctx.Pipe()
         proc = self._ctx.Process(target=serve, daemon=True,
-                                 args=(child_end, self._factory, self._context, os.getpid()))
+                                 args=(child_end, os.getpid(), self._preload, _log_setup()))
         # the child is born ignoring SIGINT (an ignored signal stays ignored across exec, and
         # Python keeps it so): a Ctrl-C while it still imports must not print its traceback;
         # the parent alone stops it. (Only the main thread may set handlers; a restart from
@@ -196,6 +258,8 @@ class WorkerPool:
     def run(self, jobs: Iterable[Job], on_event: EventSink) -> None:
         """Run ``jobs`` in order, each on the next free process (this one included);
         returns when all have ended."""
+        if self._local is None or self._setup is None:
+            raise RuntimeError("start() the executor before run()")
         queue: Deque[Job] = deque(jobs)
         lock = threading.Lock()
         stop = threading.Event()
@@ -259,6 +323,9 @@ class WorkerPool:
                         kind, key, value = ready.recv()
                     except (EOFError, OSError):
                         continue  # the worker died: its sentinel reports it
+                    if kind == "hello":  # its imports are done: it reads the setup now
+                        self._workers[w][1].send(self._setup)
+                        continue
                     if kind == "ready":
                         self._ready.add(w)
                         self._start_failures = 0
@@ -279,7 +346,7 @@ class WorkerPool:
                 kind, key, value = conn.recv()
             except (EOFError, OSError):
                 break
-            if kind == "ready" or w not in busy:
+            if kind in ("hello", "ready") or w not in busy:
                 continue
             send(kind, key, value)
             if kind not in PARTIAL_EVENTS:
@@ -331,8 +398,10 @@ class WorkerPool:
         self.close(graceful=exc_type is None)
 
 
-def make_executor(factory: Callable[[Any], Any], context: Any, processes: int) -> Any:
-    """:class:`InProcess` for one process, else a :class:`WorkerPool`."""
+def make_executor(processes: int, preload: Sequence[str] = ()) -> Any:
+    """:class:`InProcess` for one process, else a :class:`WorkerPool` whose workers start
+    (and import ``preload``) now; either is given its runner with ``start(factory,
+    context)`` before ``run``."""
     if processes <= 1:
-        return InProcess(factory, context)
-    return WorkerPool(factory, context, processes)
+        return InProcess()
+    return WorkerPool(processes, preload)
