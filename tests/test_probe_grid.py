@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 from estratos.errors import CacheError, OptionError
-from estratos.probe.grid import (MIN_LAYER_CUT, TaskShape, WorkUnit, cell_cost, plan_units,
-                                 shard_cells, shard_path)
+from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, makespan, plan_units,
+                                 shard_cells, shard_path, unit_cost)
 from estratos.probe.runner import run_probe
 from estratos.probe.settings import resolve_classifier
 from estratos.results import read_results
@@ -85,23 +85,37 @@ def test_units_cover_every_pending_cell_once_longest_first():
         assert units == plan_units(pending, cost, jobs)  # deterministic
     # one process: one rectangle per (task, pending layer set); more: big units are cut
     assert len(plan_units(pending, cost, 1)) == 4
-    cut = plan_units(pending, cost, 4, min_layer_cut=0.0)
-    assert max(u.cost for u in cut) <= sum(u.cost for u in cut) / (4 * 6) + 100.0
+    cut = plan_units(pending, cost, 4, seeds_apart=True)
+    whole = plan_units(pending, cost, 1, seeds_apart=True)
+    assert makespan([u.cost for u in cut], 4) <= makespan([u.cost for u in whole], 4) / 2
     assert all(u.task == "big" for u in cut[:-3])
 
 
-def test_units_are_not_cut_where_cutting_costs_more_than_it_gains():
-    """Layer specs are cut apart only into halves worth MIN_LAYER_CUT (cutting loses their
-    shared steps); seeds that train one after the other anyway (CPU) are cut first."""
-    pending = {"t": {1: [0, 1, 2, 3, 4, 5, 6, "avg"], 2: [0, 1, 2, 3, 4, 5, 6, "avg"]}}
-    small = {"t": MIN_LAYER_CUT / 10}  # a whole seed's 8 layer specs: 0.8 x MIN_LAYER_CUT
-    units = plan_units(pending, small, 2, seeds_apart=True)
-    assert [(u.layers, u.seeds) for u in units] == [(tuple(pending["t"][1]), (1,)),
-                                                   (tuple(pending["t"][1]), (2,))]
-    big = {"t": MIN_LAYER_CUT}  # halves of a seed's layer specs are worth cutting
-    units = plan_units(pending, big, 2, seeds_apart=True)
-    assert len(units) > 2 and all(len(u.seeds) == 1 for u in units)
-    assert min(u.cost for u in units) >= MIN_LAYER_CUT
+EIGHT = [0, 1, 2, 3, 4, 5, 6, "avg"]
+
+
+@pytest.mark.parametrize("per_cell", [1.0, 1e6, 1e12])
+def test_units_are_cut_only_where_cutting_pays(per_cell):
+    """Issue 24 item 3: cutting adds a program's overhead, so a grid is cut only where the
+    estimated schedule gets shorter (whatever the scale of the costs). On the CPU seeds are
+    cut apart first (no program added)."""
+    two_seeds = {"t": {1: EIGHT, 2: EIGHT}}
+    units = plan_units(two_seeds, {"t": per_cell}, 2, seeds_apart=True)
+    assert [(u.layers, u.seeds) for u in units] == [(tuple(EIGHT), (1,)), (tuple(EIGHT), (2,))]
+    assert [u.cost for u in units] == [unit_cost(per_cell, 8, 1, True)] * 2
+    # one seed on two processes: halves pay (5 + 5 cells' worth in parallel against 9)
+    units = plan_units({"t": {1: EIGHT}}, {"t": per_cell}, 2, seeds_apart=True)
+    assert sorted(len(u.layers) for u in units) == [4, 4]
+    # three equal tasks on three processes: nothing to gain, nothing cut
+    three = {t: {1: EIGHT} for t in "abc"}
+    assert len(plan_units(three, dict.fromkeys("abc", per_cell), 3, seeds_apart=True)) == 3
+    # a long task beside a short one (SQC beside TASS1): seeds apart, layer specs kept
+    mixed = {"long": {1: EIGHT, 2: EIGHT}, "short": {1: EIGHT, 2: EIGHT}}
+    units = plan_units(mixed, {"long": 9 * per_cell, "short": per_cell}, 2, seeds_apart=True)
+    assert all(len(u.layers) == 8 and len(u.seeds) == 1 for u in units)
+    # on a GPU (seeds share a program) layer specs are cut first
+    units = plan_units(two_seeds, {"t": per_cell}, 2, seeds_apart=False)
+    assert [(len(u.layers), u.seeds) for u in units] == [(4, (1, 2)), (4, (1, 2))]
 
 
 def test_cost_grows_with_examples_classes_and_hidden_units():

@@ -32,19 +32,14 @@ from estratos.vocab import LayerSpec
 #: for a run)
 Cell = Tuple[str, LayerSpec, int]
 
-#: with several processes, a unit is cut while it costs more than the grid's
-#: total / (jobs x SPLIT_FACTOR): the tail of a longest-first schedule then stays short
-SPLIT_FACTOR = 6
-#: cutting a unit's layer specs apart loses batching: a program pays a fixed Python cost per
-#: optimizer step (~0.35 s per program on TASS1) that its layer specs share. Measured on
-#: TASS1 (one seed, MiniLM, idle cores): 8 specs in one program 3.3 s; two programs of 4
-#: specs 1.2 + 2.2 s; four of 2 specs 4.4 s in all (1.33x). A cell of TASS1 is estimated at
-#: 5.9e9, so at this threshold a seed's 8 specs (4.7e10) may be halved but halves are not
-#: cut again; with ``--jobs 2`` on one task, cutting to halves or quarters made the whole
-#: command slower (7.8-8.2 s against 7.5 s with seeds cut apart only), since real costs
-#: differ by layer (later layers train longer) where the estimates cannot tell. Seeds that
-#: train one after the other anyway (on the CPU) are cut apart first, at no loss.
-MIN_LAYER_CUT = 4.0e10
+#: a *program* (the layer specs of a unit trained together: one per seed on the CPU, one for
+#: all seeds on a GPU) costs about this many of its cells on top of its cells' own cost: the
+#: per-step work its layer specs share (batch gathers, Python and dispatch per optimizer
+#: step, the dev passes). Measured with MiniLM's vectors on idle cores, one seed, seconds
+#: ~ a + b x layer specs: TASS1 (split, 3 classes) a = 0.37, b = 0.37 (8 specs 3.3 s, two
+#: programs of 4 1.2 + 2.2 s, four of 2 4.4 s in all); SQC (10-fold, 6 classes) a = 5.4,
+#: b = 5.0 (8 specs 45.5 s, one spec 10.4 s on average).
+PROGRAM_OVERHEAD_CELLS = 1.0
 #: a shard block (task, seed: all its layer specs) costing more than total / (count x this)
 #: is split into single cells before blocks are dealt to shards
 SHARD_SPLIT_FACTOR = 2
@@ -115,43 +110,61 @@ class WorkUnit:
         return f"{self.task} layers {layers} seeds {seeds}"
 
 
-def _halves(items: Tuple, ) -> Tuple[Tuple, Tuple]:
+def unit_cost(per_cell: float, n_layers: int, n_seeds: int, seeds_apart: bool) -> float:
+    """Estimated cost of a unit of ``n_layers`` layer specs x ``n_seeds`` seeds whose cells
+    cost ``per_cell`` each: its cells plus :data:`PROGRAM_OVERHEAD_CELLS` per program (one
+    per seed when ``seeds_apart``, i.e. they train one after the other, else one)."""
+    programs = n_seeds if seeds_apart else 1
+    return per_cell * (n_layers * n_seeds + PROGRAM_OVERHEAD_CELLS * programs)
+
+
+def makespan(costs: Sequence[float], jobs: int) -> float:
+    """When the last of ``jobs`` processes ends if each takes the next unit, longest first,
+    as soon as it is free (what :mod:`estratos.probe.scheduler` does), for these costs."""
+    loads = [0.0] * max(1, jobs)
+    for cost in sorted(costs, reverse=True):
+        heapq.heapreplace(loads, loads[0] + cost)
+    return max(loads)
+
+
+def _halves(items: Tuple) -> Tuple[Tuple, Tuple]:
     mid = (len(items) + 1) // 2
     return items[:mid], items[mid:]
 
 
-def _split(unit: WorkUnit, seeds_apart: bool = False,
-           min_layer_cut: float = MIN_LAYER_CUT) -> List[WorkUnit]:
-    """Cut a unit in two: by seeds first when they train one after the other anyway
-    (``seeds_apart``), else by layer specs first (each half reads fewer hidden states); layer
-    specs only while each half costs at least ``min_layer_cut``; a single cell cannot be
-    cut."""
-    per_cell = unit.cost / unit.n_cells
-    by_layers = (len(unit.layers) > 1
-                 and per_cell * len(unit.seeds) * (len(unit.layers) // 2) >= min_layer_cut)
-    if len(unit.seeds) > 1 and (seeds_apart or not by_layers):
+def _split(unit: WorkUnit, per_cell: float, seeds_apart: bool) -> List[WorkUnit]:
+    """``unit`` cut in two: by seeds first when they train one after the other anyway
+    (``seeds_apart``: no program is added), else by layer specs first (each half reads fewer
+    hidden states); a single cell cannot be cut (returns ``[unit]``)."""
+    if len(unit.seeds) > 1 and (seeds_apart or len(unit.layers) == 1):
         parts = [(unit.layers, half) for half in _halves(unit.seeds)]
-    elif by_layers:
+    elif len(unit.layers) > 1:
         parts = [(half, unit.seeds) for half in _halves(unit.layers)]
     else:
         return [unit]
-    return [WorkUnit(unit.task, layers, seeds, per_cell * len(layers) * len(seeds))
+    return [WorkUnit(unit.task, layers, seeds,
+                     unit_cost(per_cell, len(layers), len(seeds), seeds_apart))
             for layers, seeds in parts]
+
+
+#: planning tries cutting only this many of the largest units per step (enough: cutting a
+#: small unit cannot shorten a schedule its large ones set)
+CUT_CANDIDATES = 8
 
 
 def plan_units(pending: Mapping[str, Mapping[int, Sequence[LayerSpec]]],
                cost: Mapping[str, float], jobs: int = 1,
-               seeds_apart: bool = False,
-               min_layer_cut: float = MIN_LAYER_CUT) -> List[WorkUnit]:
-    """Work units covering exactly the ``pending`` cells (task -> seed -> layer specs),
-    longest first.
+               seeds_apart: bool = False) -> List[WorkUnit]:
+    """Work units covering exactly the ``pending`` cells (task -> seed -> layer specs;
+    ``cost``: task -> estimated cost of one cell), longest first.
 
-    Seeds of a task with the same pending layer specs share a unit (rectangles); with
-    ``jobs > 1``, units costing more than total / (jobs x :data:`SPLIT_FACTOR`) are cut
-    (:func:`_split`: seeds first when ``seeds_apart``, i.e. they train one after the other on
-    this device; layer specs only into halves costing at least ``min_layer_cut``) until
-    they fit or cannot be cut. The plan depends only on its arguments (ties keep the order of
-    ``pending``), so it is the same on every run of the same grid.
+    Seeds of a task with the same pending layer specs share a unit (rectangles). With
+    ``jobs > 1`` a unit is cut in two (:func:`_split`) only where that shortens the
+    estimated schedule (:func:`makespan`): each cut that adds a program also adds its
+    overhead (:func:`unit_cost`), so a task is cut only as far as splitting pays. (Cutting a
+    task's grid into single cells, as a fixed size limit did, made ``--jobs 2`` slower than
+    ``--jobs 1`` on SQC: 176 s of work against 92 s.) The plan depends only on its arguments
+    (ties keep the order of ``pending``), so it is the same on every run of the same grid.
     """
     units: List[WorkUnit] = []
     for task, by_seed in pending.items():
@@ -161,24 +174,22 @@ def plan_units(pending: Mapping[str, Mapping[int, Sequence[LayerSpec]]],
                 groups.setdefault(tuple(layers), []).append(int(seed))
         for layers, seeds in groups.items():
             units.append(WorkUnit(task, layers, tuple(seeds),
-                                  cost[task] * len(layers) * len(seeds)))
+                                  unit_cost(cost[task], len(layers), len(seeds), seeds_apart)))
     if jobs > 1 and units:
-        target = sum(u.cost for u in units) / (jobs * SPLIT_FACTOR)
-        # max-heap on cost; the sequence number keeps ties in plan order
-        heap = [(-u.cost, i, u) for i, u in enumerate(units)]
-        heapq.heapify(heap)
-        done: List[Tuple[int, WorkUnit]] = []
-        seq = len(units)
-        while heap:
-            neg, i, unit = heapq.heappop(heap)
-            parts = _split(unit, seeds_apart, min_layer_cut) if -neg > target else [unit]
-            if len(parts) == 1:
-                done.append((i, unit))
-                continue
-            for part in parts:
-                heapq.heappush(heap, (-part.cost, seq, part))
-                seq += 1
-        units = [u for _, u in sorted(done, key=lambda t: t[0])]
+        span = makespan([u.cost for u in units], jobs)
+        while True:
+            order = sorted(range(len(units)), key=lambda i: (-units[i].cost, i))
+            for i in order[:CUT_CANDIDATES]:
+                parts = _split(units[i], cost[units[i].task], seeds_apart)
+                if len(parts) == 1:
+                    continue
+                trial = units[:i] + parts + units[i + 1:]
+                trial_span = makespan([u.cost for u in trial], jobs)
+                if trial_span < span * (1 - 1e-9):
+                    units, span = trial, trial_span
+                    break
+            else:
+                break
     order = sorted(range(len(units)), key=lambda i: (-units[i].cost, i))
     return [dataclasses.replace(units[i], index=n) for n, i in enumerate(order)]
 
