@@ -124,3 +124,33 @@ def test_bfloat16_shards_merge_and_verify(tiny_bert_dir, tmp_path, sentences):
     with open_cache(merged) as m, open_cache(whole) as w:
         rows = m.rows_for(w.sentences())
         np.testing.assert_array_equal(m.read(rows, "mean"), w.read(np.arange(w.n_rows), "mean"))
+
+
+def test_only_batches_beyond_the_stored_range_are_checked_row_by_row():
+    """The write thread checks a batch row by row only when its largest magnitude (reduced
+    on the device) is beyond the stored precision's maximum; a value that still rounds to
+    that maximum is then stored, one that does not stops the run."""
+    from estratos.encode.hf import HostVectors
+    from estratos.encode.stream import refuse_nonfinite
+
+    def host(values, dtype="float16"):
+        full = torch.tensor(values, dtype=torch.float32).reshape(1, 1, -1)
+        out = getattr(torch, dtype)
+        vectors = HostVectors({"cls": full.to(out)}, {"cls": full.mean(dim=1).to(out)},
+                              torch.device("cpu"), full.abs().amax(), schema.DTYPE_MAX[dtype])
+        return vectors, vectors.numpy()
+
+    calm, _ = host([1.0, -3.0])
+    assert calm.source_finite and calm.within_range
+    edge, stored = host([65510.0, 1.0])  # above float16's maximum, rounds down to it
+    assert edge.source_finite and not edge.within_range
+    refuse_nonfinite(stored, edge.averages, "float16", edge.source_finite, ["una frase"])
+    assert stored["cls"].max() == np.float16(65504.0)
+    loud, stored = host([70000.0, 1.0])  # becomes inf in float16
+    assert not loud.within_range
+    with pytest.raises(Exception, match="--dtype bfloat16"):
+        refuse_nonfinite(stored, loud.averages, "float16", loud.source_finite, ["una frase"])
+    broken, _ = host([float("nan"), 1.0], "float32")
+    assert not broken.source_finite and not broken.within_range
+    wide, _ = host([3.39e38], "bfloat16")  # beyond bfloat16's maximum, within float32's
+    assert not wide.within_range

@@ -267,8 +267,8 @@ def test_units_of_one_task_share_nothing_but_the_results_file():
 
 def _custom_grid(root, n=600):
     """Two custom tasks over one cache, slow enough to interrupt (4 seeds x 4 layer specs
-    each; one process writes each task's 16 cells at once, so Ctrl-C after the first lines
-    falls in the second task)."""
+    each; a process writes each seed's 4 cells as they are done, so Ctrl-C after the first
+    line falls mid-run)."""
     sentences, vec, y = toy_classification(n, n_states=3, dim=32, informative=(1, 2))
     names = ("neg", "pos")
     cut = {"train": range(0, int(0.6 * n)), "dev": range(int(0.6 * n), int(0.8 * n)),

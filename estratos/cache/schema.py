@@ -43,9 +43,10 @@ VECTOR_DTYPES = ("float16", "bfloat16", "float32")
 STORAGE_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16),
                   "float32": np.dtype(np.float32)}
 #: the largest finite value of each precision (float16 overflows at hidden-state values some
-#: LLMs reach; bfloat16 has float32's range)
+#: LLMs reach; bfloat16 has float32's exponent range, with 8 bits of mantissa: (2 - 2^-7) x
+#: 2^127)
 DTYPE_MAX = {"float16": float(np.finfo(np.float16).max),
-             "bfloat16": float(np.finfo(np.float32).max),
+             "bfloat16": (2.0 - 2.0 ** -7) * 2.0 ** 127,
              "float32": float(np.finfo(np.float32).max)}
 #: rows per chunk of a vector dataset: one chunk holds these rows of ONE hidden state, so
 #: reading one layer never decompresses the others (DESIGN.md asks for 256..512)

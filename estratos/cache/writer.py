@@ -16,7 +16,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import h5py
 import numpy as np
@@ -115,6 +115,15 @@ class CacheWriter:
         self._f = f
         self.path = path
         self._n_done = int(f.attrs.get("n_done", 0))
+        #: open dataset handles by path: an append looks each up once per file, not per
+        #: block (h5py's lookups hold the GIL the encoder's forward pass needs)
+        self._handles: Dict[str, h5py.Dataset] = {}
+
+    def _dataset(self, name: str) -> h5py.Dataset:
+        ds = self._handles.get(name)
+        if ds is None:
+            ds = self._handles[name] = self._f[name]
+        return ds
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -287,18 +296,18 @@ class CacheWriter:
     def _vector_dataset(self, pooling: str, n_stored: int, dim: int) -> h5py.Dataset:
         """``/vectors/<pooling>`` (N, n_stored, dim), created on first use. An ``--encoder``
         cache learns its shape here (every state stored, so ``n_states`` = ``n_stored``)."""
-        group = self._f[schema.VECTORS]
-        if pooling in group:
-            ds = group[pooling]
+        name = f"{schema.VECTORS}/{pooling}"
+        if name in self._handles or pooling in self._f[schema.VECTORS]:
+            ds = self._dataset(name)
             if ds.shape[1:] != (n_stored, dim):
                 raise CacheError(
                     f"{self.path}: the encoder gives {n_stored} states x {dim} dims but the "
                     f"cache holds {ds.shape[1]} x {ds.shape[2]}")
             return ds
         dtype = schema.storage_dtype(str(self._f.attrs["dtype"]))
-        ds = group.create_dataset(pooling, (self._n_done, n_stored, dim), dtype=dtype,
-                                  maxshape=(None, n_stored, dim),
-                                  chunks=(schema.CHUNK_ROWS, 1, dim), fletcher32=True)
+        ds = self._f[schema.VECTORS].create_dataset(
+            pooling, (self._n_done, n_stored, dim), dtype=dtype, maxshape=(None, n_stored, dim),
+            chunks=(schema.CHUNK_ROWS, 1, dim), fletcher32=True)
         if "n_states" not in self._f.attrs:
             self._f.attrs["n_states"] = n_stored
         self._f.attrs["dim"] = dim
@@ -337,7 +346,9 @@ class CacheWriter:
         b = len(keys)
         if b == 0:
             return
-        poolings = tuple(schema.to_python(self._f.attrs["poolings"]))
+        attrs = self._f.attrs
+        poolings = tuple(schema.to_python(attrs["poolings"]))
+        dtype, stored_avg = str(attrs["dtype"]), bool(attrs.get("stored_avg"))
         if set(vectors) != set(poolings):
             raise CacheError(f"{self.path}: got poolings {sorted(vectors)}, cache has {list(poolings)}")
         lo, hi = self._n_done, self._n_done + b
@@ -350,7 +361,7 @@ class CacheWriter:
         for name, values in rows.items():
             if len(values) != b:
                 raise ValueError(f"{name}: {len(values)} values for {b} rows")
-            ds = self._f[name]
+            ds = self._dataset(name)
             ds.resize((hi,))
             ds[lo:hi] = values
         for pooling in poolings:
@@ -359,15 +370,15 @@ class CacheWriter:
                 raise ValueError(f"{pooling}: expected ({b}, states, dim), got {arr.shape}")
             ds = self._vector_dataset(pooling, arr.shape[1], arr.shape[2])
             ds.resize((hi,) + ds.shape[1:])
-            ds[lo:hi] = schema.to_storage(arr, str(self._f.attrs["dtype"]))
-            if self._f.attrs.get("stored_avg"):
+            ds[lo:hi] = schema.to_storage(arr, dtype)
+            if stored_avg:
                 avg = None if averages is None else averages.get(pooling)
                 if avg is None or avg.shape != (b, arr.shape[2]):
                     raise ValueError(f"{pooling}: expected the ({b}, dim) mean of every state, "
                                      f"got {None if avg is None else avg.shape}")
-                ads = self._f[schema.AVG_GROUP][pooling]
+                ads = self._dataset(f"{schema.AVG_GROUP}/{pooling}")
                 ads.resize((hi, ads.shape[1]))
-                ads[lo:hi] = schema.to_storage(avg, str(self._f.attrs["dtype"]))
+                ads[lo:hi] = schema.to_storage(avg, dtype)
             fault_point("append-write")
         self._f.flush()
         fault_point("append-flushed")

@@ -147,9 +147,11 @@ class BatcherEncoder:
         elif out.shape[1:] != (self.n_states, self.dim):
             raise OptionError(f"--encoder: {self.target} returned {out.shape[1:]} per sentence, "
                               f"earlier batches gave {(self.n_states, self.dim)}")
+        peak = float(np.abs(out).max(initial=0.0))  # NaN if any value is NaN
         return BatchVectors({POOLING: schema.to_storage(out, dtype)},
                             {POOLING: schema.to_storage(out.mean(axis=1), dtype)},
-                            bool(np.isfinite(out).all()))
+                            bool(np.isfinite(peak)),
+                            bool(np.isfinite(peak)) and peak <= schema.DTYPE_MAX[dtype])
 
     def auto_batch_tokens(self) -> int:
         from estratos.encode.devices import CPU_BATCH_TOKENS
@@ -182,12 +184,14 @@ class BatchVectors:
     """A batcher's output, already on the host."""
 
     def __init__(self, vectors: Dict[str, np.ndarray], averages: Dict[str, np.ndarray],
-                 source_finite: bool) -> None:
+                 source_finite: bool, within_range: bool) -> None:
         self._vectors = vectors
         #: the mean over every state the function returned, per pooling (B, D)
         self.averages = averages
         #: whether the function's own values were finite (before the cast to the stored dtype)
         self.source_finite = source_finite
+        #: whether they were also within the stored dtype's range (False: check each row)
+        self.within_range = within_range
 
     def numpy(self) -> Dict[str, np.ndarray]:
         return self._vectors

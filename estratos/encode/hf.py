@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from estratos.cache import schema
 from estratos.encode import devices, hub, pooling, tokens
 from estratos.encode import options as model_options
 from estratos.errors import OptionError
@@ -379,18 +380,21 @@ class HFEncoder:
             with cast:
                 hidden = self.model(**inputs, output_hidden_states=True).hidden_states
             # pooling in float32, outside autocast (which would run the matmul in 16 bits)
-            pooled, averages, finite = {}, {}, []
+            pooled, averages, peaks = {}, {}, []
             for name, full in pooling.pool(hidden, inputs["input_ids"], inputs["attention_mask"],
                                            self.poolings, bos_id=bos).items():  # (B, L+1, D)
-                # checked on the device, read back with the vectors: were the model's own
-                # outputs finite (before the cast to the stored precision)?
-                finite.append(torch.isfinite(full).all())
+                # one reduction on the device, read back with the vectors: the largest
+                # magnitude (NaN if any value is NaN) says whether the model's own outputs
+                # were finite and whether they fit the stored precision (the avg, a mean of
+                # these values, fits if they do)
+                peaks.append(full.abs().amax())
                 # the paper's avg: the mean over ALL hidden states, whatever --states stores
                 averages[name] = full.mean(dim=1).to(out_dtype)
                 if self.states is not None:
                     full = full[:, list(self.states)]
                 pooled[name] = full.to(out_dtype)
-        return HostVectors(pooled, averages, self.device, torch.stack(finite).all())
+            peak = torch.stack(peaks).amax()
+        return HostVectors(pooled, averages, self.device, peak, schema.DTYPE_MAX[dtype])
 
     def auto_batch_tokens(self) -> int:
         """``--batch-tokens auto`` for this model on its device (after :meth:`load`)."""
@@ -406,13 +410,13 @@ class HostVectors:
     memory followed by an event; :meth:`numpy` waits for that event only."""
 
     def __init__(self, pooled: Dict[str, torch.Tensor], averages: Dict[str, torch.Tensor],
-                 device: torch.device, finite: torch.Tensor) -> None:
+                 device: torch.device, peak: torch.Tensor, limit: float) -> None:
         self._event = None
         pooled = {**pooled, **{AVERAGE_PREFIX + name: t for name, t in averages.items()}}
         # numpy has no bfloat16: its 16-bit words travel as int16 and are read as uint16
         pooled = {name: t.view(torch.int16) if t.dtype == torch.bfloat16 else t
                   for name, t in pooled.items()}
-        pooled["\0finite"] = finite.reshape(1)
+        pooled["\0peak"] = peak.reshape(1)
         if device.type == "cuda":
             self._host = {}
             for name, tensor in pooled.items():
@@ -423,7 +427,8 @@ class HostVectors:
             self._event.record(torch.cuda.current_stream(device))
         else:
             self._host = {name: tensor.cpu() for name, tensor in pooled.items()}
-        self._finite = self._host.pop("\0finite")
+        self._peak = self._host.pop("\0peak")
+        self._limit = limit
         self.averages: Dict[str, np.ndarray] = {}
 
     def numpy(self) -> Dict[str, np.ndarray]:
@@ -441,4 +446,12 @@ class HostVectors:
     def source_finite(self) -> bool:
         """Whether the model's pooled outputs were all finite before the cast to the stored
         precision (call after :meth:`numpy`)."""
-        return bool(self._finite.item())
+        return bool(torch.isfinite(self._peak).all())
+
+    @property
+    def within_range(self) -> bool:
+        """Whether every pooled value is finite and at most the stored precision's largest
+        magnitude, so that nothing stored is inf or NaN (call after :meth:`numpy`). False
+        only asks for the exact check: a value just above the maximum may still round to
+        it."""
+        return self.source_finite and float(self._peak.item()) <= self._limit

@@ -69,9 +69,12 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
 
     collate (thread): padded host arrays of the next batches, pinned on CUDA;
     compute (this thread): forward pass + pooling on the device, copy back started;
-    write (thread): waits for each batch's copy, refuses it if it holds NaN or inf
-    (:func:`refuse_nonfinite`), buffers blocks of >= BLOCK_ROWS rows (or FLUSH_SECONDS),
-    appends them (n_done moves only after each flushed block).
+    write (thread): waits for each batch's copy, refuses it if it would store NaN or inf
+    (the batch's largest magnitude, reduced on the device, is compared with the stored
+    precision's; only a batch beyond it is checked row by row, :func:`refuse_nonfinite`,
+    which names the sentence or lets a value that rounds to the maximum pass), buffers
+    blocks of >= BLOCK_ROWS rows (or FLUSH_SECONDS), appends them (n_done moves only after
+    each flushed block).
     """
     depth = PIPELINE_DEPTH_CUDA if getattr(enc, "device", None) is not None and \
         enc.device.type == "cuda" else PIPELINE_DEPTH
@@ -97,8 +100,10 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
                 if item is not END:
                     rows, pending = item
                     vectors = pending.numpy()
-                    refuse_nonfinite(vectors, pending.averages, dtype, pending.source_finite,
-                                     [texts[i] for i in rows], getattr(enc, "states", None))
+                    if not pending.within_range:  # the exact check, row by row, only then
+                        refuse_nonfinite(vectors, pending.averages, dtype,
+                                         pending.source_finite, [texts[i] for i in rows],
+                                         getattr(enc, "states", None))
                     block.append((rows, vectors, pending.averages))
                     bar.update(len(rows))
                 n_block = sum(len(b[0]) for b in block)

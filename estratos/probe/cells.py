@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from typing import TYPE_CHECKING
@@ -74,6 +75,10 @@ def resolve_probe_device(text: Union[str, "torch.device", None]) -> "torch.devic
     raise OptionError(f"--device: {text!r} is not a device ({_DEVICE_HELP})")
 
 
+#: ``on_seed(seed, outcomes, seconds)``: hears a seed's final outcomes (one per layer spec)
+#: and the seconds they took (fused seeds: an equal share of their program's)
+SeedSink = Callable[[int, List[CellOutcome], float], None]
+
 #: ``--classifier``: a registered name, or an estimator whose parameters start each task's
 Classifier = Union[str, RecordedEstimator]
 
@@ -116,7 +121,8 @@ def chance_levels(task: TaskData) -> Optional[Dict[str, Any]]:
 def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePosition],
                    seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
                    device: Union[str, "torch.device"] = "cpu", control_labels: bool = False,
-                   mdl: bool = False) -> List[List[CellOutcome]]:
+                   mdl: bool = False, on_seed: Optional[SeedSink] = None
+                   ) -> List[List[CellOutcome]]:
     """Train and evaluate the cells (layer spec x seed) of one task; outer list: seeds,
     inner: ``states`` in order.
 
@@ -130,7 +136,7 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
     seeds of a protocol whose seeds share the data (``split``, ``relatedness``) train as one
     program (layer specs x L2 values x seeds); on the CPU they train one after the other, so
     a cell's numbers never depend on which other seeds ran (docs/probe.md, "Devices").
-    ``control_labels`` and ``mdl``: see :func:`evaluate_groups`.
+    ``control_labels``, ``mdl`` and ``on_seed``: see :func:`evaluate_groups`.
     """
     spec = task.spec
     torch_device = resolve_probe_device(device)
@@ -154,14 +160,15 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
 
     return evaluate_groups(task, features, pairs, len(states), seeds, classifier,
                            sequential=sequential, device=torch_device,
-                           control_labels=control_labels, mdl=mdl)
+                           control_labels=control_labels, mdl=mdl, on_seed=on_seed)
 
 
 def evaluate_groups(task: TaskData, features: Callable[[str], Any],
                     pairs: Callable[[str], Tuple[Any, Any]], n_groups: int,
                     seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
                     device: Optional["torch.device"] = None, control_labels: bool = False,
-                    mdl: bool = False) -> List[List[CellOutcome]]:
+                    mdl: bool = False, on_seed: Optional[SeedSink] = None
+                    ) -> List[List[CellOutcome]]:
     """The cells of one task over ``n_groups`` feature groups (outer list: seeds, inner:
     groups), whatever the features are: ``features(split)`` gives the G groups of a split's
     examples (a ``(G, n, F)`` stack or a list of G matrices, sparse ones included),
@@ -173,8 +180,12 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
     ``control_labels``: every model trains on permuted training and dev labels
     (:mod:`estratos.probe.controls`; seeds then train one after the other, each with its
     own permutation). ``mdl``: each classification outcome gets ``extra["mdl"]``, the online
-    code of its training labels (:mod:`estratos.probe.mdl`).
+    code of its training labels (:mod:`estratos.probe.mdl`). ``on_seed(seed, outcomes,
+    seconds)`` hears each seed's final outcomes as soon as they are (seeds that train one
+    after the other: each in turn; fused seeds: all at the end, each with an equal share of
+    the time), so a caller can store them before the next seed trains.
     """
+    report = on_seed or (lambda seed, outcomes, seconds: None)
     protocol = get_protocol(task.protocol)
     spec = task.spec
     if not n_groups or not seeds:
@@ -215,22 +226,37 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
             score_range=spec.score_range)
 
     if trains is None:  # nothing trained: every seed gets the same numbers
+        t0 = time.perf_counter()
         once = protocol.evaluate(inputs(seeds[0]))
-        return [list(once) for _ in seeds]
+        share = (time.perf_counter() - t0) / len(seeds)
+        out = [list(once) for _ in seeds]
+        for seed, outcomes in zip(seeds, out):
+            report(int(seed), outcomes, share)
+        return out
     seeds = [int(s) for s in seeds]
     fuse = (protocol.seeds_share_data and not sequential and len(seeds) > 1
             and not control_labels and device is not None
             and device.type in FUSED_SEED_DEVICES
             and (trains == "regressor" or "device" in params))
-    if fuse:
-        together = protocol.evaluate(inputs(tuple(seeds)))  # seed-major groups
-        out = [together[i * n_groups:(i + 1) * n_groups] for i in range(len(seeds))]
-    else:
-        out = [protocol.evaluate(inputs(seed)) for seed in seeds]
-    if mdl and trains == "classifier":
-        for seed, outcomes in zip(seeds, out):
+    def finish(seed: int, outcomes: List[CellOutcome], seconds: float) -> List[CellOutcome]:
+        t0 = time.perf_counter()
+        if mdl and trains == "classifier":
             _add_online_codes(task, protocol, inputs(seed), clf, seed, outcomes,
                               control_labels, device)
+        report(seed, outcomes, seconds + time.perf_counter() - t0)
+        return outcomes
+
+    if fuse:
+        t0 = time.perf_counter()
+        together = protocol.evaluate(inputs(tuple(seeds)))  # seed-major groups
+        share = (time.perf_counter() - t0) / len(seeds)
+        return [finish(seed, together[i * n_groups:(i + 1) * n_groups], share)
+                for i, seed in enumerate(seeds)]
+    out = []
+    for seed in seeds:
+        t0 = time.perf_counter()
+        outcomes = protocol.evaluate(inputs(seed))
+        out.append(finish(seed, outcomes, time.perf_counter() - t0))
     return out
 
 

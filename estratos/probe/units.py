@@ -197,7 +197,7 @@ class UnitRunner:
         spec, task = self._load(unit.task)
         rows = self._rows(unit.task)
         classifier = classifier_record(task, ctx.classifier)
-        store = ResultsStore(ctx.out)
+        results = ResultsStore(ctx.out)
         system = System.of_cache(self.identity, ctx.device)
         chance = chance_levels(task)
         n_examples = sum(len(s) for s in task.splits.values())
@@ -207,24 +207,26 @@ class UnitRunner:
         # width and the number of hidden states (docs/probe.md, "Memory")
         for chunk in _layer_chunks(list(unit.layers), n_examples, n_features):
             vectors, positions = self._vectors(unit.task, rows, chunk, task.sentences)
-            t0 = time.perf_counter()
-            outcomes = evaluate_cells(task, vectors, positions,
-                                      unit.seeds, ctx.classifier, sequential=ctx.sequential,
-                                      device=ctx.device, control_labels=ctx.control_labels,
-                                      mdl=ctx.mdl)
+
+            def store(seed: int, outcomes: List[Any], took: float,
+                      chunk: List[LayerSpec] = chunk) -> None:
+                # each seed's cells as soon as they are final: a killed run keeps them
+                seconds = took / len(chunk)
+                records = [cell_record(task, o, system,
+                                       layer=layer if layer == AVG else int(layer),
+                                       pooling=ctx.pooling, seed=seed, classifier=classifier,
+                                       seconds=seconds, chance=chance,
+                                       control=control_record(seed) if ctx.control_labels
+                                       else None)
+                           for layer, o in zip(chunk, outcomes)]
+                written = store_cells(ctx.out, task, records, list(outcomes),
+                                      overwrite=ctx.overwrite, store=results)
+                log.info("%s layers %s seed %d: %d cell(s) in %.1fs", unit.task,
+                         ",".join(map(str, chunk)), seed, len(records), took)
+                report(written)
+
+            evaluate_cells(task, vectors, positions, unit.seeds, ctx.classifier,
+                           sequential=ctx.sequential, device=ctx.device,
+                           control_labels=ctx.control_labels, mdl=ctx.mdl, on_seed=store)
             del vectors
-            seconds = (time.perf_counter() - t0) / (len(chunk) * len(unit.seeds))
-            records = [cell_record(task, o, system, layer=layer if layer == AVG else int(layer),
-                                   pooling=ctx.pooling, seed=seed, classifier=classifier,
-                                   seconds=seconds, chance=chance,
-                                   control=control_record(seed) if ctx.control_labels
-                                   else None)
-                       for seed, per_layer in zip(unit.seeds, outcomes)
-                       for layer, o in zip(chunk, per_layer)]
-            written = store_cells(ctx.out, task, records,
-                                  [o for per_layer in outcomes for o in per_layer],
-                                  overwrite=ctx.overwrite, store=store)
-            log.info("%s layers %s: %d cell(s) in %.1fs", unit.task,
-                     ",".join(map(str, chunk)), len(records), seconds * len(records))
-            report(written)
         return time.perf_counter() - t_start
