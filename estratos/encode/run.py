@@ -130,7 +130,7 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
             attrs.update(n_states=enc.n_states, dim=enc.dim)
         try:
             session.start(attrs)
-            enc.load(progress=show)
+            # _run loads the weights while the tokenizer runs in the background
             summary = _run(enc, session, texts, keys, batch_tokens=batch_tokens, dtype=dtype,
                            show=show)
         except KeyboardInterrupt as exc:
