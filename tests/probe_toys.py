@@ -3,6 +3,8 @@ hand-made tasks (no test functions here)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
@@ -183,3 +185,24 @@ def write_toml_task(folder: Path, n: int, informative: Sequence[int], train: int
         'dev = "dev.tsv"\ntest = "test.tsv"\n[columns]\nlabel = 0\nsentences = [1]\n'
         'header = false\n', encoding="utf-8")
     return folder / "toy.toml", write_cache(folder / "c.h5", sentences, vec)
+
+
+class WorkerFailingLoader:
+    """Toy tasks built in memory (picklable: it is sent to each worker with the error). In
+    a worker process, not the parent, task ``fail`` raises ``error``. The parent is one of
+    the processes and takes the first job itself: while loading any other task it waits
+    until a worker has reached ``fail`` (``marker``), so the error is a worker's whatever
+    the machine's speed."""
+
+    def __init__(self, fail: str, error: Exception, parent: int, marker: Path) -> None:
+        self.fail, self.error, self.parent, self.marker = fail, error, parent, str(marker)
+
+    def __call__(self, task_spec: TaskSpec, data_dirs) -> TaskData:
+        if os.getpid() != self.parent and task_spec.id == self.fail:
+            open(self.marker, "w").close()
+            raise self.error
+        if os.getpid() == self.parent and task_spec.id != self.fail:
+            deadline = time.monotonic() + 300
+            while not os.path.exists(self.marker) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return toy_split_task(160, task_spec=task_spec)[0]

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import pickle
-import time
 
 import pytest
 
 from estratos import errors
 from estratos.probe.runner import run_probe
 
-from probe_toys import spec, toy_split_task, write_cache
+from probe_toys import WorkerFailingLoader, spec, toy_split_task, write_cache
 
 EXAMPLES = [
     errors.InputError("bad label 'x'", "train.tsv", 3),
@@ -42,27 +41,6 @@ def test_a_context_keeps_the_fields_and_goes_first():
     assert str(back) == str(exc) and back.line == 3
 
 
-class _FailingInWorkers:
-    """Toy tasks built in memory; in the worker processes (not the parent) task ``fail``
-    raises ``error`` (the loader is pickled to each worker, the error with it). The parent
-    is one of the processes and takes the first job itself: while loading any other task it
-    waits until a worker has reached ``fail`` (``marker``), so the error is a worker's
-    whatever the machine's speed."""
-
-    def __init__(self, fail, error, parent, marker):
-        self.fail, self.error, self.parent, self.marker = fail, error, parent, str(marker)
-
-    def __call__(self, task_spec, data_dirs):
-        if os.getpid() != self.parent and task_spec.id == self.fail:
-            open(self.marker, "w").close()
-            raise self.error
-        if os.getpid() == self.parent and task_spec.id != self.fail:
-            deadline = time.monotonic() + 300
-            while not os.path.exists(self.marker) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        return toy_split_task(160, task_spec=task_spec)[0]
-
-
 @pytest.mark.parametrize("error", [errors.InputError("bad label 'x'", "train.tsv", 3),
                                    errors.MissingSentences("gone", missing=11)],
                          ids=lambda e: type(e).__name__)
@@ -71,7 +49,7 @@ def test_an_error_raised_in_a_worker_arrives_with_its_fields(tmp_path, error):
     cache = write_cache(tmp_path / "c.h5", sents, vec)
     specs = [spec("A"), spec("B")]
     marker = tmp_path / "worker-reached-B"
-    loader = _FailingInWorkers("toy:B", error, os.getpid(), marker)
+    loader = WorkerFailingLoader("toy:B", error, os.getpid(), marker)
     with pytest.raises(type(error)) as caught:
         run_probe(cache, specs, None, tmp_path / "r.jsonl", layers="0", jobs=2, threads=1,
                   loader=loader)

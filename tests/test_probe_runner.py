@@ -13,8 +13,9 @@ from estratos.errors import CacheError, MissingSentences, OptionError, SettingsM
 from estratos.results import read_results
 from estratos.probe.runner import run_probe
 
-from probe_toys import (MODEL, MemoryLoader, single_task, spec, toy_classification,
-                        toy_similarity_tasks, toy_split_task, write_cache, write_toy_task)
+from probe_toys import (MODEL, MemoryLoader, WorkerFailingLoader, single_task, spec,
+                        toy_classification, toy_similarity_tasks, toy_split_task, write_cache,
+                        write_toy_task)
 
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
                  "pooling", "seed", "protocol", "fallback", "classifier", "metric", "score",
@@ -322,32 +323,6 @@ def test_cli_end_to_end_with_a_custom_task(toml_task, tmp_path):
     assert len(read_results(out)) == 4
 
 
-class ChildFailingLoader(MemoryLoaderPickle):
-    """Fails with a user error when a worker process loads task B. The parent (one of the
-    processes: it takes the first job itself) waits while loading A until a worker has
-    reached B, so the error is a worker's, whatever the machine's speed."""
-
-    def __init__(self, ids, parent_pid, marker):
-        super().__init__(ids)
-        self.parent_pid = parent_pid
-        self.marker = str(marker)
-
-    def __call__(self, task_spec, data_dirs):
-        import os
-        import time
-
-        from estratos.errors import InputError
-
-        if os.getpid() != self.parent_pid and task_spec.name == "B":
-            open(self.marker, "w").close()
-            raise InputError("bad label 'x'", "train.tsv", 3)
-        if os.getpid() == self.parent_pid and task_spec.name == "A":
-            deadline = time.monotonic() + 300
-            while not os.path.exists(self.marker) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        return super().__call__(task_spec, data_dirs)
-
-
 def test_a_user_error_in_a_worker_reaches_the_caller(tmp_path):
     """Task data that fails to load in a worker (the survey) stops the run before any
     training, naming the task and the file line; nothing is written."""
@@ -361,7 +336,8 @@ def test_a_user_error_in_a_worker_reaches_the_caller(tmp_path):
     marker = tmp_path / "worker-reached-B"
     with pytest.raises(InputError, match=r"^toy:B: train\.tsv:3: bad label"):
         run_probe(cache, specs, None, tmp_path / "r.jsonl", layers="0", jobs=2, threads=1,
-                  loader=ChildFailingLoader(["toy:A", "toy:B"], os.getpid(), marker))
+                  loader=WorkerFailingLoader("toy:B", InputError("bad label 'x'", "train.tsv", 3),
+                                             os.getpid(), marker))
     assert marker.exists()  # the worker's error, not the parent's
     assert not (tmp_path / "r.jsonl").exists()
 
