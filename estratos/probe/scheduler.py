@@ -181,13 +181,17 @@ def serve(conn: Any, parent: int, preload: Sequence[str] = (),
             except (EOFError, OSError):
                 return
             if job is None:
-                return
+                break
             try:
                 _run_job(runner, job, send)
             except EstratosError as exc:
                 send("error", job[1], _portable(exc))
             except Exception:  # a bug: the parent raises it with this traceback
                 send("bug", job[1], traceback.format_exc())
+    # told to stop, with every result written and the runner closed: the parent waits for
+    # this exit, so skip the interpreter's teardown of torch (0.2-0.3 s)
+    logging.shutdown()
+    os._exit(0)
 
 
 class WorkerPool:
