@@ -113,6 +113,15 @@ def test_units_are_cut_only_where_cutting_pays(per_cell):
     mixed = {"long": {1: EIGHT, 2: EIGHT}, "short": {1: EIGHT, 2: EIGHT}}
     units = plan_units(mixed, {"long": 9 * per_cell, "short": per_cell}, 2, seeds_apart=True)
     assert all(len(u.layers) == 8 and len(u.seeds) == 1 for u in units)
+    # two equal units on four processes: cutting one alone gains nothing, both pay
+    thirteen = {"t": {1: EIGHT + [7, 8, 9, 10, 11], 2: EIGHT + [7, 8, 9, 10, 11]}}
+    units = plan_units(thirteen, {"t": per_cell}, 4, seeds_apart=True)
+    assert makespan([u.cost for u in units], 4) == unit_cost(per_cell, 7, 1, True)
+    # three seeds on two processes: seeds apart, then one seed's layer specs halved
+    three_seeds = {"t": {1: EIGHT, 2: EIGHT, 3: EIGHT}}
+    units = plan_units(three_seeds, {"t": per_cell}, 2, seeds_apart=True)
+    assert makespan([u.cost for u in units], 2) == unit_cost(per_cell, 8, 1, True) + \
+        unit_cost(per_cell, 4, 1, True)
     # on a GPU (seeds share a program) layer specs are cut first
     units = plan_units(two_seeds, {"t": per_cell}, 2, seeds_apart=False)
     assert [(len(u.layers), u.seeds) for u in units] == [(4, (1, 2)), (4, (1, 2))]

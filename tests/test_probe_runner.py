@@ -147,6 +147,49 @@ def test_workers_start_before_the_parent_imports_torch_and_log_like_it(tmp_path)
     assert len(read_results(tmp_path / "r.jsonl")) == 2 * 4
 
 
+BRACE_LOGGING = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="{levelname}|{name}|{message}", style="{")
+from estratos.probe.runner import run_probe
+from estratos.tasks import load_task_file
+cache, task_file, out = sys.argv[1:]
+run = run_probe(cache, [load_task_file(task_file)], None, out, layers="all", seeds=(1, 2),
+                jobs=2, threads=1)
+print("CELLS", len(run), run.processes)
+"""
+
+
+def test_workers_take_the_callers_logging_whatever_its_format_style(tmp_path):
+    """A library caller's own logging ({}-style format) reaches the workers as it is, and
+    they start (a %-style rebuild of it made every worker die while starting)."""
+    import subprocess
+    import sys
+
+    from probe_toys import write_toml_task
+
+    task_file, cache = write_toml_task(tmp_path, 240, informative=(1, 2), train=160, dev=40)
+    done = subprocess.run([sys.executable, "-c", BRACE_LOGGING, str(cache), str(task_file),
+                           str(tmp_path / "r.jsonl")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "CELLS 8 2" in done.stdout, done.stdout + done.stderr
+    units = [line for line in done.stderr.splitlines()
+             if line.startswith("INFO|estratos.probe.units|") and " cell(s) in " in line]
+    assert len(units) == 2, done.stderr  # the worker's line too, in the caller's format
+
+
+def test_a_loader_that_cannot_go_to_the_workers_fails_before_any_training(tmp_path, toy):
+    task, cache, _ = toy
+
+    def local_loader(spec_, dirs):  # a local function does not pickle
+        return task
+
+    with pytest.raises(Exception, match="pickle"):
+        run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", layers="0,1", seeds=(1, 2),
+                  jobs=2, threads=1, loader=local_loader)
+    assert not (tmp_path / "r.jsonl").exists()
+
+
 class MemoryLoaderPickle:
     """A picklable loader (TaskData holds read-only mappings, which do not pickle)."""
 

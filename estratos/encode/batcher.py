@@ -147,9 +147,11 @@ class BatcherEncoder:
         elif out.shape[1:] != (self.n_states, self.dim):
             raise OptionError(f"--encoder: {self.target} returned {out.shape[1:]} per sentence, "
                               f"earlier batches gave {(self.n_states, self.dim)}")
-        peak = float(np.abs(out).max(initial=0.0))  # NaN if any value is NaN
+        average = out.mean(axis=1)
+        # NaN if any value is NaN; the mean's float32 sum can overflow near float32's maximum
+        peak = float(np.max([np.abs(out).max(initial=0.0), np.abs(average).max(initial=0.0)]))
         return BatchVectors({POOLING: schema.to_storage(out, dtype)},
-                            {POOLING: schema.to_storage(out.mean(axis=1), dtype)},
+                            {POOLING: schema.to_storage(average, dtype)},
                             bool(np.isfinite(peak)),
                             bool(np.isfinite(peak)) and peak <= schema.DTYPE_MAX[dtype])
 

@@ -383,13 +383,14 @@ class HFEncoder:
             pooled, averages, peaks = {}, {}, []
             for name, full in pooling.pool(hidden, inputs["input_ids"], inputs["attention_mask"],
                                            self.poolings, bos_id=bos).items():  # (B, L+1, D)
+                # the paper's avg: the mean over ALL hidden states, whatever --states stores
+                average = full.mean(dim=1)
                 # one reduction on the device, read back with the vectors: the largest
                 # magnitude (NaN if any value is NaN) says whether the model's own outputs
-                # were finite and whether they fit the stored precision (the avg, a mean of
-                # these values, fits if they do)
-                peaks.append(full.abs().amax())
-                # the paper's avg: the mean over ALL hidden states, whatever --states stores
-                averages[name] = full.mean(dim=1).to(out_dtype)
+                # were finite and whether they (and their mean, whose float32 sum can
+                # overflow near float32's maximum) fit the stored precision
+                peaks.append(torch.maximum(full.abs().amax(), average.abs().amax()))
+                averages[name] = average.to(out_dtype)
                 if self.states is not None:
                     full = full[:, list(self.states)]
                 pooled[name] = full.to(out_dtype)

@@ -121,10 +121,18 @@ def unit_cost(per_cell: float, n_layers: int, n_seeds: int, seeds_apart: bool) -
 def makespan(costs: Sequence[float], jobs: int) -> float:
     """When the last of ``jobs`` processes ends if each takes the next unit, longest first,
     as soon as it is free (what :mod:`estratos.probe.scheduler` does), for these costs."""
+    return _schedule(costs, jobs)[0]
+
+
+def _schedule(costs: Sequence[float], jobs: int) -> Tuple[float, int]:
+    """``(makespan, processes that end at it)`` of the longest-first schedule: a plan is
+    better when it ends sooner, or as soon with fewer processes ending last (a tie that one
+    more cut can then break)."""
     loads = [0.0] * max(1, jobs)
     for cost in sorted(costs, reverse=True):
         heapq.heapreplace(loads, loads[0] + cost)
-    return max(loads)
+    end = max(loads)
+    return end, sum(1 for load in loads if load >= end * (1 - 1e-9))
 
 
 def _halves(items: Tuple) -> Tuple[Tuple, Tuple]:
@@ -133,13 +141,17 @@ def _halves(items: Tuple) -> Tuple[Tuple, Tuple]:
 
 
 def _split(unit: WorkUnit, per_cell: float, seeds_apart: bool) -> List[WorkUnit]:
-    """``unit`` cut in two: by seeds first when they train one after the other anyway
-    (``seeds_apart``: no program is added), else by layer specs first (each half reads fewer
-    hidden states); a single cell cannot be cut (returns ``[unit]``)."""
-    if len(unit.seeds) > 1 and (seeds_apart or len(unit.layers) == 1):
-        parts = [(unit.layers, half) for half in _halves(unit.seeds)]
+    """``unit`` cut apart: into its seeds when they train one after the other anyway
+    (``seeds_apart``: no program is added; all at once, so that an odd number of seeds
+    does not leave one part twice the other's size), else into two halves of its layer
+    specs (each reads fewer hidden states), or of its seeds when it has one layer spec; a
+    single cell cannot be cut (returns ``[unit]``)."""
+    if len(unit.seeds) > 1 and seeds_apart:
+        parts = [(unit.layers, (seed,)) for seed in unit.seeds]
     elif len(unit.layers) > 1:
         parts = [(half, unit.seeds) for half in _halves(unit.layers)]
+    elif len(unit.seeds) > 1:
+        parts = [(unit.layers, half) for half in _halves(unit.seeds)]
     else:
         return [unit]
     return [WorkUnit(unit.task, layers, seeds,
@@ -152,6 +164,14 @@ def _split(unit: WorkUnit, per_cell: float, seeds_apart: bool) -> List[WorkUnit]
 CUT_CANDIDATES = 8
 
 
+def _better(a: Tuple[float, int], b: Tuple[float, int]) -> bool:
+    """Whether schedule ``a`` (:func:`_schedule`) ends sooner than ``b``, or as soon with
+    fewer processes ending last."""
+    if a[0] < b[0] * (1 - 1e-9):
+        return True
+    return a[0] <= b[0] * (1 + 1e-9) and a[1] < b[1]
+
+
 def plan_units(pending: Mapping[str, Mapping[int, Sequence[LayerSpec]]],
                cost: Mapping[str, float], jobs: int = 1,
                seeds_apart: bool = False) -> List[WorkUnit]:
@@ -159,9 +179,11 @@ def plan_units(pending: Mapping[str, Mapping[int, Sequence[LayerSpec]]],
     ``cost``: task -> estimated cost of one cell), longest first.
 
     Seeds of a task with the same pending layer specs share a unit (rectangles). With
-    ``jobs > 1`` a unit is cut in two (:func:`_split`) only where that shortens the
-    estimated schedule (:func:`makespan`): each cut that adds a program also adds its
-    overhead (:func:`unit_cost`), so a task is cut only as far as splitting pays. (Cutting a
+    ``jobs > 1`` a unit is cut (:func:`_split`) only where that shortens the estimated
+    schedule (:func:`makespan`), or leaves fewer processes ending last at the same time (so
+    that two equal units can both be cut): each cut that adds a program also adds its
+    overhead (:func:`unit_cost`), so a task is cut only as far as splitting pays. Each step
+    takes the best of the cuts of the largest units. (Cutting a
     task's grid into single cells, as a fixed size limit did, made ``--jobs 2`` slower than
     ``--jobs 1`` on SQC: 176 s of work against 92 s.) The plan depends only on its arguments
     (ties keep the order of ``pending``), so it is the same on every run of the same grid.
@@ -176,20 +198,21 @@ def plan_units(pending: Mapping[str, Mapping[int, Sequence[LayerSpec]]],
             units.append(WorkUnit(task, layers, tuple(seeds),
                                   unit_cost(cost[task], len(layers), len(seeds), seeds_apart)))
     if jobs > 1 and units:
-        span = makespan([u.cost for u in units], jobs)
+        span = _schedule([u.cost for u in units], jobs)
         while True:
             order = sorted(range(len(units)), key=lambda i: (-units[i].cost, i))
+            best = None
             for i in order[:CUT_CANDIDATES]:
                 parts = _split(units[i], cost[units[i].task], seeds_apart)
                 if len(parts) == 1:
                     continue
                 trial = units[:i] + parts + units[i + 1:]
-                trial_span = makespan([u.cost for u in trial], jobs)
-                if trial_span < span * (1 - 1e-9):
-                    units, span = trial, trial_span
-                    break
-            else:
+                trial_span = _schedule([u.cost for u in trial], jobs)
+                if _better(trial_span, span) and (best is None or _better(trial_span, best[0])):
+                    best = (trial_span, trial)
+            if best is None:
                 break
+            span, units = best
     order = sorted(range(len(units)), key=lambda i: (-units[i].cost, i))
     return [dataclasses.replace(units[i], index=n) for n, i in enumerate(order)]
 

@@ -37,10 +37,12 @@ import logging
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
 from collections import deque
+from multiprocessing.reduction import ForkingPickler
 from typing import (Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set,
                     Tuple)
 
@@ -132,19 +134,33 @@ def _watch_parent(parent: int) -> None:
             os._exit(3)
 
 
-def _log_setup() -> Tuple[int, Optional[str]]:
-    """This process's logging level and its first root handler's format, for the workers
-    (a spawned process starts with logging unconfigured: ``-v`` would show only the
-    parent's half of the work)."""
+def _log_setup() -> Tuple[int, Optional[logging.Formatter]]:
+    """The level of estratos's loggers here and the root handler's formatter, for the
+    workers (a spawned process starts with logging unconfigured: ``-v`` would show only the
+    parent's half of the work). The formatter goes as itself (format, style, date format)."""
     root = logging.getLogger()
-    fmt = None
-    if root.handlers and root.handlers[0].formatter is not None:
-        fmt = getattr(root.handlers[0].formatter, "_fmt", None)
-    return root.getEffectiveLevel(), fmt
+    formatter = root.handlers[0].formatter if root.handlers else None
+    try:
+        pickle.dumps(formatter)
+    except Exception:  # noqa: BLE001 - a formatter of the caller's that does not pickle
+        formatter = None
+    return logging.getLogger("estratos").getEffectiveLevel(), formatter
+
+
+def _configure_logging(log_setup: Tuple[int, Optional[logging.Formatter]]) -> None:
+    """In a worker: estratos's log records to stderr at the parent's level, formatted as
+    the parent formats them."""
+    level, formatter = log_setup
+    if formatter is not None:
+        handler = logging.StreamHandler()
+        handler.setFormatter(formatter)
+        logging.getLogger().addHandler(handler)
+    logging.getLogger("estratos").setLevel(level)
 
 
 def serve(conn: Any, parent: int, preload: Sequence[str] = (),
-          log_setup: Tuple[int, Optional[str]] = (logging.WARNING, None)) -> None:
+          log_setup: Tuple[int, Optional[logging.Formatter]] = (logging.WARNING, None)
+          ) -> None:
     """A worker process: import ``preload``, say ``"hello"``, receive ``(factory, context)``,
     build the runner, say ``"ready"``, then run the jobs the parent sends until it sends None
     or goes away. It logs to stderr as the parent does (``log_setup``: :func:`_log_setup`).
@@ -152,11 +168,7 @@ def serve(conn: Any, parent: int, preload: Sequence[str] = (),
     SIGINT is ignored here: Ctrl-C reaches every process of the terminal's group, and the
     parent alone decides how to stop (it terminates the workers).
     """
-    level, fmt = log_setup
-    if fmt is not None:
-        logging.basicConfig(level=level, format=fmt)
-    else:
-        logging.getLogger().setLevel(level)
+    _configure_logging(log_setup)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
 
@@ -167,12 +179,10 @@ def serve(conn: Any, parent: int, preload: Sequence[str] = (),
         importlib.import_module(name)
     send("hello", None, None)
     try:
-        setup = conn.recv()
+        setup = conn.recv_bytes()
     except (EOFError, OSError):
         return
-    if setup is None:
-        return
-    factory, context = setup
+    factory, context = pickle.loads(setup)
     with factory(context) as runner:
         send("ready", None, None)
         while True:
@@ -191,6 +201,11 @@ def serve(conn: Any, parent: int, preload: Sequence[str] = (),
     # told to stop, with every result written and the runner closed: the parent waits for
     # this exit, so skip the interpreter's teardown of torch (0.2-0.3 s)
     logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
     os._exit(0)
 
 
@@ -213,7 +228,7 @@ class WorkerPool:
 
         self._ctx = multiprocessing.get_context("spawn")
         self._preload = tuple(preload)
-        self._setup: Optional[Tuple[Callable[[Any], Any], Any]] = None
+        self._setup: Optional[bytes] = None  # the pickled (factory, context)
         self.processes = processes
         self._workers: List[Tuple[Any, Any]] = []
         self._ready: Set[int] = set()
@@ -231,8 +246,10 @@ class WorkerPool:
         """Give the workers (as each says ``"hello"``) and this process the runner
         ``factory(context)``; this process builds its own at once, while the workers may
         still be importing."""
-        self._setup = (factory, context)
         try:
+            # pickled once, here: a context that does not pickle (a lambda loader) fails now,
+            # before any work, not in the feeder thread when a worker asks for it
+            self._setup = bytes(ForkingPickler.dumps((factory, context)))
             cm = factory(context)
             self._local = cm.__enter__()
             self._local_cm = cm
@@ -328,7 +345,10 @@ class WorkerPool:
                     except (EOFError, OSError):
                         continue  # the worker died: its sentinel reports it
                     if kind == "hello":  # its imports are done: it reads the setup now
-                        self._workers[w][1].send(self._setup)
+                        try:
+                            self._workers[w][1].send_bytes(self._setup)
+                        except (OSError, ValueError):
+                            pass  # it died meanwhile: its sentinel reports it
                         continue
                     if kind == "ready":
                         self._ready.add(w)

@@ -120,7 +120,10 @@ def bootstrap_cis(samples: Sequence[Sample], *, resamples: int = DEFAULT_RESAMPL
         if estimate is None:
             out[i] = Interval(None, None, None, None, level, resamples, seed, sample.n)
             continue
-        strata = None if sample.strata is None else np.asarray(sample.strata).tobytes()
+        strata = None
+        if sample.strata is not None:
+            array = np.asarray(sample.strata)
+            strata = (array.dtype.str, array.tobytes())
         layouts.setdefault((sample.n, strata), []).append(i)
     for members in layouts.values():
         stats: Dict[int, List[np.ndarray]] = {i: [] for i in members}
