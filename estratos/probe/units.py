@@ -35,10 +35,10 @@ log = logging.getLogger(__name__)
 FEATURE_BUDGET_BYTES = 1_000_000_000
 #: loaded tasks each process keeps for its next units (a unit of the same task skips the load)
 TASKS_KEPT = 2
-#: what every unit needs imported (about 2.5 s in all, torch and scikit-learn the most): a
-#: worker imports these as soon as it is spawned, while the parent is still checking options
-#: and importing them itself (this module imports them lazily, so that the parent can spawn
-#: its workers first)
+#: what every unit needs imported (about 1.5 s in all, torch the most): a worker imports
+#: these as soon as it is spawned, while the parent is still checking options and importing
+#: them itself (this module imports them lazily, so that the parent can spawn its workers
+#: first)
 WORKER_PRELOAD = ("torch", "estratos.probe.training", "estratos.protocols")
 
 

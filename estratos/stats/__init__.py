@@ -14,11 +14,11 @@ it, it imports no part of estratos).
 
 from estratos.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED,
                                       Difference, Interval, bootstrap_ci, bootstrap_cis,
-                                      compare_to,
-                                      paired_bootstrap, same_test_set)
+                                      compare_to, paired_bootstrap, same_test_set)
 from estratos.stats.metrics import METRICS, Sample, metric_value
 from estratos.stats.significance import CORRECTIONS, adjust, holm, mcnemar_exact
 
 __all__ = ["DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "Difference", "Interval",
-           "bootstrap_ci", "bootstrap_cis", "compare_to", "paired_bootstrap", "same_test_set", "METRICS", "Sample", "metric_value",
+           "bootstrap_ci", "bootstrap_cis", "compare_to", "paired_bootstrap", "same_test_set",
+           "METRICS", "Sample", "metric_value",
            "CORRECTIONS", "adjust", "holm", "mcnemar_exact"]
