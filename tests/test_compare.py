@@ -225,3 +225,43 @@ def test_report_options_are_checked(run, tmp_path):
     assert code == 2 and "--alpha: must be between 0 and 1" in out
     code, out = _invoke("report", run, "--out", tmp_path / "r", "--ci", "--resamples", "0")
     assert code == 2 and "--resamples: must be a positive integer" in out
+
+
+def test_compare_selects_by_every_part_of_a_cells_identity(tmp_path):
+    # the demo's results: each layer's cell, its permuted-labels control, and a random-init
+    # model's cell, all under one model name
+    path = tmp_path / "demo.jsonl"
+    cells = []
+    for layer in (0, 4):
+        record, preds = classification_cell(layer, 1)
+        cells.append((record, preds))
+        cells.append((record.replace(control={"kind": "permuted-labels", "seed": 1}),
+                      classification_cell(5, 1)[1]))
+        cells.append((record.replace(revision="random-init:7", random_init=7),
+                      classification_cell(6, 1)[1]))
+    write_cells(path, cells)
+    code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=0", "--b", "layer=4")
+    assert code == 2, out
+    assert ("--a: 'layer=0' matches 3 rows of toy:A, which differ in revision, control "
+            "(revision=r1,control=none; revision=r1,control=permuted-labels; "
+            "revision=random-init:7,control=none); add revision or control to pick one") in out
+    code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=0,control=none,"
+                        "revision=r1", "--b", "layer=0,control=permuted-labels")
+    assert code == 0, out
+    assert "A: model=org/mini,pooling=mean,classifier=senteval,layer=0 (seeds 1)" in out
+    assert ("B: model=org/mini,pooling=mean,classifier=senteval,control=permuted-labels,"
+            "layer=0 (seeds 1)") in out
+    code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=4,revision=r1,"
+                        "control=null", "--b", "layer=4,revision=random-init:7")
+    assert code == 0, out
+    assert "B: model=org/mini,pooling=mean,classifier=senteval,revision=random-init:7," \
+           "layer=4" in out
+    code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=0,control=x",
+                        "--b", "layer=4")
+    assert code == 2 and "--a: 'layer=0,control=x' matches no cell of toy:A" in out, out
+
+
+def test_compare_selector_keys_are_the_identity_of_a_cell():
+    from estratos.report.compare import SELECTOR_KEYS
+    record, _ = classification_cell(0, 1)
+    assert set(SELECTOR_KEYS) == (set(record.identity) - {"task"}) | {"kind"}

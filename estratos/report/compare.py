@@ -15,21 +15,28 @@ arguments. ``last_wins`` (``--last-wins``) takes the copy of the file given last
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
-from estratos.report.aggregate import Row, layer_label, row_of
+from estratos.report.aggregate import Row, layer_label, revision_tag, row_of
 from estratos.report.intervals import RowSample, Samples
 from estratos.results import LoadedResults, Located, ResultRecord, load_results
+from estratos.results.record import cell_key
+from estratos.vocab import RANDOM_INIT_PREFIX
 from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, METRICS,
-                            Difference, Interval, Sample, bootstrap_ci, mcnemar_exact,
+                            Difference, Interval, bootstrap_ci, mcnemar_exact,
                             paired_bootstrap, same_test_set)
 
 PathLike = Union[str, os.PathLike]
-#: selector keys and how each reads a record
-SELECTOR_KEYS = ("model", "layer", "pooling", "seed", "classifier", "revision", "kind")
+#: selector keys: every part of a cell's identity (:attr:`ResultRecord.identity`, the
+#: arguments of :func:`cell_key`) but the task (``--task``), and what produced it (``kind``)
+SELECTOR_KEYS = tuple(name for name in inspect.signature(cell_key).parameters
+                      if name != "task") + ("kind",)
+#: how a selector names a missing value (a record's null)
+NONE_VALUES = ("none", "null")
 
 
 def parse_selector(text: str, option: str) -> Dict[str, str]:
@@ -53,52 +60,87 @@ def parse_selector(text: str, option: str) -> Dict[str, str]:
     return out
 
 
+def _identity(record: ResultRecord) -> Dict[str, Any]:
+    """The selectable parts of a record's identity, by selector key."""
+    values = dict(record.identity)
+    values.pop("task", None)
+    values["kind"] = record.kind
+    return values
+
+
+def _text(value: Any) -> str:
+    """How a selector writes an identity value (a null as ``none``)."""
+    return "none" if value is None else str(value)
+
+
 def _matches(loc: Located, selector: Dict[str, str]) -> bool:
     r = loc.record
+    have = _identity(r)
     for key, value in selector.items():
+        got = have.get(key)
         if key == "model":
             if not (r.model == value or r.model.endswith("/" + value.lstrip("/"))
                     or row_of(r).system.label == value):
                 return False
-        elif key == "classifier":
-            if r.classifier_name != value:
+        elif got is None:
+            if value.lower() not in NONE_VALUES:
                 return False
-        else:
-            have = getattr(r, key)
-            if ("null" if have is None else str(have)) != value:
+        elif key == "revision":
+            if value not in (got, revision_tag(got)[1:]):
                 return False
+        elif str(got) != value:
+            return False
     return True
 
 
-def _describe_row(row: Row) -> str:
-    s = row.system
-    parts = [f"model={s.model}"]
-    if s.pooling:
-        parts.append(f"pooling={s.pooling}")
-    if s.classifier:
-        parts.append(f"classifier={s.classifier}")
-    if s.kind != "probe":
-        parts.append(f"kind={s.kind}")
-    parts.append(f"layer={layer_label(row.layer)}")
+#: identity parts every description names (in this order, the layer last); the others are
+#: named when set (a control kind, a random-init revision, any further part of the identity)
+_DESCRIBED = ("model", "pooling", "classifier")
+
+
+def _describe(record: ResultRecord) -> str:
+    """A cell's row as selectors would write it: ``model=X,pooling=mean,...,layer=8``."""
+    values = _identity(record)
+    parts = [f"{key}={values[key]}" for key in _DESCRIBED if values.get(key) is not None]
+    if values["kind"] != "probe":
+        parts.append(f"kind={values['kind']}")
+    revision = values.get("revision")
+    if revision is not None and revision.startswith(RANDOM_INIT_PREFIX):
+        parts.append(f"revision={revision}")
+    for key, value in values.items():
+        if key not in (*_DESCRIBED, "kind", "revision", "layer", "seed") and value is not None:
+            parts.append(f"{key}={value}")
+    parts.append(f"layer={layer_label(record.layer)}")
     return ",".join(parts)
+
+
+def _row_id(record: ResultRecord) -> Tuple[Tuple[str, Any], ...]:
+    """What one row of a selection is: the cell's identity apart from its seed."""
+    return tuple((k, v) for k, v in _identity(record).items() if k != "seed")
 
 
 def _select(records: Sequence[Located], task: str, selector: Dict[str, str], option: str,
             text: str) -> Tuple[Row, List[Located]]:
     hits = [loc for loc in records if _matches(loc, selector)]
     if not hits:
-        present = sorted({_describe_row(row_of(l.record)) for l in records})
+        present = sorted({_describe(l.record) for l in records})
         shown = "; ".join(present[:8]) + (" ..." if len(present) > 8 else "")
         raise OptionError(f"{option}: {text!r} matches no cell of {task} (its cells: {shown})")
-    rows: Dict[Row, List[Located]] = {}
+    rows: Dict[Tuple[Tuple[str, Any], ...], List[Located]] = {}
     for loc in hits:
-        rows.setdefault(row_of(loc.record), []).append(loc)
+        rows.setdefault(_row_id(loc.record), []).append(loc)
     if len(rows) > 1:
-        listed = "; ".join(_describe_row(r) for r in rows)
-        raise OptionError(f"{option}: {text!r} matches {len(rows)} rows of {task} ({listed}); "
-                          "add keys to pick one")
-    [(row, locs)] = rows.items()
-    return row, locs
+        ids = [dict(r) for r in rows]
+        differ = [k for k in ids[0] if len({_text(i[k]) for i in ids}) > 1]
+        listed = "; ".join(",".join(f"{k}={_text(i[k])}" for k in differ) for i in ids[:8])
+        more = " ..." if len(ids) > 8 else ""
+        example = ",".join([text, *(f"{k}={_text(ids[0][k])}" for k in differ
+                                    if k not in selector)])
+        raise OptionError(f"{option}: {text!r} matches {len(rows)} rows of {task}, which "
+                          f"differ in {', '.join(differ)} ({listed}{more}); add "
+                          f"{' or '.join(differ)} to pick one, e.g. {option} {example!r}")
+    [locs] = rows.values()
+    return row_of(locs[0].record), locs
 
 
 def _resolve_task(records: Sequence[Located], task: str) -> str:
@@ -170,16 +212,18 @@ def _conflicts(loaded: LoadedResults, locs: Sequence[Located], last_wins: bool) 
 
 
 def _describe_cell(record: ResultRecord) -> str:
-    return (f"cell {record.task} {_describe_row(row_of(record))} seed {record.seed}")
+    return f"cell {record.task} {_describe(record)} seed {record.seed}"
 
 
 @dataclass
 class Side:
-    """One side of a comparison: its row, seeds, score and interval."""
+    """One side of a comparison: its row, seeds, score and interval; ``label`` is the row
+    as selectors write it."""
 
     row: Row
     seeds: Tuple[int, ...]
     interval: Interval
+    label: str = ""
 
 
 @dataclass
@@ -206,7 +250,7 @@ class Comparison:
         for name, side in (("A", self.a), ("B", self.b)):
             iv = side.interval
             seeds = ",".join(str(s) for s in side.seeds)
-            lines.append(f"{name}: {_describe_row(side.row)} (seeds {seeds}): "
+            lines.append(f"{name}: {side.label} (seeds {seeds}): "
                          f"{f(iv.estimate)} [{f(iv.lo)}, {f(iv.hi)}]")
         lines.append(f"B - A: {f(d.diff, True)}  {level} CI [{f(d.lo, True)}, "
                      f"{f(d.hi, True)}]  paired bootstrap p = "
@@ -220,11 +264,11 @@ class Comparison:
 
 
 def _require(samples: Samples, row: Row, task: str, metric: Optional[str],
-             option: str) -> RowSample:
+             option: str, label: str) -> RowSample:
     got = samples.get(row, task, metric)
     if got is None:
         problem = samples.problems.get((row, task), "every score is undefined")
-        raise ResultsError(f"{option}: cannot compare {task} {_describe_row(row)}: {problem}")
+        raise ResultsError(f"{option}: cannot compare {task} {label}: {problem}")
     return got
 
 
@@ -251,15 +295,15 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
     records = [l for l in loaded.records if l.record.task == task_id]
     row_a, locs_a = _select(records, task_id, sel_a, "--a", a)
     row_b, locs_b = _select(records, task_id, sel_b, "--b", b)
-    if row_a == row_b and {l.record.seed for l in locs_a} == {l.record.seed for l in locs_b}:
+    if {l.record.key for l in locs_a} == {l.record.key for l in locs_b}:
         raise OptionError(f"--a {a!r} and --b {b!r} select the same cells")
     notes = _conflicts(loaded, locs_a + locs_b, last_wins)
-    samples = Samples(locs_a + locs_b)
-    got_a = _require(samples, row_a, task_id, metric, "--a")
-    got_b = _require(samples, row_b, task_id, metric, "--b")
-    if row_a == row_b:  # same row, other seeds: restrict each side to its selected seeds
-        got_a = _only_seeds(got_a, locs_a)
-        got_b = _only_seeds(got_b, locs_b)
+    label_a, label_b = _describe(locs_a[0].record), _describe(locs_b[0].record)
+    # one lookup per side: each holds exactly its selected cells (seeds included), whatever
+    # the report's row grouping makes of two sides of one row
+    samples_a, samples_b = Samples(locs_a), Samples(locs_b)
+    got_a = _require(samples_a, row_a, task_id, metric, "--a", label_a)
+    got_b = _require(samples_b, row_b, task_id, metric, "--b", label_b)
     if not same_test_set(got_a.sample, got_b.sample):
         raise ResultsError(
             f"the test sets differ: A has {got_a.sample.n} test examples "
@@ -268,10 +312,10 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
             "test examples (same task data, same fallback)")
     diff = paired_bootstrap(got_a.sample, got_b.sample, resamples=resamples, level=level,
                             seed=seed)
-    side_a = Side(row_a, got_a.seeds, _interval(samples, row_a, task_id, got_a, resamples,
-                                                level, seed))
-    side_b = Side(row_b, got_b.seeds, _interval(samples, row_b, task_id, got_b, resamples,
-                                                level, seed))
+    side_a = Side(row_a, got_a.seeds, _interval(samples_a, row_a, task_id, got_a, resamples,
+                                                level, seed), label_a)
+    side_b = Side(row_b, got_b.seeds, _interval(samples_b, row_b, task_id, got_b, resamples,
+                                                level, seed), label_b)
     out = Comparison(task_id, got_a.sample.metric, got_a.sample.n, side_a, side_b, diff,
                      notes=notes)
     if got_a.sample.metric == "accuracy":
@@ -296,14 +340,6 @@ def _interval(samples: Samples, row: Row, task: str, got: RowSample, resamples: 
         if recorded is not None:
             return recorded
     return bootstrap_ci(got.sample, resamples=resamples, level=level, seed=seed)
-
-
-def _only_seeds(got: RowSample, locs: Sequence[Located]) -> RowSample:
-    keep = [i for i, s in enumerate(got.seeds) if s in {l.record.seed for l in locs}]
-    sample = got.sample
-    narrowed = Sample(sample.metric, sample.predicted[keep], sample.gold, sample.strata,
-                      sample.weighting, sample.positive)
-    return RowSample(narrowed, tuple(got.seeds[i] for i in keep), got.preds)
 
 
 __all__ = ["Comparison", "SELECTOR_KEYS", "compare_cells", "parse_selector"]

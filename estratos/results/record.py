@@ -136,11 +136,19 @@ class ResultRecord:
 
     # ------------------------------------------------------------------ identity
     @property
+    def identity(self) -> Dict[str, Any]:
+        """The named parts of :attr:`key` (:func:`cell_key`'s arguments), what tells two
+        cells apart: ``compare`` offers each one as a selector and names the ones in which
+        two matching cells differ."""
+        return {"task": self.task, "layer": self.layer, "pooling": self.pooling,
+                "seed": self.seed, "classifier": classifier_name(self.classifier),
+                "model": self.model, "revision": self.revision,
+                "control": control_kind(self.control)}
+
+    @property
     def key(self) -> CellKey:
         """The identity of a cell: what resume, sharding and de-duplication compare."""
-        return cell_key(self.task, self.layer, self.pooling, self.seed,
-                        classifier_name(self.classifier), self.model, self.revision,
-                        control_kind(self.control))
+        return cell_key(**self.identity)
 
     @property
     def control_kind(self) -> Optional[str]:
