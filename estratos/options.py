@@ -142,7 +142,8 @@ def parse_states(states: Union[str, Sequence[int], None],
             raise OptionError(f"--states: unknown item {item!r} (use all, a hidden-state "
                               "index, every:K or last:N, comma-separated)") from None
         if index < 0 or (last is not None and index > last):
-            span = "indices start at 0" if last is None else f"the model has hidden states 0..{last}"
+            span = ("indices start at 0" if last is None
+                    else f"the model has hidden states 0..{last}")
             raise OptionError(f"--states: hidden state {index} is out of range: {span}")
         picked.append(index)
     return None if n_states is None else tuple(sorted(set(picked)))

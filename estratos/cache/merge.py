@@ -62,8 +62,8 @@ def merge_shards(out: os.PathLike | str, shards: Sequence[os.PathLike | str]) ->
             if a.get(k) != first.get(k):
                 diff[k] = (a.get(k), first.get(k))
         if diff:
-            raise SettingsMismatch(f"{p}: differs from {first_path}: "
-                                   + "; ".join(f"{k}: {x!r} vs {y!r}" for k, (x, y) in diff.items()))
+            details = "; ".join(f"{k}: {x!r} vs {y!r}" for k, (x, y) in diff.items())
+            raise SettingsMismatch(f"{p}: differs from {first_path}: {details}")
     by_index: Dict[int, Path] = {}
     for p, a in infos:
         i = int(a["shard_index"])

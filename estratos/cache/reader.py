@@ -46,7 +46,8 @@ class CacheReader:
                 raise CacheError(f"{self.path}: not an estratos cache")
             self.attrs: Dict[str, Any] = schema.read_attrs(self._f)
             if self.attrs.get("complete") is not True:
-                raise CacheError(f"{self.path}: incomplete cache (n_done={self.attrs.get('n_done')});"
+                raise CacheError(f"{self.path}: incomplete cache "
+                                 f"(n_done={self.attrs.get('n_done')});"
                                  " rerun the same `estratos encode` command to finish it")
             n = int(self.attrs.get("n_done", 0))
             if any(self._f[name].shape[0] != n for name in schema.ROW_DATASETS):

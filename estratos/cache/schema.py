@@ -73,7 +73,8 @@ def partial_path(path: os.PathLike | str) -> Path:
 
 
 def shard_path(path: os.PathLike | str, index: int, count: int) -> Path:
-    """The file of shard ``index`` (0-based) of ``count``: ``cache.h5`` -> ``cache.shard-1-of-3.h5``."""
+    """The file of shard ``index`` (0-based) of ``count``:
+    ``cache.h5`` -> ``cache.shard-1-of-3.h5``."""
     path = Path(path)
     return path.with_name(f"{path.stem}.shard-{index}-of-{count}{path.suffix}")
 

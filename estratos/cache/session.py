@@ -61,7 +61,8 @@ class WriteLock:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
             except OSError as exc:
-                raise CacheError(f"{self.path}: cannot create the lock file ({exc.strerror})") from exc
+                raise CacheError(f"{self.path}: cannot create the lock file "
+                                 f"({exc.strerror})") from exc
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -232,7 +233,7 @@ class CacheSession:
         prefix of this run's plan: kept, but the rest is planned anew)."""
         self.writer.set_attrs({"n_base": self.writer.n_done})
 
-    def finish(self, attrs: Mapping[str, Any] = None) -> Path:
+    def finish(self, attrs: Optional[Mapping[str, Any]] = None) -> Path:
         """Set ``attrs``, mark complete and rename the ``.partial`` to the target."""
         if attrs:
             self.writer.set_attrs(attrs)

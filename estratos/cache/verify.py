@@ -42,12 +42,14 @@ class VerifyReport:
     def summary(self) -> str:
         """Human-readable lines: the verdict first, then each problem."""
         head = (f"{self.path}: {'OK' if self.ok else 'FAILED'} ({self.n_rows} rows"
-                + (f", {self.checked_sentences} required sentences checked" if self.checked_sentences else "")
+                + (f", {self.checked_sentences} required sentences checked"
+                   if self.checked_sentences else "")
                 + ")")
         return "\n".join([head] + [f"  - {p}" for p in self.problems])
 
 
-def verify_cache(path: os.PathLike | str, sentences: Optional[Sequence[str]] = None) -> VerifyReport:
+def verify_cache(path: os.PathLike | str,
+                 sentences: Optional[Sequence[str]] = None) -> VerifyReport:
     """Check completeness, checksums, NaN/inf, consistency and (optionally) required sentences.
 
     Raises :class:`CacheError` only when ``path`` is not a cache at all.

@@ -350,7 +350,8 @@ class CacheWriter:
         poolings = tuple(schema.to_python(attrs["poolings"]))
         dtype, stored_avg = str(attrs["dtype"]), bool(attrs.get("stored_avg"))
         if set(vectors) != set(poolings):
-            raise CacheError(f"{self.path}: got poolings {sorted(vectors)}, cache has {list(poolings)}")
+            raise CacheError(f"{self.path}: got poolings {sorted(vectors)}, "
+                             f"cache has {list(poolings)}")
         lo, hi = self._n_done, self._n_done + b
         rows = {
             schema.KEYS: np.asarray(keys, dtype=schema.KEY_DTYPE),

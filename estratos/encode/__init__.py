@@ -15,7 +15,7 @@ _EXPORTS = {
     "gather_sentences": "inputs", "read_sentence_file": "inputs", "task_sentences": "inputs",
     "encode_sentences": "run", "resolve_shard": "shards", "EncodeSummary": "summary",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy exports' one table
 
 
 def __getattr__(name: str) -> Any:

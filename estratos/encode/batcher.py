@@ -46,7 +46,8 @@ def _import_module(spec: str):
         path = Path(spec)
         if not path.is_file():
             raise OptionError(f"--encoder: no such file {spec!r}")
-        name = "estratos_user_encoder_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+        digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+        name = "estratos_user_encoder_" + digest
         module_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
@@ -72,7 +73,7 @@ def load_batcher(target: str) -> Tuple[Callable, Optional[Callable], str]:
         module = _import_module(module_name)
     except OptionError:
         raise
-    except Exception as exc:  # noqa: BLE001 - user code may raise anything on import
+    except Exception as exc:  # user code may raise anything on import
         raise OptionError(f"--encoder: cannot import {module_name!r}: {exc}") from exc
     batcher = getattr(module, func_name, None)
     if not callable(batcher):
@@ -141,7 +142,8 @@ class BatcherEncoder:
             out = out[:, None, :]
         if out.ndim != 3 or out.shape[0] != len(words):
             raise OptionError(f"--encoder: {self.target} returned shape {out.shape} for a batch "
-                              f"of {len(words)}; expected ({len(words)}, D) or ({len(words)}, layers, D)")
+                              f"of {len(words)}; expected ({len(words)}, D) or "
+                              f"({len(words)}, layers, D)")
         if self.n_states is None:
             self.n_states, self.dim = int(out.shape[1]), int(out.shape[2])
         elif out.shape[1:] != (self.n_states, self.dim):

@@ -61,7 +61,7 @@ def model_revision(model: str, config: object) -> str:
         try:  # a hub id resolved from the local cache: .../snapshots/<commit>/config.json
             from transformers.utils import cached_file
             folder = Path(cached_file(model, "config.json")).parent
-        except Exception as exc:  # noqa: BLE001 - any failure means "no folder to hash"
+        except Exception as exc:  # any failure means "no folder to hash"
             raise OptionError(f"--model: cannot locate the files of {model!r} ({exc})") from exc
         if folder.parent.name == "snapshots":
             return folder.name
@@ -210,7 +210,8 @@ class HFEncoder:
             check_accelerate()
         if random_init is not None and (isinstance(random_init, bool)
                                         or not isinstance(random_init, int) or random_init < 0):
-            raise OptionError(f"--random-init: the seed must be an integer >= 0, got {random_init!r}")
+            raise OptionError("--random-init: the seed must be an integer >= 0, "
+                              f"got {random_init!r}")
         local = Path(str(model)).expanduser()
         # a local folder is recorded by its absolute path, so reruns from elsewhere still match
         self.model_name = str(local.resolve()) if local.is_dir() else str(model)
@@ -262,11 +263,13 @@ class HFEncoder:
         if max_length is None:
             max_length = limit
         elif not 2 <= int(max_length) <= limit:
-            raise OptionError(f"--max-length: {max_length} outside [2, {limit}] for {self.model_name}")
+            raise OptionError(f"--max-length: {max_length} outside [2, {limit}] "
+                              f"for {self.model_name}")
         self.max_length = int(max_length)
         self.revision = (f"{RANDOM_INIT_PREFIX}{random_init}" if random_init is not None
                          else model_revision(self.model_name, config))
-        self.n_states = int(config.num_hidden_layers) + 1 if hasattr(config, "num_hidden_layers") else None
+        self.n_states = (int(config.num_hidden_layers) + 1
+                         if hasattr(config, "num_hidden_layers") else None)
         self.dim = int(config.hidden_size) if hasattr(config, "hidden_size") else None
 
     def load(self, *, progress: bool = False) -> None:

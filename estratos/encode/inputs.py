@@ -30,7 +30,8 @@ def read_sentence_file(path: os.PathLike | str) -> List[str]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InputError(f"invalid UTF-8 at byte {exc.start + 1} of the line", path, number) from exc
+            raise InputError(f"invalid UTF-8 at byte {exc.start + 1} of the line",
+                             path, number) from exc
         line = line.rstrip("\r")
         if line.strip():
             out.append(line)

@@ -4,7 +4,8 @@ Sorting by token length means each batch pads to nearly its own length, and a to
 (batch size x padded length <= ``batch_tokens``) keeps memory flat whether sentences are short
 or long. Attention scores grow with the square of the length, so long batches also obey
 batch size x length^2 <= ``batch_tokens`` x :data:`ATTENTION_SPAN` (binding only above that
-many tokens: e.g. 4 sentences of 512 tokens instead of 16 with the default budget). Longest first, so an out-of-memory error shows up in the first batch, not at the end.
+many tokens: e.g. 4 sentences of 512 tokens instead of 16 with the default budget). Longest
+first, so an out-of-memory error shows up in the first batch, not at the end.
 The plan depends only on the sentences and settings, so a resumed run makes the same batches.
 """
 

@@ -21,7 +21,7 @@ _EXPORTS = {
     "SentEvalClassifier": "classifiers", "LBFGSClassifier": "classifiers",
     "RelatednessRegressor": "classifiers",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy exports' one table
 
 
 def __getattr__(name: str) -> Any:

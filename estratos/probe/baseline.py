@@ -8,8 +8,8 @@ known about the language, which is the point: ODESIA's Delta
 
 Per protocol (:mod:`estratos.protocols`; the baseline asks the protocol, never its name):
 
-- classification protocols (``split``, ``kfold``, ``inner-kfold``): example features are built from the
-  sparse sentence vectors with the task's own combiner (:data:`estratos.probe.features.
+- classification protocols (``split``, ``kfold``, ``inner-kfold``): example features are built
+  from the sparse sentence vectors with the task's own combiner (:data:`estratos.probe.features.
   COMBINERS`, e.g. ``[|u-v|, u*v]`` for pairs; an RST subtree is the mean of its EDU
   vectors), and the probes' logistic-regression grid (scikit-learn, here with saga) is trained
   by the probes' own cell code and protocol objects (same splits, same folds, same seeds, L2
@@ -36,7 +36,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 import scipy.sparse as sp
@@ -138,8 +139,9 @@ class TfidfLogReg(LogisticGrid):
     trains_regressor = False
     _recorded = ("method", "solver", "tol", "tokenizer", "lowercase", "max_iter", "l2_grid",
                  "C")
-    _facts = {"method": "logistic-regression", "solver": "saga", "tokenizer": "whitespace",
-              "lowercase": False, "C": "1 / (l2 * n_train)"}
+    _facts: Mapping[str, Any] = {"method": "logistic-regression", "solver": "saga",
+                                 "tokenizer": "whitespace", "lowercase": False,
+                                 "C": "1 / (l2 * n_train)"}
 
     def __init__(self, n_classes: Optional[int] = None, seed: int = DEFAULT_SEED,
                  max_iter: int = MAX_ITER, tol: float = TOL,

@@ -18,7 +18,8 @@ import contextlib
 import logging
 import math
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Type, Union
+from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type,
+                    Union)
 
 import numpy as np
 
@@ -242,7 +243,7 @@ class RelatednessRegressor(RecordedEstimator):
     summary = "Tai et al.'s SICK-R regressor, as SentEval trains it"
     _recorded = ("nhid", "optim", "batch_size", "tenacity", "epoch_size", "max_epoch",
                  "dropout", "l2_grid")
-    _facts = {"nhid": 0, "optim": "adam", "dropout": 0.0, "l2_grid": (0.0,)}
+    _facts: Mapping[str, Any] = {"nhid": 0, "optim": "adam", "dropout": 0.0, "l2_grid": (0.0,)}
 
     def __init__(self, n_classes: int = 5, batch_size: int = 64, tenacity: int = 3,
                  epoch_size: int = 50, max_epoch: int = 1000,
@@ -461,8 +462,8 @@ class LBFGSClassifier(LogisticGrid):
     standardize = True
     warm_path = True
     _recorded = ("nhid", "optim", "max_iter", "tol", "l2_grid", "features", "path")
-    _facts = {"nhid": 0, "optim": "lbfgs", "features": "standardized",
-              "path": "warm-start, strongest L2 first"}
+    _facts: Mapping[str, Any] = {"nhid": 0, "optim": "lbfgs", "features": "standardized",
+                                 "path": "warm-start, strongest L2 first"}
 
     def __init__(self, n_classes: Optional[int] = None, max_iter: int = LBFGS_MAX_ITER,
                  tol: float = LBFGS_TOL, l2_grid: Sequence[float] = DEFAULT_L2_GRID,
@@ -511,5 +512,5 @@ CLASSIFIER_CLASSES: Dict[str, Type[RecordedEstimator]] = {
 
 __all__ = ["CLASSIFIER_CLASSES", "DEFAULT_CLASSIFIER", "LBFGSClassifier", "LogisticGrid",
            "RecordedEstimator", "RelatednessRegressor", "SentEvalClassifier", "estimator_names",
-           "get_estimator", "l2_table", "pass_permutation", "pearson_rows", "register_estimator",
-           "score_distribution", "torch_runtime"]
+           "get_estimator", "l2_table", "pearson_rows", "register_estimator",
+           "score_distribution"]

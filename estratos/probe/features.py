@@ -12,7 +12,7 @@ rst ``[xl, xr, xl*xr, |xl-xr|]``.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 

@@ -23,6 +23,7 @@ The example order is drawn from ``(seed, MDL_STREAM)``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Dict, List, Sequence
 
@@ -95,7 +96,7 @@ def online_codes(template: Any, train: Any, dev: Any, l2: Sequence[float], seed:
     out = []
     for g in range(G):
         bits = []
-        for i, (start, stop) in enumerate(zip(ends[:-1], ends[1:])):
+        for i, (start, stop) in enumerate(itertools.pairwise(ends)):
             row = (len(models) - 1 - i) * G + g
             nats = -log_p[row, np.arange(start, stop), y_ord[start:stop]].sum()
             bits.append(float(nats) / _LN2)

@@ -109,7 +109,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
               threads: Optional[int] = None,
               loader: Optional[Callable[[Any, Any], Any]] = None,
               device: Optional[str] = "auto",
-              shard: Union[None, str, Tuple[int, int]] = None,
+              shard: Union[str, Tuple[int, int], None] = None,
               resume_from: Sequence[Union[str, os.PathLike]] = (),
               progress: Optional[bool] = False, control_labels: bool = False,
               mdl: bool = False) -> ProbeRun:

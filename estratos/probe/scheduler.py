@@ -196,7 +196,7 @@ def serve(conn: Any, parent: int, preload: Sequence[str] = (),
                 _run_job(runner, job, send)
             except EstratosError as exc:
                 send("error", job[1], _portable(exc))
-            except Exception:  # a bug: the parent raises it with this traceback
+            except Exception:  # noqa: BLE001 - a bug: the parent raises it with this traceback
                 send("bug", job[1], traceback.format_exc())
     # told to stop, with every result written and the runner closed: the parent waits for
     # this exit, so skip the interpreter's teardown of torch (0.2-0.3 s)
@@ -297,7 +297,7 @@ class WorkerPool:
         def feed() -> None:
             try:
                 self._feed(queue, take, send, stop)
-            except BaseException as exc:  # handed to the calling thread
+            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
                 failed.append(exc)
                 stop.set()
 

@@ -86,7 +86,8 @@ class SplitPlan:
 class Inputs:
     """What a protocol evaluates, independent of where features come from.
 
-    ``splits``: the task's split names; ``labels(split)``: class ids (int) or scores (float) in example order;
+    ``splits``: the task's split names; ``labels(split)``: class ids (int) or scores (float)
+    in example order;
     ``features(split)``: G feature groups of the examples (the combiner's features: an array
     ``(G, n, F)`` or a list of G matrices); ``pairs(split)``: the two slots' vectors of every
     example, ``(u, v)`` each ``(G, n, D)`` or a list of G matrices (similarity protocols);

@@ -123,7 +123,7 @@ def _select(records: Sequence[Located], task: str, selector: Dict[str, str], opt
             text: str) -> Tuple[Row, List[Located]]:
     hits = [loc for loc in records if _matches(loc, selector)]
     if not hits:
-        present = sorted({_describe(l.record) for l in records})
+        present = sorted({_describe(loc.record) for loc in records})
         shown = "; ".join(present[:8]) + (" ..." if len(present) > 8 else "")
         raise OptionError(f"{option}: {text!r} matches no cell of {task} (its cells: {shown})")
     rows: Dict[Tuple[Tuple[str, Any], ...], List[Located]] = {}
@@ -144,10 +144,10 @@ def _select(records: Sequence[Located], task: str, selector: Dict[str, str], opt
 
 
 def _resolve_task(records: Sequence[Located], task: str) -> str:
-    ids = sorted({l.record.task for l in records})
+    ids = sorted({loc.record.task for loc in records})
     if task in ids:
         return task
-    by_name = sorted({l.record.task for l in records if l.record.name == task})
+    by_name = sorted({loc.record.task for loc in records if loc.record.name == task})
     if len(by_name) == 1:
         return by_name[0]
     if len(by_name) > 1:
@@ -292,10 +292,10 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
         raise OptionError("give at least one RESULTS file")
     loaded = load_results(list(results))
     task_id = _resolve_task(loaded.records, task)
-    records = [l for l in loaded.records if l.record.task == task_id]
+    records = [loc for loc in loaded.records if loc.record.task == task_id]
     row_a, locs_a = _select(records, task_id, sel_a, "--a", a)
     row_b, locs_b = _select(records, task_id, sel_b, "--b", b)
-    if {l.record.key for l in locs_a} == {l.record.key for l in locs_b}:
+    if {loc.record.key for loc in locs_a} == {loc.record.key for loc in locs_b}:
         raise OptionError(f"--a {a!r} and --b {b!r} select the same cells")
     notes = _conflicts(loaded, locs_a + locs_b, last_wins)
     label_a, label_b = _describe(locs_a[0].record), _describe(locs_b[0].record)

@@ -52,7 +52,7 @@ class Samples:
         if not locs:
             return None
         found = []
-        for loc in sorted(locs, key=lambda l: l.record.seed):
+        for loc in sorted(locs, key=lambda other: other.record.seed):
             hit = self.reader.find(loc.record, loc.path)
             if hit.preds is None:
                 self.problems[(row, task)] = f"{loc.path}:{loc.line}: {hit.problem}"

@@ -526,4 +526,5 @@ def check_metric(record: ResultRecord, preds: CellPredictions) -> Optional[float
 
 __all__ = ["CellPredictions", "FOLDER_SUFFIX", "Found", "PredictionsReader", "SUFFIX",
            "cell_id", "check_metric", "describe_test_set", "interval_of", "intervals_of",
-           "predictions_dir", "predictions_path", "read_predictions", "sample_of", "write_predictions"]
+           "predictions_dir", "predictions_path", "read_predictions", "sample_of",
+           "write_predictions"]

@@ -89,7 +89,7 @@ def submit(plan: SlurmPlan, *, sbatch: str = "sbatch",
         if job.after:
             args.append("--dependency=afterok:" + ":".join(ids[name] for name in job.after))
         args.append(str(plan.path(job.name)))
-        done = subprocess.run(args, capture_output=True, text=True, env=environ)
+        done = subprocess.run(args, capture_output=True, text=True, env=environ, check=False)
         job_id = done.stdout.strip().split(";")[0]
         if done.returncode != 0 or not job_id.isdigit():
             _cancel(list(ids.values()), environ)
@@ -109,4 +109,4 @@ def _cancel(job_ids: List[str], environ: Optional[Dict[str, str]]) -> None:
     if scancel is None:
         log.warning("scancel not found: cancel jobs %s by hand", ", ".join(job_ids))
         return
-    subprocess.run([scancel, *job_ids], capture_output=True, env=environ)
+    subprocess.run([scancel, *job_ids], capture_output=True, env=environ, check=False)

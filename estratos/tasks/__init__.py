@@ -7,7 +7,7 @@ spec's files from the folder :class:`DataDirs` gives for its suite into a
 ``probe``); :func:`load_task_file` reads a custom task's TOML spec.
 """
 
-from estratos.tasks.types import (COMBINER_SLOTS, GROUPS, METRICS, PROTOCOLS,  # noqa: I001
+from estratos.tasks.types import (COMBINER_SLOTS, GROUPS, METRICS, PROTOCOLS,
                                   SlotRefs, Split, TaskData, TaskSpec)
 from estratos.tasks.registry import (SuiteInfo, all_specs, get_spec, register,
                                      register_suite, select_tasks, suite_info)

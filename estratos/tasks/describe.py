@@ -36,7 +36,7 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
         "language": spec.language, "combiner": spec.combiner, "protocol": spec.protocol,
         "metric": spec.metric, "n_classes": None if spec.labels is None else len(spec.labels),
         "present": False, "fallback": None, "missing": [],
-        "sizes": {key: None for key in SPLIT_KEYS},
+        "sizes": dict.fromkeys(SPLIT_KEYS),
     }
     if get_protocol(spec.protocol).scores:
         info["n_classes"] = None
@@ -50,7 +50,7 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
     if not counts or not plan.present:
         return info
     fmt = get_format(spec.format)
-    sizes: Dict[str, Optional[int]] = {key: None for key in SPLIT_KEYS}
+    sizes: Dict[str, Optional[int]] = dict.fromkeys(SPLIT_KEYS)
     try:
         for source in plan.reads:
             n = fmt.count(spec, source)

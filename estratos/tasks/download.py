@@ -23,7 +23,6 @@ import http.client
 import logging
 import os
 import posixpath
-import socket
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,7 +239,7 @@ def fetch(url: str, dest: Path, timeout: float = 10.0,
         if exc.code == 404:
             raise _NotFound(url) from None
         raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (URLError, socket.timeout, ConnectionError, http.client.HTTPException) as exc:
+    except (TimeoutError, URLError, ConnectionError, http.client.HTTPException) as exc:
         raise DownloadError(_offline_message(url, getattr(exc, "reason", exc))) from None
     dest.parent.mkdir(parents=True, exist_ok=True)
     with resp:
@@ -262,7 +261,7 @@ def fetch(url: str, dest: Path, timeout: float = 10.0,
                         progress(done, total)
                 fh.flush()
                 os.fsync(fh.fileno())
-        except (OSError, socket.timeout, http.client.HTTPException) as exc:
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
             raise DownloadError(f"{url}: transfer interrupted after {done} bytes ({exc}); "
                                 "run the same command again to resume") from None
     if total is not None and done != total:

@@ -25,7 +25,8 @@ GENDERS: Tuple[str, ...] = ("m", "f")
 
 @dataclass(frozen=True)
 class Noun:
-    """A noun with its grammatical gender and both number forms (plurals are listed, not derived)."""
+    """A noun with its grammatical gender and both number forms (plurals are listed, not
+    derived)."""
 
     sg: str
     pl: str

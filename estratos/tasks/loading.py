@@ -155,7 +155,8 @@ def _apply_holdout(plan: Plan, data: TaskData, sources: Dict[str, str],
         train, dev, test = three_way(test)
         test_name = sources["test"]
         text = (f"but {pool_name} repeats {share:.0%} of the test file {test_name}, so "
-                f"instead the test file alone is split (fixed seed, stratified): {TEST_FRACTION:.0%} test, "
+                f"instead the test file alone is split (fixed seed, stratified): "
+                f"{TEST_FRACTION:.0%} test, "
                 f"{HOLDOUT_FRACTION:.0%} dev, the rest train")
         log.warning("%s: %s", plan.spec.id, text)
         fallback = f"{fallback}; {text}" if fallback else text

@@ -84,7 +84,8 @@ def read_lines(path: os.PathLike | str, encoding: str = "utf-8",
     require_file(path)
     seen = False
     try:
-        handle = open(path, "rb")
+        # opened apart from the `with`, so that only open()'s own errors become InputError
+        handle = open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
     with handle:

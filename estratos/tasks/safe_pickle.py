@@ -24,7 +24,7 @@ class ForbiddenGlobal(pickle.UnpicklingError):
 class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler whose :meth:`find_class` always refuses (no global is ever loaded)."""
 
-    def find_class(self, module: str, name: str) -> Any:  # noqa: D401 - pickle API
+    def find_class(self, module: str, name: str) -> Any:  # the pickle API's name
         raise ForbiddenGlobal(f"it names the global '{module}.{name}'")
 
     def persistent_load(self, pid: Any) -> Any:

@@ -476,7 +476,7 @@ def build_synthetic_es(out_dir: Optional[os.PathLike | str] = None, seed: int = 
     for name in names:
         rows = generate_task(name, n_per_task, seed)
         path = out / f"{name}.txt"
-        write_atomic(path, "".join(f"{s}\t{l}\t{t}\n" for s, l, t in rows))
+        write_atomic(path, "".join(f"{s}\t{label}\t{t}\n" for s, label, t in rows))
         paths[name] = path
         log.info("wrote %s (%d examples)", path, len(rows))
     info = {"suite": "synthetic-es", "generator_version": GENERATOR_VERSION, "seed": seed,
