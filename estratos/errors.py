@@ -32,6 +32,9 @@ class EstratosError(Exception):
     """
 
     exit_code = 1
+    #: what :meth:`in_context` puts before and after the message
+    _prefix = ""
+    _suffix = ""
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return (_restore, (type(self), self.args, dict(self.__dict__)))
@@ -39,8 +42,8 @@ class EstratosError(Exception):
     def in_context(self, prefix: str = "", suffix: str = "") -> "EstratosError":
         """A copy whose message reads ``prefix: <message> suffix`` (same class and fields)."""
         out = copy.copy(self)
-        out._prefix = (f"{prefix}: " if prefix else "") + getattr(self, "_prefix", "")
-        out._suffix = getattr(self, "_suffix", "") + (f" {suffix}" if suffix else "")
+        out._prefix = (f"{prefix}: " if prefix else "") + self._prefix
+        out._suffix = self._suffix + (f" {suffix}" if suffix else "")
         return out
 
     def _text(self) -> str:
@@ -48,7 +51,7 @@ class EstratosError(Exception):
         return super().__str__()
 
     def __str__(self) -> str:
-        return getattr(self, "_prefix", "") + self._text() + getattr(self, "_suffix", "")
+        return self._prefix + self._text() + self._suffix
 
 
 class InputError(EstratosError):

@@ -64,10 +64,11 @@ def parse_layers(layers: Union[str, Sequence[LayerSpec]],
     :data:`~estratos.vocab.ALL_LAYERS`. Unknown specs, indices outside 0..n_states-1 and
     indices the cache does not store raise :class:`OptionError` naming ``--layers``.
     """
-    if n_states is not None and stored is None:
-        stored = range(n_states)
-    every: Tuple[LayerSpec, ...] = ((ALL_LAYERS,) if n_states is None
-                                    else tuple(stored) + (AVG,))
+    every: Tuple[LayerSpec, ...] = (ALL_LAYERS,)
+    if n_states is not None:
+        if stored is None:
+            stored = range(n_states)
+        every = (*stored, AVG)
     if isinstance(layers, str):
         items: Sequence[LayerSpec] = [t.strip() for t in layers.strip().split(",")]
     else:
@@ -164,13 +165,13 @@ def resolve_shard(shard: ShardSpec, environ: Optional[Mapping[str, str]] = None
         task_id = environ.get("SLURM_ARRAY_TASK_ID")
         if task_id is None:
             return None
-        count = environ.get("SLURM_ARRAY_TASK_COUNT")
-        if count is None:
+        array_count = environ.get("SLURM_ARRAY_TASK_COUNT")
+        if array_count is None:
             raise OptionError("--shard: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT "
                               "is not; pass --shard I/N")
         try:
             index = int(task_id) - int(environ.get("SLURM_ARRAY_TASK_MIN", "0"))
-            shard = (index, int(count))
+            shard = (index, int(array_count))
         except ValueError as exc:
             raise OptionError(f"--shard: bad SLURM array variables ({exc})") from exc
         where = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT"

@@ -38,9 +38,8 @@ class CacheReader:
 
     def __init__(self, path: os.PathLike | str) -> None:
         self.path = Path(path)
-        self._f: Optional[h5py.File] = None
         self._index: Optional[Dict[bytes, int]] = None
-        self._f = schema.open_h5(self.path, "r")
+        self._f: h5py.File = schema.open_h5(self.path, "r")
         try:
             if not schema.is_cache(self._f):
                 raise CacheError(f"{self.path}: not an estratos cache")
@@ -178,8 +177,8 @@ class CacheReader:
         if pooling not in self.poolings:
             raise SettingsMismatch(f"{self.path}: no pooling {pooling!r} "
                                    f"(the cache has {list(self.poolings)})")
-        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-        if len(rows) and (rows.min() < 0 or rows.max() >= self.n_rows):
+        index = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if len(index) and (index.min() < 0 or index.max() >= self.n_rows):
             raise IndexError(f"rows out of range [0, {self.n_rows})")
         wanted = list(self.states) if states is None else list(states)
         position = {s: i for i, s in enumerate(self.states)}
@@ -195,7 +194,7 @@ class CacheReader:
                                  f"{', '.join(map(str, self.states))})")
             columns.append(position[int(s)])
         ds = self._f[schema.VECTORS][pooling]
-        uniq, inverse = np.unique(rows, return_inverse=True)
+        uniq, inverse = np.unique(index, return_inverse=True)
         # gather in the stored dtype (half the bytes for 16-bit ones) and convert once at the end
         gathered = np.empty((len(uniq), len(wanted), self.dim), dtype=ds.dtype)
         targets = [j for j, s in enumerate(wanted) if s != AVG]
@@ -223,13 +222,13 @@ class CacheReader:
                                  "cache verify` and re-encode") from exc
             pos = end
         inverse = inverse.reshape(-1)
-        if len(uniq) != len(rows) or (inverse != np.arange(len(rows))).any():
+        if len(uniq) != len(index) or (inverse != np.arange(len(index))).any():
             gathered = gathered[inverse]  # back to the caller's order (and repeats)
         return np.ascontiguousarray(schema.to_float32(gathered, str(self.attrs.get("dtype"))))
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
-        if self._f is not None and self._f.id.valid:
+        if self._f.id.valid:
             self._f.close()
 
     def __enter__(self) -> "CacheReader":

@@ -40,8 +40,9 @@ KEY_DTYPE = np.dtype(f"S{KEY_BYTES}")
 VECTOR_DTYPES = ("float16", "bfloat16", "float32")
 #: how each precision lies on disk: HDF5 has no bfloat16, so its 16-bit words (the upper half
 #: of a float32) are stored as uint16 and the ``dtype`` attribute says what they are
-STORAGE_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16),
-                  "float32": np.dtype(np.float32)}
+STORAGE_DTYPES: Dict[str, np.dtype] = {"float16": np.dtype(np.float16),
+                                        "bfloat16": np.dtype(np.uint16),
+                                        "float32": np.dtype(np.float32)}
 #: the largest finite value of each precision (float16 overflows at hidden-state values some
 #: LLMs reach; bfloat16 has float32's exponent range, with 8 bits of mantissa: (2 - 2^-7) x
 #: 2^127)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -86,7 +86,7 @@ def verify_cache(path: os.PathLike | str,
 
         if sentences is not None:
             stored = set(schema.keys_as_bytes(f[schema.KEYS][:n]))
-            need = {}
+            need: Dict[bytes, str] = {}
             for s in sentences:
                 need.setdefault(sentence_key(s), normalize_sentence(s))
             report.checked_sentences = len(need)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from queue import Queue
 from typing import Any, Callable, List, Optional
 
 #: marks the end of a stream of items
@@ -42,7 +43,7 @@ class Stages:
         self._threads: List[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def queue(self, depth: int) -> "queue.Queue[Any]":
+    def queue(self, depth: int) -> Queue[Any]:
         return queue.Queue(maxsize=max(1, depth))
 
     def fail(self, exc: BaseException) -> None:
@@ -65,7 +66,7 @@ class Stages:
         thread.start()
         return thread
 
-    def put(self, q: "queue.Queue[Any]", item: Any) -> None:
+    def put(self, q: Queue[Any], item: Any) -> None:
         while True:
             if self.stop.is_set():
                 raise Stopped
@@ -75,7 +76,7 @@ class Stages:
             except queue.Full:
                 continue
 
-    def get(self, q: "queue.Queue[Any]") -> Any:
+    def get(self, q: Queue[Any]) -> Any:
         while True:
             if self.stop.is_set():
                 raise Stopped

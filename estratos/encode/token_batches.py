@@ -22,11 +22,11 @@ ATTENTION_SPAN = 128
 
 def length_order(lengths: Sequence[int], keys: Sequence[bytes]) -> np.ndarray:
     """Indices sorted by decreasing length, ties broken by key (deterministic)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
+    length = np.asarray(lengths, dtype=np.int64)
     tie = np.argsort(np.asarray(keys, dtype=object), kind="stable")
     rank = np.empty(len(tie), dtype=np.int64)
     rank[tie] = np.arange(len(tie))
-    return np.lexsort((rank, -lengths))
+    return np.lexsort((rank, -length))
 
 
 def token_budget_batches(sorted_lengths: Sequence[int], batch_tokens: int,

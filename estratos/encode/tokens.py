@@ -57,22 +57,22 @@ class TokenizedTexts:
 
     def subset(self, rows: Sequence[int]) -> "TokenizedTexts":
         """The sentences ``rows``, in that order (a copy)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        capped = self.capped[rows]
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        index = np.asarray(rows, dtype=np.int64)
+        capped = self.capped[index]
+        offsets = np.zeros(len(index) + 1, dtype=np.int64)
         np.cumsum(capped, out=offsets[1:])
-        return TokenizedTexts(self.ids[_gather_index(self.offsets[rows], capped)], offsets,
-                              self.lengths[rows].copy())
+        return TokenizedTexts(self.ids[_gather_index(self.offsets[index], capped)], offsets,
+                              self.lengths[index].copy())
 
     def padded(self, rows: Sequence[int], pad_id: int) -> tuple:
         """``(input_ids, attention_mask)``, int64 (B, longest) arrays for the sentences
         ``rows`` (padding on the right, after each sentence's last token)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        capped = self.capped[rows]
+        index = np.asarray(rows, dtype=np.int64)
+        capped = self.capped[index]
         width = int(capped.max(initial=1))
         mask = np.arange(width)[None, :] < capped[:, None]
-        input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-        input_ids[mask] = self.ids[_gather_index(self.offsets[rows], capped)]
+        input_ids = np.full((len(index), width), pad_id, dtype=np.int64)
+        input_ids[mask] = self.ids[_gather_index(self.offsets[index], capped)]
         return input_ids, mask.astype(np.int64)
 
 

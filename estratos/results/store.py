@@ -144,7 +144,7 @@ def _catch_up(path: Path, fd: int) -> _Seen:
 
 def _read_from(fd: int, offset: int) -> bytes:
     os.lseek(fd, offset, os.SEEK_SET)
-    chunks = []
+    chunks: List[bytes] = []
     while True:
         chunk = os.read(fd, 1 << 20)
         if not chunk:

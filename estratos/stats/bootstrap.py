@@ -153,7 +153,7 @@ def same_test_set(a: Sample, b: Sample) -> bool:
         return False
     if (a.strata is None) != (b.strata is None):
         return False
-    return a.strata is None or np.array_equal(a.strata, b.strata)
+    return a.strata is None or b.strata is None or np.array_equal(a.strata, b.strata)
 
 
 def compare_to(a: Sample, others: List[Sample], *, resamples: int = DEFAULT_RESAMPLES,
@@ -175,7 +175,7 @@ def compare_to(a: Sample, others: List[Sample], *, resamples: int = DEFAULT_RESA
                 diffs[i].append(others[i].values(pos).mean(axis=0) - base)
     out = []
     for i, vb in enumerate(vbs):
-        if i not in live:
+        if va is None or vb is None:
             out.append(Difference(va, vb, None, None, None, None, level, resamples, seed, a.n))
             continue
         d = np.concatenate(diffs[i])

@@ -13,7 +13,7 @@ cell are averaged, as reports average them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -96,6 +96,9 @@ class Sample:
     strata: Optional[np.ndarray] = None
     weighting: str = "equal"
     positive: Optional[int] = None
+    #: what the metric reads: ``predicted`` and ``gold``, as dense integer codes for Spearman
+    _pred: np.ndarray = field(init=False, repr=False, compare=False)
+    _gold: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:

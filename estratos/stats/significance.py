@@ -54,7 +54,7 @@ def adjust(p_values: Sequence[float], correction: str = "holm") -> np.ndarray:
     """Adjusted p-values by ``correction`` (one of :data:`CORRECTIONS`)."""
     p = np.asarray(p_values, dtype=np.float64)
     if correction == "holm":
-        return holm(p)
+        return holm(p_values)
     if correction == "bonferroni":
         return np.minimum(1.0, p * len(p))
     if correction == "none":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 from estratos.errors import SelectionError, TaskError
 from estratos.tasks.types import TaskSpec
@@ -179,7 +179,7 @@ def select_tasks(expr: str, extra: Sequence[TaskSpec] = (),
     context = list(dict.fromkeys(item.partition(":")[0] for item in items
                                  if item.partition(":")[0] in suites_named))
     context = context or [s for s in hint_suites if s in suites_named]
-    chosen = set()
+    chosen: Set[str] = set()
     for item in items:
         chosen.update(s.id for s in _resolve_item(item, pool, context))
     return [s for s in pool if s.id in chosen]

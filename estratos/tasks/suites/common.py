@@ -10,6 +10,7 @@ L2 grid is just [1e-9] (the probe expands it).
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Any, Mapping, Tuple
 
 from estratos.vocab import OVERRIDE_KEYS
 
@@ -25,7 +26,7 @@ KFOLD10 = MappingProxyType({"kfold": 10})
 CLASSIFIER_KEYS = OVERRIDE_KEYS
 
 #: the linguistic probing tasks: (estratos name, SentEval file stem, classifier overrides)
-PROBING = (
+PROBING: Tuple[Tuple[str, str, Mapping[str, Any]], ...] = (
     ("Length", "sentence_length", {}),
     ("WordContent", "word_content", WORD_CONTENT),
     ("Depth", "tree_depth", {}),
