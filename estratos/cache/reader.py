@@ -167,7 +167,7 @@ class CacheReader:
         return [ds[int(r)] for r in rows]
 
     # -- vectors ------------------------------------------------------------------------------
-    def read(self, rows: Sequence[int], pooling: str,
+    def read(self, rows: Union[Sequence[int], np.ndarray], pooling: str,
              states: Optional[Sequence[Union[int, str]]] = None) -> np.ndarray:
         """float32 (len(rows), len(states), dim), rows in the order given.
 

@@ -150,6 +150,13 @@ class CacheSession:
         self.writer: Optional[CacheWriter] = None
 
     @property
+    def open_writer(self) -> CacheWriter:
+        """The writer :meth:`open` opened; a CacheError before it or after :meth:`finish`."""
+        if self.writer is None:
+            raise CacheError(f"{self.partial}: not open for writing")
+        return self.writer
+
+    @property
     def existing(self) -> Optional[Path]:
         """The file whose settings this run must match (the ``.partial`` first), or None."""
         return self.partial if self.resuming else self.target if self.extending else None
@@ -225,19 +232,21 @@ class CacheSession:
     def rows(self) -> Tuple[Set[bytes], List[bytes]]:
         """``(keys of the cache this run extends, keys this run's earlier attempts added)``:
         the first are skipped, the second are a prefix of the plan when resuming."""
-        stored = schema.keys_as_bytes(self.writer.keys())
-        return set(stored[: self.writer.n_base]), stored[self.writer.n_base:]
+        writer = self.open_writer
+        stored = schema.keys_as_bytes(writer.keys())
+        return set(stored[: writer.n_base]), stored[writer.n_base:]
 
     def forget_resumed(self) -> None:
         """Treat the rows already in the ``.partial`` as the base (when they are not the
         prefix of this run's plan: kept, but the rest is planned anew)."""
-        self.writer.set_attrs({"n_base": self.writer.n_done})
+        self.open_writer.set_attrs({"n_base": self.open_writer.n_done})
 
     def finish(self, attrs: Optional[Mapping[str, Any]] = None) -> Path:
         """Set ``attrs``, mark complete and rename the ``.partial`` to the target."""
+        writer = self.open_writer
         if attrs:
-            self.writer.set_attrs(attrs)
-        final = self.writer.finish(self.target)
+            writer.set_attrs(attrs)
+        final = writer.finish(self.target)
         self.writer = None
         return final
 

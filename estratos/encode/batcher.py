@@ -49,6 +49,8 @@ def _import_module(spec: str):
         digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
         name = "estratos_user_encoder_" + digest
         module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise OptionError(f"--encoder: cannot load {spec!r} as a Python module")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
         module_spec.loader.exec_module(module)

@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import logging
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -60,7 +60,10 @@ def model_revision(model: str, config: object) -> str:
     if not folder.is_dir():
         try:  # a hub id resolved from the local cache: .../snapshots/<commit>/config.json
             from transformers.utils import cached_file
-            folder = Path(cached_file(model, "config.json")).parent
+            config_file = cached_file(model, "config.json")
+            if config_file is None:
+                raise FileNotFoundError("config.json is not in the hub cache")
+            folder = Path(config_file).parent
         except Exception as exc:  # any failure means "no folder to hash"
             raise OptionError(f"--model: cannot locate the files of {model!r} ({exc})") from exc
         if folder.parent.name == "snapshots":
@@ -239,7 +242,7 @@ class HFEncoder:
             raise OptionError(f"--model: cannot load {self.model_name!r} with transformers "
                               f"AutoTokenizer/AutoModel: {exc}{hint}") from exc
         self.model = None
-        self._tokenize = None
+        self._tokenize: Optional[Callable[[Sequence[str]], tokens.TokenizedTexts]] = None
         #: hidden states to store (true indices; None: all), set by the run from --states
         self.states: Optional[Tuple[int, ...]] = None
         self.decoder = pooling.is_decoder_only(self.config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from estratos.errors import InputError, OptionError
 
@@ -51,7 +51,7 @@ def task_sentences(task_expr: Optional[str], data_dirs: Sequence[str],
     from estratos.tasks.selection import select_specs
 
     selection = select_specs(task_expr, task_files, data_dirs)
-    seen = {}
+    seen: Dict[str, None] = {}
     for spec in selection.specs:
         for sentence in load_task(spec, selection.data_dirs).sentences:
             seen.setdefault(sentence, None)

@@ -95,7 +95,7 @@ def resolve_poolings(poolings: Optional[Sequence[str]], *, decoder: bool,
     return chosen
 
 
-def skips_bos(decoder: bool, tokenizer: object) -> bool:
+def skips_bos(decoder: bool, tokenizer: Any) -> bool:
     """Whether ``mean`` leaves out a leading BOS token: only for a decoder whose tokenizer
     puts one at the start of every sentence."""
     bos = getattr(tokenizer, "bos_token_id", None)

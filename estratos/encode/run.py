@@ -147,8 +147,8 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
                                ) from exc
             raise
         n_cached, n_resumed, n_encoded, n_truncated = summary
-        n_rows = session.writer.n_done
-        n_truncated_total = session.writer.count_truncated()
+        n_rows = session.open_writer.n_done
+        n_truncated_total = session.open_writer.count_truncated()
         session.finish(shard_attrs)
     return EncodeSummary(str(target), n_input, n_unique, len(keys), n_cached, n_resumed,
                          n_encoded, n_truncated, n_rows, enc.max_length,
@@ -218,7 +218,7 @@ def _budget(enc, session: CacheSession, batch_tokens: BatchTokens) -> int:
     if batch_tokens != "auto":
         return int(batch_tokens)
     if session.resuming:
-        stored = session.writer.attrs.get("batch_tokens")
+        stored = session.open_writer.attrs.get("batch_tokens")
         if isinstance(stored, int) and stored >= 1:
             return stored
     return int(enc.auto_batch_tokens())
@@ -226,7 +226,7 @@ def _budget(enc, session: CacheSession, batch_tokens: BatchTokens) -> int:
 
 def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
          batch_tokens: BatchTokens, dtype: str, show: bool):
-    writer = session.writer
+    writer = session.open_writer
     base, done = session.rows()
     n_cached = sum(1 for k in keys if k in base)
     todo = [i for i, k in enumerate(keys) if k not in base]

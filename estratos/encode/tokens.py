@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class TokenizedTexts:
     def truncated(self) -> np.ndarray:
         return self.lengths > self.capped
 
-    def subset(self, rows: Sequence[int]) -> "TokenizedTexts":
+    def subset(self, rows: Union[Sequence[int], np.ndarray]) -> "TokenizedTexts":
         """The sentences ``rows``, in that order (a copy)."""
         index = np.asarray(rows, dtype=np.int64)
         capped = self.capped[index]
@@ -64,7 +64,7 @@ class TokenizedTexts:
         return TokenizedTexts(self.ids[_gather_index(self.offsets[index], capped)], offsets,
                               self.lengths[index].copy())
 
-    def padded(self, rows: Sequence[int], pad_id: int) -> tuple:
+    def padded(self, rows: Union[Sequence[int], np.ndarray], pad_id: int) -> tuple:
         """``(input_ids, attention_mask)``, int64 (B, longest) arrays for the sentences
         ``rows`` (padding on the right, after each sentence's last token)."""
         index = np.asarray(rows, dtype=np.int64)

@@ -44,7 +44,7 @@ class CellOutcome:
     """
 
     l2: Optional[float]
-    dev: Optional[Dict[str, float]]
+    dev: Optional[Dict[str, Optional[float]]]
     test: Dict[str, Any]
     epochs: Optional[int] = None
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -109,6 +109,24 @@ class Inputs:
     validation_split: float = VALIDATION_SPLIT
     positive: Optional[int] = None
     score_range: Optional[Tuple[float, float]] = None
+
+    def feature_source(self) -> Callable[[str], Any]:
+        """:attr:`features`, which a protocol that trains on features needs."""
+        if self.features is None:
+            raise ValueError("this protocol needs Inputs.features")
+        return self.features
+
+    def pair_source(self) -> Callable[[str], Tuple[Any, Any]]:
+        """:attr:`pairs`, which a protocol that compares the two slots needs."""
+        if self.pairs is None:
+            raise ValueError("this protocol needs Inputs.pairs")
+        return self.pairs
+
+    def classifier_factory(self) -> EstimatorFactory:
+        """:attr:`classifier`, which a classification protocol needs."""
+        if self.classifier is None:
+            raise ValueError("this protocol needs Inputs.classifier")
+        return self.classifier
 
 
 class Protocol:

@@ -52,11 +52,13 @@ def _cross_validate(make: EstimatorFactory, X: Any, y: np.ndarray, l2_grid: Sequ
                     folds: Sequence[Tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Mean held-out accuracy (percent) ``(G, R)`` over folds; each fold model early-stops
     on its held-out part (as SentEval's k-fold classifiers do)."""
-    total = None
+    total: Optional[np.ndarray] = None
     for tr, te in folds:
         est = make().fit(take(X, tr), y[tr], take(X, te), y[te], list(l2_grid))
         s = np.asarray(est.dev_score_, dtype=np.float64)
         total = s if total is None else total + s
+    if total is None:
+        raise ValueError("cross-validation needs at least one fold")
     return 100.0 * total / len(folds)
 
 
@@ -142,7 +144,7 @@ def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[f
             test=test, epochs=int(round(float(np.mean([e[g] for e in epochs])))),
             extra={"l2_per_fold": l2s}, predictions=predictions[g], predicted=("all",),
             folds=fold_of, positive=positive,
-            capped=max((c[g] for c in capped if c[g] is not None), default=None)))
+            capped=max((n for c in capped if (n := c[g]) is not None), default=None)))
     return out
 
 
@@ -188,6 +190,11 @@ def _held_out(X: Any, y: np.ndarray, inputs: Inputs) -> Tuple[Data, Data]:
     return (take(X, tr), y[tr]), (take(X, dv), y[dv])
 
 
+def _kfold_examples(n: float, grid: int, k: int) -> float:
+    """Examples k-fold selection on ``n`` trains on: k folds per L2 value, then one refit."""
+    return float(grid * k * n * (k - 1) / k + n)
+
+
 # ---- the registered protocols --------------------------------------------------------------
 
 @register
@@ -201,12 +208,12 @@ class SplitProtocol(Protocol):
         return plan_train_dev_test(self.name, published, present, names, holdout)
 
     def code_data(self, inputs: Inputs):
-        f, y = inputs.features, inputs.labels
+        f, y = inputs.feature_source(), inputs.labels
         return (f("train"), y("train")), (f("dev"), y("dev"))
 
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
-        f, y = inputs.features, inputs.labels
-        return split_protocol(inputs.classifier, (f("train"), y("train")),
+        f, y = inputs.feature_source(), inputs.labels
+        return split_protocol(inputs.classifier_factory(), (f("train"), y("train")),
                               (f("dev"), y("dev")), (f("test"), y("test")), inputs.l2_grid,
                               positive=inputs.positive)
 
@@ -228,16 +235,15 @@ class KFoldProtocol(Protocol):
         return SplitPlan(InnerKFoldProtocol.name, (("test", "all"),), ("all",), fallback=text)
 
     def examples_trained(self, sizes, grid, k):
-        n = sizes.get("train", 0)  # k folds per L2 value, then one refit
-        return float(grid * k * n * (k - 1) / k + n)
+        return _kfold_examples(sizes.get("train", 0), grid, k)
 
     def code_data(self, inputs: Inputs):
         # the refit's data: train, with its seeded held-out share as dev
-        return _held_out(inputs.features("train"), inputs.labels("train"), inputs)
+        return _held_out(inputs.feature_source()("train"), inputs.labels("train"), inputs)
 
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
-        f, y = inputs.features, inputs.labels
-        return kfold_protocol(inputs.classifier, (f("train"), y("train")),
+        f, y = inputs.feature_source(), inputs.labels
+        return kfold_protocol(inputs.classifier_factory(), (f("train"), y("train")),
                               (f("test"), y("test")), inputs.l2_grid, k=inputs.kfold,
                               seed=inputs.seed, validation_split=inputs.validation_split,
                               positive=inputs.positive)
@@ -256,15 +262,14 @@ class InnerKFoldProtocol(Protocol):
 
     def examples_trained(self, sizes, grid, k):
         # per outer fold: inner k folds per L2 value, then one refit
-        return float(k * KFoldProtocol.examples_trained(
-            self, {"train": sizes.get("all", 0) * (k - 1) / k}, grid, k))
+        return float(k * _kfold_examples(sizes.get("all", 0) * (k - 1) / k, grid, k))
 
     def code_data(self, inputs: Inputs):
-        return _held_out(inputs.features("all"), inputs.labels("all"), inputs)
+        return _held_out(inputs.feature_source()("all"), inputs.labels("all"), inputs)
 
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
-        return inner_kfold_protocol(inputs.classifier,
-                                    (inputs.features("all"), inputs.labels("all")),
+        return inner_kfold_protocol(inputs.classifier_factory(),
+                                    (inputs.feature_source()("all"), inputs.labels("all")),
                                     inputs.l2_grid, k=inputs.kfold, seed=inputs.seed,
                                     validation_split=inputs.validation_split,
                                     positive=inputs.positive)

@@ -129,7 +129,8 @@ class CosineProtocol(Protocol):
         return plan_all_required(self.name, published, present, None)
 
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
-        return cosine_protocol({name: (_pair_cosines(inputs.pairs(name)), inputs.labels(name))
+        pairs = inputs.pair_source()
+        return cosine_protocol({name: (_pair_cosines(pairs(name)), inputs.labels(name))
                                 for name in inputs.splits})
 
 
@@ -149,10 +150,12 @@ class RelatednessProtocol(Protocol):
     def evaluate(self, inputs: Inputs) -> List[CellOutcome]:
         y = inputs.labels
         if inputs.regressor is None:
+            pairs = inputs.pair_source()
+
             def cos(split: str):
-                return _pair_cosines(inputs.pairs(split)), y(split)
+                return _pair_cosines(pairs(split)), y(split)
             return cosine_relatedness(cos("train"), cos("dev"), cos("test"))
-        f = inputs.features
+        f = inputs.feature_source()
         offset, _ = relatedness_levels(inputs.score_range)
         return relatedness_protocol(inputs.regressor, (f("train"), y("train")),
                                     (f("dev"), y("dev")), (f("test"), y("test")), offset)

@@ -44,7 +44,7 @@ class TaskBuilder:
         self.n_slots = COMBINER_SLOTS[spec.combiner]
         self._index: Dict[str, int] = {}
         self._labels_allowed = None if spec.labels is None else frozenset(spec.labels)
-        self._splits: Dict[str, Tuple[List[List[List[int]]], List[object]]] = {}
+        self._splits: Dict[str, Tuple[List[List[List[int]]], List[Union[float, str]]]] = {}
         #: per split, what a loader wants users to know (e.g. lines skipped as published)
         self.notes: Dict[str, str] = {}
 
@@ -72,7 +72,7 @@ class TaskBuilder:
                              path, line)
         return label
 
-    def add(self, split: str, slots: Sequence[Slot], label: object,
+    def add(self, split: str, slots: Sequence[Slot], label: Union[float, str],
             path: os.PathLike | str, line: Optional[int]) -> None:
         """Add one example: ``slots`` holds one sentence (or a list to average) per position.
 
@@ -82,6 +82,7 @@ class TaskBuilder:
         if len(slots) != self.n_slots:
             raise InputError(f"{len(slots)} sentences for combiner {self.spec.combiner!r}, "
                              f"which takes {self.n_slots}", path, line)
+        value: Union[float, str]
         if self.scores:
             value = float(label)  # loaders parse and range-check scores
         else:
@@ -112,7 +113,7 @@ class TaskBuilder:
             return ()
         if self.spec.labels is not None:
             return tuple(self.spec.labels)
-        seen = {lab for _, labels in self._splits.values() for lab in labels}
+        seen = {str(lab) for _, labels in self._splits.values() for lab in labels}
         return tuple(sorted(seen))
 
     def _split(self, name: str, label_ids: Mapping[str, int]) -> Split:
@@ -124,10 +125,11 @@ class TaskBuilder:
                 slots.append(SlotRefs.single([g[0] for g in groups]))
             else:
                 slots.append(SlotRefs.ragged(groups))
+        y: np.ndarray
         if self.scores:
             y = np.asarray(labels, dtype=np.float64)
         else:
-            y = np.fromiter((label_ids[lab] for lab in labels), dtype=np.int64,
+            y = np.fromiter((label_ids[str(lab)] for lab in labels), dtype=np.int64,
                             count=len(labels))
         return Split(name, tuple(slots), y)
 

@@ -57,8 +57,8 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
             if source.split == POOL:
                 sizes["train"], sizes["dev"] = (None, None) if n is None else holdout_sizes(n)
             else:
-                sizes[source.split] = n if sizes.get(source.split) is None else (
-                    sizes[source.split] + (n or 0))
+                before = sizes.get(source.split)
+                sizes[source.split] = n if before is None else before + (n or 0)
     except (OSError, EstratosError) as exc:
         info["missing"].append(str(exc))
     if get_protocol(plan.protocol).subset_splits:

@@ -403,7 +403,7 @@ def download_es(data_dir: os.PathLike | str = DEFAULT_ES_DIR, base_url: str = DE
     def bar(label: str) -> Optional[Callable[[int, Optional[int]], None]]:
         if not progress:
             return None
-        return lambda done, total: progress(label, done, total)  # type: ignore[misc]
+        return lambda done, total: progress(label, done, total)
 
     # 1. the benchmark repository archive, unless every file it provides is already here
     archive_files = [p for p in reference if not p.startswith(XPROBE_DIR + "/")]

@@ -137,17 +137,18 @@ def load_task(spec: TaskSpec, data_dirs: DataDirs,
     else:
         read_splits = [src.split for src in plan.reads]
         data = builder.build(plan.protocol, read_splits, plan.fallback, sources)
-        data = _apply_holdout(plan, data, sources, stratify=not builder.scores)
+        data = _apply_holdout(plan, plan.holdout_from, data, sources,
+                              stratify=not builder.scores)
     log.info("loaded %s: %s (%d sentences)%s", spec.id, data.sizes, len(data.sentences),
              f"; fallback: {data.fallback}" if data.fallback else "")
     return data
 
 
-def _apply_holdout(plan: Plan, data: TaskData, sources: Dict[str, str],
+def _apply_holdout(plan: Plan, holdout_from: Source, data: TaskData, sources: Dict[str, str],
                    stratify: bool) -> TaskData:
     """Cut the dev split from the training pool; re-split the test file when the pool is
     (mostly) the test set itself, since training on test sentences gives no held-out score."""
-    pool_name = _names(plan.holdout_from, plan.root)
+    pool_name = _names(holdout_from, plan.root)
     pool, test = data.splits[POOL], data.splits["test"]
     share = overlap_share(pool, test)
     fallback = data.fallback

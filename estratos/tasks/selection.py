@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 from estratos.errors import OptionError
 from estratos.tasks.custom import load_task_file
@@ -41,7 +41,7 @@ def read_task_files(task_files: Sequence[Union[str, os.PathLike]]) -> List[TaskS
     """The custom specs of ``--task-file`` values; two files defining one id, or a file
     defining a built-in id, is an error naming both."""
     specs: List[TaskSpec] = []
-    seen = {}
+    seen: Dict[str, Union[str, os.PathLike]] = {}
     for path in task_files:
         spec = load_task_file(path)
         if spec.id in seen:

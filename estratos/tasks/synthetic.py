@@ -33,7 +33,7 @@ import os
 import random
 from pathlib import Path
 from types import MappingProxyType
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from estratos.atomic import write_atomic
 from estratos.errors import OptionError
@@ -194,7 +194,7 @@ class _Grammar:
 #: how often a clause of Tense, SubjNumber and ObjNumber carries other verbs and nouns than the
 #: one its label is about (relative clauses with their own tense and object; an animate object
 #: whose number is not the subject's): the label is not written in one word, as in real text
-_DISTRACTORS: Mapping[str, float] = MappingProxyType(
+_DISTRACTORS: Mapping[str, Any] = MappingProxyType(
     {"subj_rel_p": 0.2, "person_obj_p": 0.9, "obj_rel_p": 0.8})
 #: how often those clauses open with a fronted phrase, so the capitalized first word is not
 #: always the subject's determiner (which alone would give SubjNumber away to a bag of words)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -108,7 +108,7 @@ class SlotRefs:
         return cls(idx, np.arange(len(idx) + 1, dtype=np.int64))
 
     @classmethod
-    def ragged(cls, groups: Sequence[Sequence[int]]) -> "SlotRefs":
+    def ragged(cls, groups: Sequence[Union[Sequence[int], np.ndarray]]) -> "SlotRefs":
         """Several sentences per example (their vectors are averaged), e.g. RST subtrees."""
         lengths = np.fromiter((len(g) for g in groups), dtype=np.int64, count=len(groups))
         if (lengths == 0).any():

@@ -44,10 +44,10 @@ class BsoFormat(Format):
                 if len(fields) == 2:
                     first, second = fields
                 elif len(fields) == 3:
-                    order = fields[0].strip()
-                    if order not in ("0", "1"):
-                        raise InputError(f"order label {order!r} is not 0 or 1", path, number)
-                    first, second = (fields[1], fields[2]) if order == "1" else (
+                    given = fields[0].strip()
+                    if given not in ("0", "1"):
+                        raise InputError(f"order label {given!r} is not 0 or 1", path, number)
+                    first, second = (fields[1], fields[2]) if given == "1" else (
                         fields[2], fields[1])
                 else:
                     raise InputError(f"expected 2 TAB-separated columns (or 3 with a leading "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Union
 
 from estratos.errors import InputError
 from estratos.tasks.building import TaskBuilder
@@ -54,7 +54,8 @@ class JsonlFormat(Format):
                     raw = obj["score"]
                     if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
                         raise InputError(f"score is not a number: {raw!r}", path, number)
-                    label: object = parse_score(str(raw), path, number, spec.score_range)
+                    label: Union[float, str] = parse_score(str(raw), path, number,
+                                                           spec.score_range)
                 else:
                     if "label" not in obj or obj["label"] is None:
                         raise InputError("missing 'label'", path, number)

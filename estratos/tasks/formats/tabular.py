@@ -9,7 +9,7 @@ column numbers).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Union
 
 from estratos.errors import InputError, TaskError
 from estratos.tasks.building import TaskBuilder
@@ -71,8 +71,8 @@ class TsvFormat(Format):
             with ctx.guard():
                 fields = split_columns(text, path, number, n_columns, at_least)
                 if is_score:
-                    label: object = parse_score(fields[target], path, number,
-                                                _score_bounds(spec))
+                    label: Union[float, str] = parse_score(fields[target], path, number,
+                                                           _score_bounds(spec))
                 else:
                     raw = fields[target].strip()
                     if not raw:
