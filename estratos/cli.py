@@ -26,13 +26,15 @@ class _UserError(click.ClickException):
 
     def __init__(self, exc: EstratosError) -> None:
         super().__init__(str(exc))
-        self.exit_code = exc.exit_code
+        # click declares exit_code on the class and reads it from the instance: each error
+        # carries its own code
+        self.exit_code = exc.exit_code  # type: ignore[misc]
 
 
 class _Group(click.Group):
     """A click group that reports user errors without a traceback (also under CliRunner)."""
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except EstratosError as exc:
@@ -300,7 +302,7 @@ class _OnePooling(click.Choice):
     def __init__(self) -> None:
         super().__init__(CACHE_POOLINGS)
 
-    def convert(self, value, param, ctx):  # type: ignore[override]
+    def convert(self, value, param, ctx):
         if isinstance(value, str) and "," in value:
             self.fail(f"{value!r}: probe takes one pooling per run; run it once with "
                       "--pooling cls and once with --pooling mean (same --out: the cells "

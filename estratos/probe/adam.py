@@ -8,12 +8,12 @@ CPU kernel when this torch has one), so a model's trajectory equals training it 
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
 
-def _find_fused_adam():
+def _find_fused_adam() -> Optional[Callable[..., Any]]:
     """torch's fused CPU Adam op when this torch has one (>= 2.4), else None."""
     op = getattr(torch, "_fused_adam_", None)
     if op is None:
@@ -65,8 +65,8 @@ class StackedAdam:
         if _FUSED_ADAM is not None:
             # torch's fused CPU Adam kernel (what torch.optim.Adam(fused=True) runs): one pass
             # over each tensor instead of nine
-            steps = [torch.tensor(float(self.t), device=p.device) for p in params]
-            _FUSED_ADAM(params, grads, m, v, [], steps, lr=self.lr,
+            step_counts = [torch.tensor(float(self.t), device=p.device) for p in params]
+            _FUSED_ADAM(params, grads, m, v, [], step_counts, lr=self.lr,
                         beta1=self.b1, beta2=self.b2, weight_decay=0.0, eps=self.eps,
                         amsgrad=False, maximize=False)
             return

@@ -229,7 +229,8 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
     if not specs:
         raise OptionError("--tasks: no task selected")
     if loader is None:
-        from estratos.tasks import load_task as loader
+        from estratos.tasks import load_task
+        loader = load_task
     store = ResultsStore(out)
     done = set() if overwrite else store.done_keys()
     written: List[ResultRecord] = []

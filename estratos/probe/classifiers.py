@@ -355,6 +355,10 @@ class LogisticGrid(RecordedEstimator):
     standardize = False
     #: fit the L2 values from the strongest to the weakest, each from the previous solution
     warm_path = False
+    # set by the subclasses' constructors
+    max_iter: int
+    tol: float
+    seed: int
 
     def _blas_limit(self) -> Any:
         """The BLAS threads the fits may use (the caller's setting by default)."""
@@ -375,7 +379,7 @@ class LogisticGrid(RecordedEstimator):
         y_dev = np.asarray(y_dev, dtype=np.int64)
         table = l2_table(l2, len(x))
         G, R = table.shape
-        self.models_ = [[None] * R for _ in range(G)]
+        self.models_: List[List[Any]] = [[None] * R for _ in range(G)]
         self.dev_score_ = np.zeros((G, R))
         self.epochs_ = np.zeros((G, R), dtype=np.int64)
         self.capped_ = np.zeros((G, R), dtype=bool)
@@ -392,7 +396,7 @@ class LogisticGrid(RecordedEstimator):
                 xg_dev = _standardize(x_dev[g], self.scale_[g]) if len(y_dev) else None
                 order = (sorted(range(R), key=lambda r: -table[g, r]) if self.warm_path
                          else range(R))
-                start = None
+                start: Any = None
                 for r in order:
                     c = 1.0 / (max(table[g, r], 1e-12) * len(y))
                     clf = LogisticRegression(C=c, max_iter=self.max_iter, tol=self.tol,

@@ -146,6 +146,7 @@ def _split(unit: WorkUnit, per_cell: float, seeds_apart: bool) -> List[WorkUnit]
     does not leave one part twice the other's size), else into two halves of its layer
     specs (each reads fewer hidden states), or of its seeds when it has one layer spec; a
     single cell cannot be cut (returns ``[unit]``)."""
+    parts: List[Tuple[Tuple[LayerSpec, ...], Tuple[int, ...]]]
     if len(unit.seeds) > 1 and seeds_apart:
         parts = [(unit.layers, (seed,)) for seed in unit.seeds]
     elif len(unit.layers) > 1:

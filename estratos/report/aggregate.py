@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -209,7 +209,7 @@ def _mean(arr: np.ndarray) -> float:
     return float(arr[0]) if len(arr) and np.ptp(arr) == 0 else float(arr.mean())
 
 
-def sample_std(values: Sequence[float]) -> Optional[float]:
+def sample_std(values: Union[Sequence[float], np.ndarray]) -> Optional[float]:
     """Sample std (ddof=1); None for one value, exactly 0.0 when all values are equal (a
     float mean can leave 1e-17 there, which would read as seed noise)."""
     arr = np.asarray(values, dtype=np.float64)
@@ -340,7 +340,7 @@ class Aggregate:
             return None
         mean = float(np.mean([np.mean(list(v.values())) for v in present]))
         common = sorted(set.intersection(*(set(v) for v in present)))
-        std = sample_std([np.mean([v[s] for v in present]) for s in common])
+        std = sample_std([float(np.mean([v[s] for v in present])) for s in common])
         n = len(common) if common else min(len(v) for v in present)
         return GroupStat(mean, std, n, n_datasets=len(present), n_total=len(members))
 

@@ -19,7 +19,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
 from estratos.report import odesia
@@ -163,12 +163,13 @@ def _control_sections(agg: Aggregate, records: Sequence[Located],
     if tables:
         out.append(Section("Controls: MDL compression", tables, ctl.MDL_INTRO))
     if control:
-        kw = {} if stats is None else {"resamples": stats.resamples, "level": stats.level,
-                                       "seed": stats.seed}
+        kw: Dict[str, Any] = {} if stats is None else {
+            "resamples": stats.resamples, "level": stats.level, "seed": stats.seed}
         tables = ctl.control_model_tables(agg, records, [os.fspath(p) for p in control], notes,
                                           **kw)
         if not tables:
-            raise OptionError(f"--control: no cell of {', '.join(map(os.fspath, control))} "
+            named = ", ".join(os.fspath(p) for p in control)
+            raise OptionError(f"--control: no cell of {named} "
                               "matches a layer of the other results (same pooling, "
                               "classifier and task)")
         level = kw.get("level", ctl.DEFAULT_LEVEL)

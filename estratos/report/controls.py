@@ -196,7 +196,7 @@ def _difference(samples: Samples, a: Row, b: Row, task: str, resamples: int, lev
     if not same_test_set(xa, xb):
         return None, None
     d = paired_bootstrap(xb, xa, resamples=resamples, level=level, seed=seed)  # a - b
-    if d.lo is None:
+    if d.lo is None or d.hi is None:
         return None, None
     return (d.lo, d.hi), d.p_value
 

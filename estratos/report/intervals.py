@@ -130,10 +130,11 @@ def best_layer_marks(agg: Aggregate, samples: Samples, *, correction: str = "hol
     for system in agg.systems:
         rows = [r for r in agg.layers_of(system) if r.layer is not None]
         for ds in agg.datasets:
-            present = [r for r in rows if agg.cell(r, ds.task) is not None]
+            means = {r: cell.mean for r in rows if (cell := agg.cell(r, ds.task)) is not None}
+            present = list(means)
             if len(present) < 2:
                 continue
-            best = max(present, key=lambda r: agg.cell(r, ds.task).mean)
+            best = max(present, key=means.__getitem__)
             best_sample = samples.get(best, ds.task)
             if best_sample is None:
                 missing[(best, ds.task)] = samples.problems.get((best, ds.task), "")

@@ -154,12 +154,13 @@ def delta_aggregate(agg: Aggregate, calib: Mapping[str, Calibration]) -> Aggrega
     Baseline rows are left out (their Delta is 0 by definition); cells whose Delta is
     undefined, or whose dataset has no baseline, are absent (shown as missing).
     """
-    seeds = {}
+    seeds: Dict[Tuple[Row, str], Dict[int, float]] = {}
     for (row, task), values in agg.seeds.items():
         cal = calib.get(task)
         if row.system.kind == "baseline" or cal is None or cal.undefined:
             continue
-        seeds[(row, task)] = {s: cal.delta(v) for s, v in values.items()}
+        # defined for every seed: a calibration without a reference point is undefined
+        seeds[(row, task)] = {s: d for s, v in values.items() if (d := cal.delta(v)) is not None}
     rows = [r for r in agg.rows if r.system.kind != "baseline"]
     return Aggregate(rows, list(agg.datasets), list(agg.groups), seeds)
 

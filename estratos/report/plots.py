@@ -237,7 +237,7 @@ def heatmap_plot(agg: Aggregate, system: System) -> Any:
     for k, (metric, idx) in enumerate(zip(metrics, panels)):
         ax = fig.add_subplot(grid[k, 0])
         values = matrix[idx]
-        floors = [datasets[i].chance[0] for i in idx if datasets[i].chance is not None]
+        floors = [c[0] for i in idx if (c := datasets[i].chance) is not None]
         low, high, what = colour_range(metric, values, floors)
         image = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap=_cmap("viridis"),
                           vmin=low, vmax=high)
@@ -336,9 +336,9 @@ def _group_panels(agg: Aggregate, group: str) -> List[_Panel]:
     members = agg.group_datasets(group)
     panels = [_Panel(f"{d.label} ({d.metric})", (d.metric,), d, d.chance) for d in members]
     if len(members) > 1:
-        levels = [d.chance for d in members]
+        levels = [d.chance for d in members if d.chance is not None]
         chance = None
-        if all(levels):
+        if len(levels) == len(members):
             chance = (float(np.mean([c[0] for c in levels])), "mean of the tasks' floors")
         metrics = tuple(dict.fromkeys(d.metric for d in members))
         panels.insert(0, _Panel(f"{group}: mean of its {len(members)} datasets",

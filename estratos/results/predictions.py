@@ -46,6 +46,7 @@ used.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -321,7 +322,7 @@ class _Folder:
         for digest, p in tests.items():
             if not (self.folder / _tests_name(digest)).exists():
                 self._write_file(_tests_name(digest),
-                                 lambda h5, d=digest, p=p: _write_test(h5, d, p))
+                                 functools.partial(_write_test, digest=digest, preds=p))
         key = os.path.realpath(self.folder)
         number = _NEXT.get(key) or self._first_number()
         while (self.folder / _cells_name(number)).exists():

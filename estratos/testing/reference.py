@@ -10,7 +10,7 @@ as the batched trainer, so the two agree model for model. Not used to produce re
 from __future__ import annotations
 
 import copy
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -144,7 +144,7 @@ class ReferenceEstimator:
         G, R = table.shape
         self.dev_score_ = np.zeros((G, R))
         self.epochs_ = np.zeros((G, R), dtype=np.int64)
-        self.models_ = [[None] * R for _ in range(G)]
+        self.models_: List[List[Any]] = [[None] * R for _ in range(G)]
         for g in range(G):
             for r in range(R):
                 best, epochs, model = fit_one(
