@@ -15,10 +15,10 @@ import click
 from estratos import __version__
 from estratos.demo import DEMO_SEEDS
 from estratos.errors import EstratosError, Interrupted
-from estratos.options import DEFAULT_SEEDS_TEXT
+from estratos.options import DEFAULT_SEEDS_TEXT, parse_baselines
 from estratos.probe.estimator import DEFAULT_CLASSIFIER
-from estratos.vocab import (CACHE_POOLINGS, DEFAULT_POOLING, DEFAULT_SEED, POOLINGS,
-                            SYNTHETIC_N_PER_TASK)
+from estratos.vocab import (ALL_BASELINES, CACHE_POOLINGS, DEFAULT_BASELINE, DEFAULT_POOLING,
+                            DEFAULT_SEED, POOLINGS, SURFACE_BASELINES, SYNTHETIC_N_PER_TASK)
 
 
 class _UserError(click.ClickException):
@@ -453,14 +453,19 @@ def compare_command(results, task, sel_a, sel_b, metric, resamples, level, seed,
 @_data_dir_option()
 @click.option("--out", required=True, metavar="RESULTS.jsonl", help="Results file to append to.")
 @_seeds_option(what="Comma-separated seeds (folds and held-out parts).")
+@click.option("--baseline", "baselines", default=DEFAULT_BASELINE, show_default=True,
+              metavar="NAME[,NAME...]",
+              help=f"Which baselines: {', '.join(SURFACE_BASELINES)}, or {ALL_BASELINES}.")
 @click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
-def baseline_command(tasks, task_files, data_dirs, out, seeds, overwrite) -> None:
-    """Whitespace TF-IDF + logistic regression / cosine baseline, written as results
-    (estratos.probe.baseline.baseline_tasks)."""
+def baseline_command(tasks, task_files, data_dirs, out, seeds, baselines, overwrite) -> None:
+    """Surface baselines that read only the text (whitespace TF-IDF, length in tokens or
+    characters, character n-grams, word bigrams, word at each position) + logistic
+    regression / cosine, written as results (estratos.probe.baseline.baseline_tasks)."""
+    parse_baselines(baselines)  # an unknown name answers before scikit-learn is imported
     from estratos.probe.baseline import baseline_tasks
 
     records = baseline_tasks(tasks, out, data_dir=data_dirs, task_files=task_files,
-                             seeds=seeds, overwrite=overwrite)
+                             seeds=seeds, overwrite=overwrite, baselines=baselines)
     click.echo(f"wrote {len(records)} baseline result(s) to {out}")
 
 

@@ -15,7 +15,8 @@ import os
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError
-from estratos.vocab import ALL_LAYERS, AVG, DEFAULT_SEED, LayerSpec
+from estratos.vocab import (ALL_BASELINES, ALL_LAYERS, AVG, DEFAULT_SEED, SURFACE_BASELINES,
+                            LayerSpec)
 
 #: ``--seeds`` default as the CLI shows it
 DEFAULT_SEEDS_TEXT = str(DEFAULT_SEED)
@@ -51,6 +52,27 @@ def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:
     if not out:
         raise OptionError("--seeds: give at least one seed")
     return tuple(out)
+
+
+def parse_baselines(baselines: Union[str, Iterable[str]]) -> Tuple[str, ...]:
+    """``"tfidf,length-tokens"`` (or names) -> ('tfidf', 'length-tokens'), duplicates dropped
+    in order; ``all`` is every surface baseline (:data:`estratos.vocab.SURFACE_BASELINES`).
+    An unknown or missing name raises :class:`OptionError` naming ``--baseline``."""
+    items = baselines.split(",") if isinstance(baselines, str) else list(baselines)
+    names = [str(item).strip().lower() for item in items if str(item).strip()]
+    out: List[str] = []
+    for name in names:
+        if name == ALL_BASELINES:
+            out.extend(SURFACE_BASELINES)
+        elif name in SURFACE_BASELINES:
+            out.append(name)
+        else:
+            raise OptionError(f"--baseline: unknown baseline {name!r}; choose from "
+                              f"{', '.join(SURFACE_BASELINES)} or {ALL_BASELINES}")
+    if not out:
+        raise OptionError(f"--baseline: give at least one baseline ({', '.join(SURFACE_BASELINES)}"
+                          f" or {ALL_BASELINES})")
+    return tuple(dict.fromkeys(out))
 
 
 def parse_layers(layers: Union[str, Sequence[LayerSpec]],
@@ -222,5 +244,5 @@ def available_cores() -> int:
 
 
 __all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "DEVICE_WORDS", "ShardSpec", "available_cores",
-           "check_device", "parse_layers", "parse_seeds", "parse_states", "positive_int",
-           "resolve_shard"]
+           "check_device", "parse_baselines", "parse_layers", "parse_seeds", "parse_states",
+           "positive_int", "resolve_shard"]

@@ -112,6 +112,18 @@ VALIDATION_SPLIT = 0.05
 OVERRIDE_KEYS: Tuple[str, ...] = ("nhid", "dropout", "optim", "batch_size", "tenacity",
                                   "epoch_size", "max_epoch", "l2_grid", "kfold")
 
+# ---- surface baselines (``estratos baseline --baseline``) -----------------------------------
+#: the baselines that read only a task's text, in the order ``all`` runs them
+#: (:mod:`estratos.probe.baseline`)
+SURFACE_BASELINES: Tuple[str, ...] = ("tfidf", "length-tokens", "length-chars", "char-ngrams",
+                                      "word-bigrams", "word-position")
+#: ``--baseline`` when none is given: ODESIA's bag of words
+DEFAULT_BASELINE = "tfidf"
+#: ``--baseline`` word for every surface baseline
+ALL_BASELINES = "all"
+#: a baseline's cells have model ``baseline:<name>``
+BASELINE_MODEL_PREFIX = "baseline:"
+
 # ---- timestamps ------------------------------------------------------------------------------
 #: the one timestamp format of files estratos writes (results ``created``, cache attributes)
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

@@ -1,4 +1,5 @@
-"""estratos baseline: whitespace TF-IDF + logistic regression / cosine, hand-checked."""
+"""estratos baseline: TF-IDF and the other surface baselines + logistic regression / cosine,
+hand-checked."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from estratos.cli import cli
 from estratos.errors import OptionError
 from estratos.probe import baseline
 from estratos.probe.baseline import (
-    BASELINE_MODEL, baseline_tasks, evaluate_task, parse_seeds, run_baseline, split_matrix,
-    tfidf_matrix)
+    BASELINE_MODEL, BASELINES, baseline_tasks, char_ngram_matrix, evaluate_task, length_matrix,
+    parse_seeds, run_baseline, split_matrix, tfidf_matrix, word_bigram_matrix,
+    word_position_matrix)
 from estratos.protocols import row_cosine
 from estratos.report import build_report
 from estratos.results import load_results, read_results
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
+from estratos.vocab import SURFACE_BASELINES
+from probe_toys import write_toy_task
 
 
 def _spec(name: str, combiner: str, protocol: str, metric: str = "accuracy",
@@ -291,3 +295,140 @@ def test_the_baseline_is_an_estimator_of_the_probes_cell_pipeline():
                                  for s in ("train", "dev", "test")})
     assert classifier_record(sick, est) == {"name": "tfidf", "method": "cosine",
                                             "tokenizer": "whitespace", "lowercase": False}
+
+
+# ------------------------------------------------------------------------------ surface baselines
+
+def test_every_named_baseline_exists_in_order():
+    assert tuple(BASELINES) == SURFACE_BASELINES
+    for name, b in BASELINES.items():
+        assert b.estimator.name == name
+        assert b.system.model == f"baseline:{name}" and b.system.revision == f"{name}-v1"
+
+
+def test_length_rows_by_hand():
+    # token lengths 2, 3, 1; fitted on the first two: columns [scaled, len 2, len 3]
+    T = length_matrix(baseline.token_lengths(["a b", "a b c", "abc"]), np.arange(2))
+    assert T.toarray() == pytest.approx(np.array([[2 / 3, 1, 0], [1, 0, 1], [1 / 3, 0, 0]]))
+    assert baseline.char_lengths(["a b", "ñ"]).tolist() == [3, 1]
+
+
+def test_char_ngrams_run_across_spaces():
+    # "ab c": a b ' ' c | ab 'b ' ' c' | 'ab ' 'b c' | 'ab c': 10 n-grams, "b c" among them
+    assert char_ngram_matrix(["ab c"], np.arange(1)).shape[1] == 10
+    assert char_ngram_matrix(["ab", "AB"], np.arange(2)).shape[1] == 6  # case kept
+
+
+def test_word_bigrams_and_positions_by_hand():
+    T = word_bigram_matrix(["a b c", "c b a", "a"], np.arange(3))
+    assert T.shape[1] == 4 and T[[2]].nnz == 0  # a b, b c, c b, b a; "a" has none
+    P = word_position_matrix(["a b", "b a", "a c"], np.arange(2)).toarray()
+    # columns "0 a", "0 b", "1 a", "1 b" (sorted); "1 c" was never fitted
+    assert P.tolist() == [[1, 0, 0, 1], [0, 1, 1, 0], [1, 0, 0, 0]]
+
+
+def test_cosine_of_length_vectors_by_hand():
+    spec = _spec("STS", "pair", "cosine", metric="pearson", group="SS")
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2)]
+    gold = [2.0, 3.0, 4.5, 0.5]
+    data = _task(spec, STS_SENTENCES,
+                 {"news": ([[a for a, _ in pairs], [b for _, b in pairs]], gold)})
+    # lengths 2, 2, 2, 3: vectors [2/3, 1, 0] and [1, 0, 1]
+    other = (2 / 3) / (math.sqrt(4 / 9 + 1) * math.sqrt(2))
+    sims = [1.0, 1.0, other, 1.0]
+    rec = evaluate_task(data, baseline="length-tokens")
+    assert rec.model == "baseline:length-tokens" and rec.classifier["method"] == "cosine"
+    assert rec.test["pearson"] == pytest.approx(float(np.corrcoef(sims, gold)[0, 1]))
+
+
+_A = ["perro", "gato", "niño", "vaca", "pato"]
+_B = ["come", "duerme", "corre", "salta", "canta"]
+_FILL = [f"hoy{i}" for i in range(12)]
+
+
+def _order_rows(split_fill):
+    """Minimal pairs: 'A B filler' (label ab) and 'B A filler' (label ba)."""
+    rows = []
+    for c in split_fill:
+        for a in _A:
+            for b in _B:
+                rows += [("ab", f"{a} {b} {c}"), ("ba", f"{b} {a} {c}")]
+    return rows
+
+
+def _run(tmp_path: Path, task_file: Path, names: str, out: Path):
+    result = CliRunner().invoke(cli, ["baseline", "--task-file", str(task_file), "--baseline",
+                                      names, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return {r.model.split(":", 1)[1]: r for r in read_results(out)}
+
+
+def test_cli_every_baseline_on_a_custom_order_task(tmp_path: Path):
+    """A custom word-order task of minimal pairs (same words, same lengths): the bag of
+    words and both lengths sit exactly at chance, the position and bigram features read it."""
+    task = write_toy_task(tmp_path / "order", {"train": _order_rows(_FILL[:8]),
+                                               "dev": _order_rows(_FILL[8:10]),
+                                               "test": _order_rows(_FILL[10:])})
+    out = tmp_path / "b.jsonl"
+    recs = _run(tmp_path, task, "all", out)
+    assert set(recs) == set(SURFACE_BASELINES)
+    for name, rec in recs.items():
+        assert rec.kind == "baseline" and rec.classifier["name"] == name
+        assert rec.revision == f"{name}-v1" and rec.layer is None and rec.pooling is None
+        assert rec.chance == {"n_classes": 2, "majority": 50.0}
+    scores = {name: rec.score for name, rec in recs.items()}
+    assert scores["tfidf"] == scores["length-tokens"] == scores["length-chars"] == 50.0
+    assert scores["word-position"] == scores["word-bigrams"] == 100.0
+    assert scores["char-ngrams"] >= 90.0
+    # one results file, six cells told apart by their identity: a rerun skips them all
+    result = CliRunner().invoke(cli, ["baseline", "--task-file", str(task), "--baseline",
+                                      "all", "--out", str(out)])
+    assert result.exit_code == 0 and "wrote 0 baseline result(s)" in result.output
+
+
+def test_cli_length_baselines(tmp_path: Path):
+    """Token count decides one custom task, character count (same token count) another."""
+    words = ["sol", "mar", "luz", "pan", "voz", "red"]
+    rows = {"tokens": [], "chars": []}
+    for i, a in enumerate(words):
+        for j, b in enumerate(words):
+            rows["tokens"] += [("short", f"{a} {b}"), ("long", f"{a} {b} {a} {b}")]
+            rows["chars"] += [("short", f"{a} {b}"), ("long", f"{a}{a} {b}{b}")]
+    for kind, name in (("tokens", "length-tokens"), ("chars", "length-chars")):
+        data = rows[kind]
+        task = write_toy_task(tmp_path / kind, {"train": data[:48], "dev": data[48:60],
+                                                "test": data[60:]}, name=f"L{kind}")
+        recs = _run(tmp_path, task, name, tmp_path / f"{kind}.jsonl")
+        assert list(recs) == [name] and recs[name].score == 100.0
+
+
+def test_cli_char_ngrams_read_unseen_words(tmp_path: Path):
+    """Number marked by a suffix on stems never seen in training: whitespace TF-IDF knows
+    no test word but 'el' (chance), character n-grams read the ending."""
+    stems = [f"{c}{v}{d}" for c in "bcdfgklmnprst" for v in "aeiu" for d in "lnr"]
+    rows = [r for s in stems for r in (("sg", f"el {s}o"), ("pl", f"el {s}os"))]
+    task = write_toy_task(tmp_path / "suffix", {"train": rows[:200], "dev": rows[200:240],
+                                                "test": rows[240:]})
+    recs = _run(tmp_path, task, "tfidf,char-ngrams", tmp_path / "b.jsonl")
+    assert recs["tfidf"].score == 50.0 and recs["char-ngrams"].score >= 95.0
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("nope", "--baseline: unknown baseline 'nope'; choose from tfidf, length-tokens"),
+    ("tfidf,length", "--baseline: unknown baseline 'length'"),
+    (",", "--baseline: give at least one baseline"),
+])
+def test_cli_bad_baseline_exit_2(tmp_path: Path, value: str, needle: str):
+    result = CliRunner().invoke(cli, ["baseline", "--tasks", "es-senteval:STS17", "--baseline",
+                                      value, "--out", str(tmp_path / "b.jsonl")])
+    assert result.exit_code == 2 and needle in result.output
+    assert not (tmp_path / "b.jsonl").exists()
+
+
+def test_baseline_names_parse():
+    from estratos.options import parse_baselines
+
+    assert parse_baselines("all") == SURFACE_BASELINES
+    assert parse_baselines("Word-Bigrams, tfidf,word-bigrams") == ("word-bigrams", "tfidf")
+    with pytest.raises(OptionError, match="--baseline: name one baseline"):
+        baseline.get_baseline("all")

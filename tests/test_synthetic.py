@@ -10,8 +10,8 @@ import pytest
 
 from estratos.errors import EstratosError, OptionError
 from estratos.tasks import lexicon_es as lx
-from estratos.tasks.synthetic import (TASK_NAMES, build_synthetic_es, generate_task,
-                                      length_label, task_labels)
+from estratos.tasks.synthetic import (LENGTH_MATCHED, TASK_NAMES, build_synthetic_es,
+                                      generate_task, length_label, surface_key, task_labels)
 
 N = 400
 
@@ -407,3 +407,58 @@ def test_odd_size_minimal_pairs():
     groups = pairs_of(rows, "O")
     alone = [key for key, members in groups.items() if set(members) == {"O"}]
     assert len(alone) == 1 and alone[0][0] == "tr"
+
+
+@pytest.mark.parametrize("name", sorted(LENGTH_MATCHED))
+def test_length_matched_tasks_balance_every_length_in_every_split(built, name):
+    """Depth, SubjNumber and ObjNumber: within each split, every (tokens, characters) length
+    holds as many sentences of each label, so length alone tells nothing."""
+    labels = task_labels(name)
+    for split in ("tr", "va", "te"):
+        counts: Dict[Tuple[int, int], Counter] = {}
+        for s, label, sentence in built[name]:
+            if s == split:
+                key = (len(sentence.split()), len(sentence))
+                counts.setdefault(key, Counter())[label] += 1
+        for key, by_label in counts.items():
+            assert set(by_label) == set(labels) and len(set(by_label.values())) == 1, \
+                (name, split, key, by_label)
+    assert surface_key("Un  b .") == (3, 7)
+
+
+def test_length_matched_odd_size_puts_the_leftover_in_train():
+    rows = generate_task("SubjNumber", 201, 5)
+    assert Counter(label for _, label, _ in rows) == {"NN": 101, "NNS": 100}
+    by_split = {split: Counter(l for s, l, _ in rows if s == split) for split in ("tr", "va", "te")}
+    assert by_split["tr"]["NN"] == by_split["tr"]["NNS"] + 1
+    assert by_split["va"]["NN"] == by_split["va"]["NNS"]
+    assert by_split["te"]["NN"] == by_split["te"]["NNS"]
+
+
+def test_length_baselines_stay_at_majority_on_matched_tasks(tmp_path):
+    """`estratos baseline --baseline length-tokens,length-chars` through the CLI on the
+    default build (1000 per task, data seed 1111): exactly the majority rate, within the
+    majority + 5 points asked of these tasks (a length's sentences in the test split are one
+    of each label, so any prediction from length alone gets one of them right)."""
+    from click.testing import CliRunner
+
+    from estratos.cli import cli
+    from estratos.results import read_results
+
+    runner = CliRunner()
+    names = sorted(LENGTH_MATCHED)
+    res = runner.invoke(cli, ["tasks", "build", "synthetic-es", "--out", str(tmp_path / "s")]
+                        + [a for n in names for a in ("--task", n)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["baseline", "--tasks", ",".join(f"synthetic-es:{n}" for n in names),
+                              "--data-dir", f"synthetic-es={tmp_path / 's'}",
+                              "--baseline", "length-tokens,length-chars",
+                              "--out", str(tmp_path / "b.jsonl")])
+    assert res.exit_code == 0, res.output
+    records = read_results(tmp_path / "b.jsonl")
+    assert len(records) == 6
+    for rec in records:
+        majority = rec.chance["majority"]
+        assert majority == 100.0 / len(task_labels(rec.name))
+        assert rec.score <= majority + 5, (rec.name, rec.model, rec.score)
+        assert rec.score == majority, (rec.name, rec.model, rec.score)

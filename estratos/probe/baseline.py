@@ -1,34 +1,51 @@
-"""``estratos baseline``: a baseline with no linguistic knowledge (ODESIA's definition).
+"""``estratos baseline``: baselines that read only the text (no model, no cache).
 
-Tokens are the whitespace-separated pieces of the sentence as published (``str.split``; no
-lower-casing, no punctuation splitting, no accents stripped), weighted by TF-IDF
-(scikit-learn's ``TfidfVectorizer``: smoothed idf, l2-normalized rows). Nothing else is
-known about the language, which is the point: ODESIA's Delta
-(:mod:`estratos.report.odesia`) measures how far a system goes beyond this.
+Six of them, each a feature extractor plus the probes' logistic-regression grid (or, for
+score protocols, the cosine of its vectors), chosen with ``--baseline`` (names in
+:data:`estratos.vocab.SURFACE_BASELINES`):
 
-Per protocol (:mod:`estratos.protocols`; the baseline asks the protocol, never its name):
+- ``tfidf``: ODESIA's baseline with no linguistic knowledge. Tokens are the
+  whitespace-separated pieces of the sentence as published (``str.split``; no lower-casing,
+  no punctuation splitting, no accents stripped), weighted by TF-IDF (scikit-learn's
+  ``TfidfVectorizer``: smoothed idf, l2-normalized rows). ODESIA's Delta
+  (:mod:`estratos.report.odesia`) measures how far a system goes beyond it.
+- ``length-tokens`` / ``length-chars``: the sentence's length in whitespace tokens /
+  characters (``len``, spaces included), as a number (divided by the longest training
+  sentence's) and as a category (one indicator per length seen in training), so the
+  classifier can give any length any label: how much of a task length alone decides.
+- ``char-ngrams``: character 1- to 4-grams running across spaces (``analyzer="char"``),
+  TF-IDF weighted: spelling, affixes and short words without a tokenizer.
+- ``word-bigrams``: pairs of adjacent whitespace tokens, TF-IDF weighted: local word order.
+- ``word-position``: which token stands at each position from the start (one indicator per
+  (position, token) seen in training): a template's slots.
+
+Case is kept everywhere. The extractors are fitted on the protocol's training split
+(``inner-kfold``: the whole pool, whose IDF/vocabulary then also sees the held-out folds'
+text; fitting uses no labels; ``cosine``, which trains nothing: every sentence of the task).
+
+Per protocol (:mod:`estratos.protocols`; a baseline asks the protocol, never its name):
 
 - classification protocols (``split``, ``kfold``, ``inner-kfold``): example features are built
-  from the sparse sentence vectors with the task's own combiner (:data:`estratos.probe.features.
-  COMBINERS`, e.g. ``[|u-v|, u*v]`` for pairs; an RST subtree is the mean of its EDU
-  vectors), and the probes' logistic-regression grid (scikit-learn, here with saga) is trained
-  by the probes' own cell code and protocol objects (same splits, same folds, same seeds, L2
-  chosen on dev accuracy): the baseline is an estimator (:class:`TfidfLogReg`) with its own
-  features. The L2 grid is SentEval's ``1e-5 .. 1e-2``; as scikit-learn sums the loss over
-  examples while SentEval's weight decay applies to the mean loss, ``C = 1 / (L2 * n_train)``
-  makes the two penalties equal (:class:`estratos.probe.classifiers.LogisticGrid`). Tasks that turn
-  regularization off for the neural probes (``noreg``) still use the grid: an unregularized
-  linear model on sparse TF-IDF only memorizes.
-- score protocols: the protocol is evaluated with nothing trained, on the TF-IDF cosine of
-  the two sentences. ``cosine`` (STS): Pearson/Spearman vs gold per subset, then their
-  size-weighted mean (as the probes report). ``relatedness`` (SICK-R): Pearson/Spearman of
-  the cosine vs gold on test; ``mse`` uses a least-squares line from cosine to gold fitted on
-  train (correlations do not depend on it). An undefined correlation is null.
+  from the sparse sentence vectors with the task's own combiner (:data:`estratos.probe.
+  features.COMBINERS`, e.g. ``[|u-v|, u*v]`` for pairs; an RST subtree is the mean of its EDU
+  vectors), exactly as for the probes, and the probes' logistic-regression grid
+  (scikit-learn, here with saga) is trained by the probes' own cell code and protocol objects
+  (same splits, same folds, same seeds, L2 chosen on dev accuracy): each baseline is an
+  estimator (:class:`SurfaceLogReg`) with its own features. The L2 grid is SentEval's
+  ``1e-5 .. 1e-2``; as scikit-learn sums the loss over examples while SentEval's weight decay
+  applies to the mean loss, ``C = 1 / (L2 * n_train)`` makes the two penalties equal
+  (:class:`estratos.probe.classifiers.LogisticGrid`). Tasks that turn regularization off for
+  the neural probes (``noreg``) still use the grid: an unregularized linear model on sparse
+  features only memorizes.
+- score protocols: the protocol is evaluated with nothing trained, on the cosine of the two
+  sentences' baseline vectors. ``cosine`` (STS): Pearson/Spearman vs gold per subset, then
+  their size-weighted mean (as the probes report). ``relatedness`` (SICK-R): Pearson/Spearman
+  of the cosine vs gold on test; ``mse`` uses a least-squares line from cosine to gold fitted
+  on train (correlations do not depend on it). An undefined correlation is null.
 
-The vectorizer is fitted on the protocol's training split (``inner-kfold``: the whole pool,
-whose IDF then also sees the held-out folds' words; IDF uses no labels; ``cosine``, which
-trains nothing: every sentence of the task). Results use the probe
-schema with ``kind: "baseline"``, model ``baseline:tfidf`` and ``layer``/``pooling`` null.
+Results use the probe schema with ``kind: "baseline"``, model ``baseline:<name>``, revision
+``<name>-v1``, classifier name ``<name>`` and ``layer``/``pooling`` null, so several
+baselines live in one results file as cells of their own.
 """
 
 from __future__ import annotations
@@ -36,43 +53,65 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+                    Type, Union)
 
 import numpy as np
 import scipy.sparse as sp
 # imported at module level on purpose: the BLAS/OpenMP libraries must be loaded before
 # threadpool_limits is entered, or the limit does not reach them
-from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 from threadpoolctl import threadpool_limits
 
 from estratos.errors import OptionError
 from estratos.probe.features import COMBINERS
-from estratos.probe.cells import classifier_record, evaluate_groups
+from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
 from estratos.probe.classifiers import LogisticGrid
 from estratos.probe.records import System, cell_record, store_cells
-from estratos.options import parse_seeds
+from estratos.options import parse_baselines, parse_seeds
 from estratos.protocols import CellOutcome, get_protocol
-from estratos.vocab import DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, VALIDATION_SPLIT
+from estratos.vocab import (BASELINE_MODEL_PREFIX, DEFAULT_BASELINE, DEFAULT_KFOLD,
+                            DEFAULT_L2_GRID, DEFAULT_SEED, VALIDATION_SPLIT)
 from estratos.results import ResultRecord, ResultsStore
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 
 log = logging.getLogger(__name__)
 
-BASELINE_MODEL = "baseline:tfidf"
+#: the model and revision of the TF-IDF baseline's cells (every baseline's:
+#: :func:`baseline_model`, :func:`baseline_revision`)
+BASELINE_MODEL = f"{BASELINE_MODEL_PREFIX}{DEFAULT_BASELINE}"
 #: bump when the recipe changes, so old and new baseline results never count as one cell
 BASELINE_REVISION = "tfidf-v1"
 CLASSIFIER_NAME = "tfidf"
 MAX_ITER = 1000
 #: saga's stopping tolerance: 1e-4 took 4x longer on WordContent for the same dev accuracy
 TOL = 1e-3
+#: the character n-gram orders of ``char-ngrams``
+CHAR_NGRAMS = (1, 4)
+
+
+def baseline_model(name: str) -> str:
+    """The ``model`` of a baseline's cells: ``baseline:<name>``."""
+    return f"{BASELINE_MODEL_PREFIX}{name}"
+
+
+def baseline_revision(name: str) -> str:
+    """The ``revision`` of a baseline's cells (bumped whenever its recipe changes)."""
+    return f"{name}-v1"
 
 
 # ----------------------------------------------------------------------------- features
 
 def whitespace_tokens(text: str) -> List[str]:
-    """The baseline's tokenizer: split on whitespace, nothing else."""
+    """The baselines' tokenizer: split on whitespace, nothing else."""
     return text.split()
+
+
+def position_tokens(text: str) -> List[str]:
+    """``word-position``'s features of a sentence: ``"<i> <token>"`` for each whitespace
+    token, ``i`` counted from 0 at the start."""
+    return [f"{i} {token}" for i, token in enumerate(text.split())]
 
 
 def make_vectorizer() -> TfidfVectorizer:
@@ -87,15 +126,68 @@ def sentence_ids(*splits: Split) -> np.ndarray:
     return np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
 
 
+def _vectorized(vec: Any, sentences: Sequence[str], fit_ids: np.ndarray) -> sp.csr_array:
+    """Rows of every sentence from a scikit-learn vectorizer fitted on ``sentences[fit_ids]``
+    (no feature at all in those: one empty column, so every vector is zero)."""
+    try:
+        vec.fit([sentences[i] for i in fit_ids])
+    except ValueError:  # an empty vocabulary
+        return sp.csr_array((len(sentences), 1), dtype=np.float64)
+    return sp.csr_array(vec.transform(list(sentences)), dtype=np.float64)
+
+
 def tfidf_matrix(sentences: Sequence[str], fit_ids: np.ndarray) -> sp.csr_array:
     """TF-IDF rows of every sentence, the vectorizer fitted on ``sentences[fit_ids]``."""
-    vec = make_vectorizer()
-    fit_text = [sentences[i] for i in fit_ids]
-    try:
-        vec.fit(fit_text)
-    except ValueError:  # no token at all in the fitting sentences: every vector is empty
-        return sp.csr_array((len(sentences), 1), dtype=np.float64)
-    return sp.csr_array(vec.transform(list(sentences)))
+    return _vectorized(make_vectorizer(), sentences, fit_ids)
+
+
+def char_ngram_matrix(sentences: Sequence[str], fit_ids: np.ndarray) -> sp.csr_array:
+    """TF-IDF rows of character 1-4-grams (across spaces, case kept)."""
+    return _vectorized(TfidfVectorizer(analyzer="char", ngram_range=CHAR_NGRAMS,
+                                       lowercase=False, dtype=np.float64),
+                       sentences, fit_ids)
+
+
+def word_bigram_matrix(sentences: Sequence[str], fit_ids: np.ndarray) -> sp.csr_array:
+    """TF-IDF rows of adjacent whitespace-token pairs (case kept)."""
+    return _vectorized(TfidfVectorizer(tokenizer=whitespace_tokens, token_pattern=None,
+                                       lowercase=False, ngram_range=(2, 2), dtype=np.float64),
+                       sentences, fit_ids)
+
+
+def word_position_matrix(sentences: Sequence[str], fit_ids: np.ndarray) -> sp.csr_array:
+    """0/1 rows: one column per (position, token) seen in the fitting sentences."""
+    return _vectorized(CountVectorizer(analyzer=position_tokens, lowercase=False, binary=True,
+                                       dtype=np.float64),
+                       sentences, fit_ids)
+
+
+def token_lengths(sentences: Sequence[str]) -> np.ndarray:
+    """Whitespace tokens per sentence."""
+    return np.array([len(s.split()) for s in sentences], dtype=np.int64)
+
+
+def char_lengths(sentences: Sequence[str]) -> np.ndarray:
+    """Characters per sentence (Unicode code points of the normalized text, spaces included)."""
+    return np.array([len(s) for s in sentences], dtype=np.int64)
+
+
+def length_matrix(lengths: np.ndarray, fit_ids: np.ndarray) -> sp.csr_array:
+    """Rows ``[length / longest fitted length, one indicator per fitted length]``: the number
+    lets the classifier order lengths (and place unseen ones), the indicators give each
+    length seen in training a weight of its own."""
+    fitted = lengths[fit_ids]
+    values = np.unique(fitted)
+    scale = float(max(1, int(fitted.max()) if len(fitted) else 1))
+    n = len(lengths)
+    column = np.searchsorted(values, lengths)
+    seen = np.zeros(n, dtype=bool)
+    inside = column < len(values)
+    seen[inside] = values[column[inside]] == lengths[inside]
+    rows = np.concatenate([np.arange(n), np.flatnonzero(seen)])
+    cols = np.concatenate([np.zeros(n, dtype=np.int64), 1 + column[seen]])
+    data = np.concatenate([lengths / scale, np.ones(int(seen.sum()))])
+    return sp.csr_array((data, (rows, cols)), shape=(n, 1 + len(values)), dtype=np.float64)
 
 
 def slot_matrix(T: sp.csr_array, refs: SlotRefs) -> sp.csr_array:
@@ -117,30 +209,27 @@ def split_matrix(T: sp.csr_array, split: Split, combiner: str) -> sp.csr_array:
     return X
 
 
-# ----------------------------------------------------------------------------- estimator
+# ----------------------------------------------------------------------------- estimators
 
-class TfidfLogReg(LogisticGrid):
-    """The baseline's estimator: the probes' logistic-regression grid
-    (:class:`~estratos.probe.classifiers.LogisticGrid`, ``C = 1 / (l2 * n)``) on sparse
-    TF-IDF features, run by the probes' cell code
-    (:func:`estratos.probe.cells.evaluate_groups`).
+class SurfaceLogReg(LogisticGrid):
+    """A surface baseline's estimator: the probes' logistic-regression grid
+    (:class:`~estratos.probe.classifiers.LogisticGrid`, ``C = 1 / (l2 * n)``) on its sparse
+    features, run by the probes' cell code (:func:`estratos.probe.cells.evaluate_groups`).
+    Subclasses name the baseline and say what its features are (``_facts["features"]``).
 
     The solver is saga (seeded by ``seed``): lbfgs keeps 2 x 10 copies of the whole
     classes x vocabulary coefficient matrix, 6.8 GB on WordContent's 1000 classes, while
     saga needs one and reached the same accuracy in a fraction of the time on every task
     measured. It keeps SentEval's L2 grid whatever the task says (``noreg`` does not apply,
     see the module docstring) and takes only the task's ``kfold``; score protocols train
-    nothing with it (they use the TF-IDF cosine, recorded as :data:`COSINE_RECORD`).
+    nothing with it (they use the cosine of its features, :meth:`untrained_record`).
     """
 
-    name = CLASSIFIER_NAME
     solver = "saga"
     task_overrides = ("kfold",)
     trains_regressor = False
-    _recorded = ("method", "solver", "tol", "tokenizer", "lowercase", "max_iter", "l2_grid",
-                 "C")
+    _recorded = ("method", "solver", "tol", "features", "max_iter", "l2_grid", "C")
     _facts: Mapping[str, Any] = {"method": "logistic-regression", "solver": "saga",
-                                 "tokenizer": "whitespace", "lowercase": False,
                                  "C": "1 / (l2 * n_train)"}
 
     def __init__(self, n_classes: Optional[int] = None, seed: int = DEFAULT_SEED,
@@ -156,25 +245,102 @@ class TfidfLogReg(LogisticGrid):
         self.validation_split = validation_split
 
     def untrained_record(self) -> Dict[str, Any]:
+        return {"name": self.name, "method": "cosine", "features": self._facts["features"]}
+
+
+class TfidfLogReg(SurfaceLogReg):
+    """The TF-IDF baseline's estimator (:class:`SurfaceLogReg` on whitespace TF-IDF); its
+    record keeps the tokenizer and case of the recipe (:data:`COSINE_RECORD` when nothing
+    is trained)."""
+
+    name = CLASSIFIER_NAME
+    _recorded = ("method", "solver", "tol", "tokenizer", "lowercase", "max_iter", "l2_grid",
+                 "C")
+    _facts: Mapping[str, Any] = {"method": "logistic-regression", "solver": "saga",
+                                 "tokenizer": "whitespace", "lowercase": False,
+                                 "C": "1 / (l2 * n_train)"}
+
+    def untrained_record(self) -> Dict[str, Any]:
         return dict(COSINE_RECORD)
 
 
-# ----------------------------------------------------------------------------- protocols
+def _surface_estimator(name: str, features: str) -> Type[SurfaceLogReg]:
+    """The estimator class of a surface baseline other than TF-IDF (its name and features)."""
+    facts = {**SurfaceLogReg._facts, "features": features}
+    cls_name = "".join(part.title() for part in name.split("-")) + "LogReg"
+    return type(cls_name, (SurfaceLogReg,), {
+        "name": name, "_facts": facts, "__module__": __name__,
+        "__doc__": f"The ``{name}`` baseline's estimator (:class:`SurfaceLogReg`): {features}."})
 
-#: what a baseline record says when nothing is trained (score protocols)
+
+#: what a TF-IDF record says when nothing is trained (score protocols)
 COSINE_RECORD = {"name": CLASSIFIER_NAME, "method": "cosine", "tokenizer": "whitespace",
                  "lowercase": False}
 
 
-def evaluate_outcome(data: TaskData, estimator: TfidfLogReg, seed: int = DEFAULT_SEED
-                     ) -> CellOutcome:
-    """The baseline's outcome on one loaded task: its TF-IDF features through the probes'
-    cell code (:func:`estratos.probe.cells.evaluate_groups`) with ``estimator``."""
+@dataclass(frozen=True)
+class SurfaceBaseline:
+    """One baseline: its name, how it turns a task's sentences into sparse rows (fitted on
+    the given sentence ids) and its estimator class."""
+
+    name: str
+    matrix: Callable[[Sequence[str], np.ndarray], sp.csr_array]
+    estimator: Type[SurfaceLogReg]
+
+    @property
+    def system(self) -> System:
+        """What produced its cells (no cache, no device: a baseline reads text only)."""
+        return System(kind="baseline", model=baseline_model(self.name),
+                      revision=baseline_revision(self.name))
+
+
+def _lengths_of(count: Callable[[Sequence[str]], np.ndarray]
+                ) -> Callable[[Sequence[str], np.ndarray], sp.csr_array]:
+    def matrix(sentences: Sequence[str], fit_ids: np.ndarray) -> sp.csr_array:
+        return length_matrix(count(sentences), fit_ids)
+    return matrix
+
+
+#: every surface baseline by name, in :data:`estratos.vocab.SURFACE_BASELINES` order
+BASELINES: Mapping[str, SurfaceBaseline] = {b.name: b for b in (
+    SurfaceBaseline("tfidf", tfidf_matrix, TfidfLogReg),
+    SurfaceBaseline("length-tokens", _lengths_of(token_lengths), _surface_estimator(
+        "length-tokens", "whitespace tokens per sentence: scaled count + one indicator per "
+                         "count")),
+    SurfaceBaseline("length-chars", _lengths_of(char_lengths), _surface_estimator(
+        "length-chars", "characters per sentence: scaled count + one indicator per count")),
+    SurfaceBaseline("char-ngrams", char_ngram_matrix, _surface_estimator(
+        "char-ngrams", "TF-IDF of character 1-4-grams across spaces, case kept")),
+    SurfaceBaseline("word-bigrams", word_bigram_matrix, _surface_estimator(
+        "word-bigrams", "TF-IDF of adjacent whitespace-token pairs, case kept")),
+    SurfaceBaseline("word-position", word_position_matrix, _surface_estimator(
+        "word-position", "one indicator per (position from the start, whitespace token)")),
+)}
+
+#: what produced TF-IDF baseline cells
+BASELINE_SYSTEM = BASELINES[DEFAULT_BASELINE].system
+
+
+def get_baseline(name: str) -> SurfaceBaseline:
+    """The baseline called ``name``; an unknown name is an :class:`OptionError` naming
+    ``--baseline``."""
+    names = parse_baselines(name)
+    if len(names) != 1:
+        raise OptionError(f"--baseline: name one baseline here, not {name!r}")
+    return BASELINES[names[0]]
+
+
+# ----------------------------------------------------------------------------- protocols
+
+def evaluate_outcome(data: TaskData, estimator: SurfaceLogReg, seed: int = DEFAULT_SEED,
+                     baseline: str = DEFAULT_BASELINE) -> CellOutcome:
+    """A baseline's outcome on one loaded task: its features through the probes' cell code
+    (:func:`estratos.probe.cells.evaluate_groups`) with ``estimator``."""
     spec = data.spec
     protocol = get_protocol(data.protocol)
     fit = [data.splits[protocol.train_split]] if protocol.train_split else [
         data.splits[name] for name in sorted(data.splits)]
-    T = tfidf_matrix(data.sentences, sentence_ids(*fit))
+    T = BASELINES[baseline].matrix(data.sentences, sentence_ids(*fit))
 
     def features(name: str):
         return [split_matrix(T, data.splits[name], spec.combiner)]
@@ -188,44 +354,45 @@ def evaluate_outcome(data: TaskData, estimator: TfidfLogReg, seed: int = DEFAULT
 
 
 def evaluate_task(data: TaskData, seed: int = DEFAULT_SEED, *,
-                  l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> ResultRecord:
-    """Run the baseline on one loaded task; returns the result record (not written)."""
-    return _evaluate(data, seed, l2_grid)[0]
+                  l2_grid: Sequence[float] = DEFAULT_L2_GRID,
+                  baseline: str = DEFAULT_BASELINE) -> ResultRecord:
+    """Run one baseline on one loaded task; returns the result record (not written)."""
+    return _evaluate(data, seed, l2_grid, get_baseline(baseline))[0]
 
 
-#: what produced baseline cells (no cache, no device: the baseline reads text only)
-BASELINE_SYSTEM = System(kind="baseline", model=BASELINE_MODEL, revision=BASELINE_REVISION)
-
-
-def _evaluate(data: TaskData, seed: int, l2_grid: Sequence[float]
+def _evaluate(data: TaskData, seed: int, l2_grid: Sequence[float], baseline: SurfaceBaseline
               ) -> Tuple[ResultRecord, CellOutcome]:
     spec = data.spec
     start = time.perf_counter()
     # one thread: these sparse problems are small, and OpenMP/BLAS threads on a busy machine
     # spin more than they compute (an lbfgs fit was measured 40x slower with them)
-    estimator = TfidfLogReg(l2_grid=tuple(l2_grid))
+    estimator = baseline.estimator(l2_grid=tuple(l2_grid))
     with threadpool_limits(limits=1):
-        outcome = evaluate_outcome(data, estimator, seed)
+        outcome = evaluate_outcome(data, estimator, seed, baseline.name)
     seconds = time.perf_counter() - start
-    record = cell_record(data, outcome, BASELINE_SYSTEM, layer=None, pooling=None, seed=seed,
-                         classifier=classifier_record(data, estimator), seconds=seconds)
-    log.info("baseline %s seed %d: %s %s (%.1fs)", spec.id, seed, spec.metric,
-             "n/a" if record.score is None else f"{record.score:.2f}", seconds)
+    record = cell_record(data, outcome, baseline.system, layer=None, pooling=None, seed=seed,
+                         classifier=classifier_record(data, estimator), seconds=seconds,
+                         chance=chance_levels(data))
+    log.info("baseline %s on %s seed %d: %s %s (%.1fs)", baseline.name, spec.id, seed,
+             spec.metric, "n/a" if record.score is None else f"{record.score:.2f}", seconds)
     return record, outcome
 
 
 def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
                  out: Union[str, os.PathLike], *, seeds: Iterable[int] = (DEFAULT_SEED,),
                  overwrite: bool = False,
-                 loader: Optional[Callable[[TaskSpec, Any], TaskData]] = None
+                 loader: Optional[Callable[[TaskSpec, Any], TaskData]] = None,
+                 baselines: Union[str, Iterable[str]] = DEFAULT_BASELINE
                  ) -> List[ResultRecord]:
-    """Run the TF-IDF baseline on ``specs`` and append one record per (task, seed) to ``out``.
+    """Run ``baselines`` (names, or ``"all"``) on ``specs`` and append one record per
+    (task, baseline, seed) to ``out``.
 
     Cells already in ``out`` are skipped unless ``overwrite`` (then a new record is appended
-    and readers keep the last). ``loader`` defaults to :func:`estratos.tasks.load_task`.
-    Returns the records written.
+    and readers keep the last). ``loader`` defaults to :func:`estratos.tasks.load_task`; a
+    task is loaded once for all its baselines. Returns the records written.
     """
     seeds = parse_seeds(seeds)
+    chosen = [BASELINES[name] for name in parse_baselines(baselines)]
     if not specs:
         raise OptionError("--tasks: no task selected")
     if loader is None:
@@ -235,14 +402,14 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
     done = set() if overwrite else store.done_keys()
     written: List[ResultRecord] = []
     for spec in specs:
-        todo = [s for s in seeds if BASELINE_SYSTEM.key(spec.id, None, None, s,
-                                                        CLASSIFIER_NAME) not in done]
+        todo = [(b, s) for b in chosen for s in seeds
+                if b.system.key(spec.id, None, None, s, b.name) not in done]
         if not todo:
-            log.info("baseline %s: every seed already in %s; skipped", spec.id, out)
+            log.info("baseline %s: every cell already in %s; skipped", spec.id, out)
             continue
         data = loader(spec, data_dirs)
-        for seed in todo:
-            record, outcome = _evaluate(data, seed, DEFAULT_L2_GRID)
+        for b, seed in todo:
+            record, outcome = _evaluate(data, seed, DEFAULT_L2_GRID, b)
             written += store_cells(out, data, [record], [outcome], overwrite=overwrite,
                                    store=store)
     return written
@@ -251,12 +418,15 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
 def baseline_tasks(tasks: Optional[str], out: Union[str, os.PathLike], *,
                    data_dir: Sequence[str] = (), task_files: Sequence[str] = (),
                    seeds: Union[str, Sequence[int]] = (DEFAULT_SEED,),
-                   overwrite: bool = False) -> List[ResultRecord]:
-    """``estratos baseline`` as a function: task ids / suites (plus ``--task-file`` specs)
-    and data folders in their command-line forms, then :func:`run_baseline`."""
+                   overwrite: bool = False,
+                   baselines: Union[str, Sequence[str]] = DEFAULT_BASELINE
+                   ) -> List[ResultRecord]:
+    """``estratos baseline`` as a function: task ids / suites (plus ``--task-file`` specs),
+    data folders and ``--baseline`` in their command-line forms, then :func:`run_baseline`."""
     from estratos.tasks.selection import select_specs
 
     seed_list = parse_seeds(seeds)
+    names = parse_baselines(baselines)
     selection = select_specs(tasks, task_files, data_dir)
     return run_baseline(selection.specs, selection.data_dirs, out, seeds=seed_list,
-                        overwrite=overwrite)
+                        overwrite=overwrite, baselines=names)

@@ -29,6 +29,7 @@ from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.tables import (
     Cell, Footnotes, Table, dataset_tables, group_table, layer_tables)
 from estratos.report.html import to_html
+from estratos.report.surface import SURFACE_INTRO, surface_tables
 from estratos.report.writers import (
     DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section)
 from estratos.atomic import write_atomic
@@ -234,6 +235,9 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     layers = layer_tables(agg, notes, decorate=decorate, caption=stats_caption)
     if layers:
         sections.append(Section("Per layer", layers))
+    surface = surface_tables(agg)
+    if surface:
+        sections.append(Section("Surface baselines", surface, SURFACE_INTRO))
     sections += _control_sections(agg, loaded.records, control, notes, stats)
     content = ReportContent(loaded.sources, loaded.notices + stat_notices, agg, sections,
                             notes, reference=reference, intervals=intervals, marks=marks)
@@ -244,7 +248,7 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
                                " (make them with `estratos baseline`)")
         content.calib = odesia.calibrations(agg, base_scores, reference)
         content.delta = odesia.delta_aggregate(agg, content.calib)
-        labels = sorted({r.system.label for r in agg.rows if r.system.kind == "baseline"})
+        labels = sorted({r.system.label for r in odesia.delta_baselines(agg).values()})
         sections += _delta_sections(agg, content.calib, content.delta, notes,
                                     ", ".join(labels), reference)
     if gap:

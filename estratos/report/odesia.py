@@ -32,6 +32,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from estratos.errors import InputError, OptionError, ResultsError
 from estratos.report.aggregate import Aggregate, Dataset, Row, Stat
+from estratos.vocab import BASELINE_MODEL_PREFIX, DEFAULT_BASELINE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -128,17 +129,36 @@ def ind(delta_en: Optional[float], delta_es: Optional[float]) -> Optional[float]
 
 # --------------------------------------------------------------------------- aggregates
 
+def delta_baselines(agg: Aggregate) -> Dict[str, Row]:
+    """The baseline row that calibrates each task's Delta. ODESIA's baseline is a bag of
+    words, so where a task has several baselines (``estratos baseline --baseline all``) the
+    TF-IDF one (model ``baseline:tfidf``) calibrates it; a task with several baselines and
+    none of them TF-IDF is a :class:`ResultsError`, as Delta would depend on which one."""
+    tfidf = BASELINE_MODEL_PREFIX + DEFAULT_BASELINE
+    found: Dict[str, List[Row]] = {}
+    for row, task in agg.seeds:
+        if row.system.kind == "baseline" and row not in found.get(task, []):
+            found.setdefault(task, []).append(row)
+    chosen: Dict[str, Row] = {}
+    for task, rows in found.items():
+        if len(rows) > 1:
+            rows = [r for r in rows if r.system.model == tfidf] or rows
+        if len(rows) > 1:
+            a, b = rows[:2]
+            raise ResultsError(f"two different baselines for {task} ({a.system.label} "
+                               f"and {b.system.label}); give results of one baseline only")
+        chosen[task] = rows[0]
+    return chosen
+
+
 def baseline_scores(agg: Aggregate) -> Dict[str, float]:
-    """Mean baseline score per task from the aggregate's baseline rows (one system each)."""
-    found: Dict[str, Tuple[Row, float]] = {}
-    for (row, task), values in agg.seeds.items():
-        if row.system.kind != "baseline":
-            continue
-        if task in found and found[task][0] != row:
-            raise ResultsError(f"two different baselines for {task} ({found[task][0].system.label} "
-                               f"and {row.system.label}); give results of one baseline only")
-        found[task] = (row, sum(values.values()) / len(values))
-    return {task: score for task, (_, score) in found.items()}
+    """Mean score over seeds of the baseline that calibrates each task
+    (:func:`delta_baselines`)."""
+    out = {}
+    for task, row in delta_baselines(agg).items():
+        values = agg.seeds[(row, task)]
+        out[task] = sum(values.values()) / len(values)
+    return out
 
 
 def calibrations(agg: Aggregate, baselines: Mapping[str, float],

@@ -6,20 +6,25 @@ sentences from a hand-written lexicon (:mod:`estratos.tasks.lexicon_es`) and tem
 and number agreement is always right because every form comes from the lexicon's agreement
 tables.
 
-A task must test what it names, not what a bag of words can read (issue 23; docs/tasks.md
-says what each task can and cannot show). Two kinds:
+A task must test what it names, not what a bag of words or the sentence's length can read
+(docs/tasks.md says what each task can and cannot show, with every surface baseline's score).
+Three kinds:
 
-- label first (Tense, SubjNumber, ObjNumber, Length, Depth, WordContent): the label is drawn,
-  then a sentence built to have it; in Tense and the number tasks other clauses carry other
-  tenses and numbers, so the label is not one marker word;
+- label first (Tense, Length, WordContent): the label is drawn, then a sentence built to have
+  it; in Tense other clauses carry other tenses, so the label is not one marker word;
+- length-matched groups (SubjNumber, ObjNumber, Depth): label first too (other clauses carry
+  other numbers; Depth pads shallow sentences with place phrases), but examples come in
+  groups of one sentence per label, all of the same length in whitespace tokens and in
+  characters, and a group stays in one split: the length alone scores exactly the majority
+  rate, whereas plural forms are longer and each relative clause adds words;
 - minimal pairs (BigramShift, CoordinationInversion, OddManOut): a sentence is built and
   altered, and both go into the same split, the altered one made of exactly the original's
   words; a bag of words cannot tell them apart, only word order can.
 
 The output is ordinary task data in the SentEval probing format, one file per task,
 ``<out_dir>/<Name>.txt`` with lines ``split<TAB>label<TAB>sentence`` (split tr/va/te, 80/10/10,
-stratified by label; by pair for the minimal pairs), so the registry, ``encode`` and
-``probe`` treat it like real data.
+stratified by label; by group or pair for the length-matched and minimal-pair tasks), so the
+registry, ``encode`` and ``probe`` treat it like real data.
 Deterministic for a seed: each task draws from its own ``random.Random`` seeded with the task
 name and the seed, so building a subset of tasks gives the same files as building all of them.
 Sentences are unique within a task (across all splits).
@@ -43,7 +48,7 @@ from estratos.vocab import DEFAULT_SEED, SYNTHETIC_N_PER_TASK
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 #: task names, in the order the registry declares them
 TASK_NAMES: Tuple[str, ...] = ("Tense", "SubjNumber", "ObjNumber", "Length", "BigramShift",
                                "CoordinationInversion", "OddManOut", "Depth", "WordContent")
@@ -201,13 +206,18 @@ _DISTRACTORS: Mapping[str, Any] = MappingProxyType(
 _OPENER_P = 0.8
 
 
+def _opener(g: _Grammar) -> List[Token]:
+    """A tense-neutral adverb, or a fronted place phrase + comma, to open a sentence."""
+    if g.rng.random() < 0.3:
+        return [(w, "ADV") for w in g.rng.choice(lx.OPENING_ADVERBS).split()]
+    return g.place_phrase() + [(",", "PUNCT")]
+
+
 def _with_opener(g: _Grammar, clause: List[Token]) -> List[Token]:
-    """Sometimes a fronted place phrase + comma, or a tense-neutral adverb, before the clause."""
+    """Sometimes (:data:`_OPENER_P`) an opener (:func:`_opener`) before the clause."""
     if g.rng.random() >= _OPENER_P:
         return clause
-    if g.rng.random() < 0.3:
-        return [(w, "ADV") for w in g.rng.choice(lx.OPENING_ADVERBS).split()] + clause
-    return g.place_phrase() + [(",", "PUNCT")] + clause
+    return _opener(g) + clause
 
 
 def _tense(g: _Grammar, label: str) -> List[Token]:
@@ -242,6 +252,12 @@ def _length(g: _Grammar, label: str) -> List[Token]:
     raise RuntimeError(f"could not build a sentence of {label} words")  # a bug, not input
 
 
+#: the token counts Depth sentences are padded towards, the same for every depth: a sentence
+#: shorter than its drawn target gets place phrases until it reaches it, so shallow and deep
+#: sentences overlap in length and can be matched (:func:`_matched_rows`)
+DEPTH_TARGET_TOKENS: Tuple[int, int] = (18, 26)
+
+
 def _depth(g: _Grammar, label: str) -> List[Token]:
     depth = int(label)
     tense = g.rng.choice(lx.TENSES)
@@ -258,7 +274,10 @@ def _depth(g: _Grammar, label: str) -> List[Token]:
         verb, _ = g.verb(lx.PERSON_VERBS, tense, subj_number)
         obj, _ = g.person(obj_number)
         toks += [verb, ("a", "A")] + obj + g.relative(obj_number, tense, depth)
-    if g.rng.random() < 0.4 - 0.1 * depth:
+    if g.rng.random() < 0.5:
+        toks = _opener(g) + toks
+    target = g.rng.randint(*DEPTH_TARGET_TOKENS)
+    while len(contract(toks)) + 1 < target:  # + 1: the final period
         toks += g.place_phrase()
     return toks
 
@@ -332,6 +351,11 @@ def _odd_man_out(g: _Grammar) -> Optional[Tuple[List[Token], List[Token]]]:
     return toks, odd
 
 
+#: label-first tasks built as length-matched groups (:func:`_matched_rows`): their labels
+#: change the sentence's length (plural forms are longer, a relative clause adds words), so
+#: every label gets sentences of the same lengths in tokens and characters
+LENGTH_MATCHED = frozenset({"SubjNumber", "ObjNumber", "Depth"})
+
 #: task -> (label of the original, label of the altered copy, pair maker)
 _PAIRED: Mapping[str, Tuple[str, str, Callable[[_Grammar], Optional[Tuple[List[Token],
                                                                            List[Token]]]]]] = \
@@ -371,6 +395,62 @@ def _label_first_rows(name: str, n: int, grammar: _Grammar, seen: set
                 "te": sentences[n_tr + n_va:]}
         for split, chunk in cuts.items():
             rows[split].extend((split, label, s) for s in chunk)
+    return rows
+
+
+def surface_key(sentence: str) -> Tuple[int, int]:
+    """(whitespace tokens, characters) of a sentence: what the length baselines read
+    (``estratos baseline --baseline length-tokens,length-chars``)."""
+    return len(sentence.split()), len(sentence)
+
+
+def _matched_rows(name: str, n: int, grammar: _Grammar, seen: set
+                  ) -> Dict[str, List[Tuple[str, str, str]]]:
+    """``n // L`` groups of L sentences, one per label, all of the same length in tokens and
+    in characters (:func:`surface_key`), split 80/10/10 as groups; the ``n % L`` examples
+    left over (one each for the first labels) go to train alone.
+
+    Sentences are generated for each label in turn and kept by their key; as soon as every
+    label has a sentence of one key, those form a group. The groups are shuffled before they
+    are split, so no split holds the keys that happened to fill first. Within every split
+    each key then holds as many sentences of each label, so anything computed from the length
+    alone scores exactly the majority rate there."""
+    labels = task_labels(name)
+    make = _GENERATORS[name]
+    n_groups, extra = divmod(n, len(labels))
+    pools: Dict[str, Dict[Tuple[int, int], List[str]]] = {label: {} for label in labels}
+    groups: List[Tuple[str, ...]] = []
+    budget = _MAX_TRIES * max(1, n)
+    tries = 0
+    while len(groups) < n_groups:
+        for label in labels:
+            tries += 1
+            if tries > budget:
+                raise _too_many(name, n)
+            sentence = normalize_sentence(render(contract(make(grammar, label))))
+            if sentence in seen:
+                continue
+            seen.add(sentence)
+            key = surface_key(sentence)
+            pools[label].setdefault(key, []).append(sentence)
+            if all(pools[other].get(key) for other in labels):
+                groups.append(tuple(pools[other][key].pop(0) for other in labels))
+                if len(groups) == n_groups:
+                    break
+    log.debug("%s: %d sentences generated for %d length-matched groups", name, tries,
+              n_groups)
+    grammar.rng.shuffle(groups)
+    n_tr, n_va, _ = _split_sizes(n_groups)
+    cuts = {"tr": groups[:n_tr], "va": groups[n_tr:n_tr + n_va], "te": groups[n_tr + n_va:]}
+    rows: Dict[str, List[Tuple[str, str, str]]] = {split: [] for split, _ in SPLIT_FRACTIONS}
+    for split, chunk in cuts.items():
+        for group in chunk:
+            rows[split] += [(split, label, sentence) for label, sentence in zip(labels, group)]
+    for label in labels[:extra]:
+        leftover = next((s for pool in pools[label].values() for s in pool), None)
+        if leftover is None:
+            raise _too_many(name, n)
+        rows["tr"].append(("tr", label, leftover))
     return rows
 
 
@@ -414,8 +494,9 @@ def generate_task(name: str, n: int, seed: int = DEFAULT_SEED) -> List[Tuple[str
     """``n`` examples ``(split, label, sentence)`` of task ``name``, balanced and stratified.
 
     Classes differ by at most one example, each sentence is unique within the task, and
-    examples are split 80/10/10 into tr/va/te (per label; per pair for the minimal-pair
-    tasks BigramShift, CoordinationInversion and OddManOut, whose two members share a split).
+    examples are split 80/10/10 into tr/va/te (per label; per group for the length-matched
+    tasks SubjNumber, ObjNumber and Depth, per pair for the minimal-pair tasks BigramShift,
+    CoordinationInversion and OddManOut: a group's or pair's members share a split).
     """
     task_labels(name)
     _check_n(n)
@@ -424,6 +505,8 @@ def generate_task(name: str, n: int, seed: int = DEFAULT_SEED) -> List[Tuple[str
     seen: set = set()
     if name in _PAIRED:
         rows = _paired_rows(name, n, grammar, seen)
+    elif name in LENGTH_MATCHED:
+        rows = _matched_rows(name, n, grammar, seen)
     else:
         rows = _label_first_rows(name, n, grammar, seen)
     out: List[Tuple[str, str, str]] = []
@@ -458,7 +541,7 @@ def build_synthetic_es(out_dir: Optional[os.PathLike | str] = None, seed: int = 
     ``out_dir`` defaults to :func:`default_dir` (``~/.cache/estratos/synthetic-es``), where
     the registry finds the suite without ``--data-dir``.
 
-    ``tasks`` limits the build to some task names (default: all eight). Every file is written
+    ``tasks`` limits the build to some task names (default: all nine). Every file is written
     atomically (temporary file + rename), and ``build_info.json`` records the seed, sizes and
     generator version so a results file can be traced back to the data it was made from.
     """
