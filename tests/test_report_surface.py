@@ -32,7 +32,9 @@ def _surface_records() -> List[Dict]:
 
 
 def _surface_rows(md: str, title: str) -> Dict[str, List[str]]:
-    block = md.split(f"### {title}")[1].split("\n\n")[1]
+    """The rows of a surface table by dataset (a section's lone table has no heading)."""
+    heading = f"### {title}" if f"### {title}" in md else "## Surface baselines"
+    block = next(b for b in md.split(heading)[1].split("\n\n") if b.startswith("| Group"))
     rows = {}
     for line in block.splitlines()[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -88,3 +90,21 @@ def test_several_baselines_without_tfidf_make_delta_ambiguous(tmp_path: Path):
     results = write_lines(tmp_path / "r.jsonl", fixture_records())
     with pytest.raises(ResultsError, match="two different baselines for es-senteval:MC"):
         build_report([results], baseline=[base])
+
+
+def test_a_dataset_whose_every_layer_is_one_class_shows_no_best_layer(tmp_path: Path):
+    recs = [r for r in fixture_records() if r["model"] == "org/mini"]
+    for r in recs:
+        if r["task"] == "es-senteval:TASS1":
+            r["degenerate"] = {"class": "pos"}
+    results = write_lines(tmp_path / "r.jsonl", recs)
+    base = write_lines(tmp_path / "b.jsonl", baseline_records())
+    out = tmp_path / "rep"
+    result = CliRunner().invoke(cli, ["report", str(results), str(base), "--out", str(out),
+                                      "--format", "md"])
+    assert result.exit_code == 0, result.output
+    md = (out / "report.md").read_text(encoding="utf-8")
+    rows = _surface_rows(md, "Best layer vs best surface baseline: org/mini, cls pooling, "
+                             "senteval")
+    assert rows["TASS1"] == ["SC", "TASS1", "none", "baseline:tfidf", "—", "—", "45.0", "—"]
+    assert "none: every layer predicted one class" in md

@@ -28,6 +28,8 @@ SURFACE_INTRO = (
     "seeds (cells whose every seed predicted one class are never best); Difference = best "
     "layer - best baseline: what the layer adds beyond the surface. Floor = majority-class "
     "rate of the test examples (0 for correlations).")
+#: the best-layer cell of a dataset none of whose layers can be best
+NO_LAYER = "none"
 
 
 def _best(agg: Aggregate, rows: Sequence[Row], task: str) -> Optional[Row]:
@@ -59,19 +61,29 @@ def surface_tables(agg: Aggregate) -> List[Table]:
     for system in _probed_systems(agg):
         layers = [r for r in agg.layers_of(system) if r.layer is not None]
         body = []
+        one_class = False
         for ds in agg.datasets:
-            layer = _best(agg, layers, ds.task)
             base = _best(agg, baselines, ds.task)
-            if layer is None or base is None:
+            if base is None or not any(agg.has_cell(r, ds.task) for r in layers):
                 continue
-            a, b = agg.cell(layer, ds.task), agg.cell(base, ds.task)
+            layer = _best(agg, layers, ds.task)
+            b = agg.cell(base, ds.task)
             floor = Cell(stat=Stat(ds.chance[0], None, 1)) if ds.chance else Cell()
-            diff = Stat(a.mean - b.mean, None, min(a.n, b.n))
-            body.append([Cell(ds.group), Cell(ds.label), Cell(layer_label(layer.layer)),
-                         Cell(agg.name(base.system)), floor, Cell(stat=a), Cell(stat=b),
-                         Cell(stat=diff)])
+            if layer is None:  # every layer one class (or undefined): no layer to show
+                one_class = True
+                layer_cells = [Cell(NO_LAYER), Cell(agg.name(base.system)), floor, Cell(),
+                               Cell(stat=b), Cell()]
+            else:
+                a = agg.cell(layer, ds.task)
+                layer_cells = [Cell(layer_label(layer.layer)), Cell(agg.name(base.system)),
+                               floor, Cell(stat=a), Cell(stat=b),
+                               Cell(stat=Stat(a.mean - b.mean, None, min(a.n, b.n)))]
+            body.append([Cell(ds.group), Cell(ds.label)] + layer_cells)
         if not body:
             continue
+        caption = "Scores: mean ± std over seeds; Difference: of the means"
+        if one_class:
+            caption += f"; {NO_LAYER}: every layer predicted one class (or has no score)"
         header = ["Group", "Dataset", "Best layer", "Best surface baseline", "Floor",
                   "Layer score", "Baseline score", "Difference"]
         pooling = f", {system.pooling} pooling" if system.pooling else ""
@@ -79,7 +91,7 @@ def surface_tables(agg: Aggregate) -> List[Table]:
         tables.append(Table(f"surface-{system.slug}",
                             f"Best layer vs best surface baseline: {agg.name(system)}{pooling}"
                             f"{classifier}", header, [()] * len(header), body,
-                            caption="Scores: mean ± std over seeds; Difference: of the means"))
+                            caption=caption))
     return tables
 
 
