@@ -390,8 +390,8 @@ def test_cli_length_baselines(tmp_path: Path):
     """Token count decides one custom task, character count (same token count) another."""
     words = ["sol", "mar", "luz", "pan", "voz", "red"]
     rows = {"tokens": [], "chars": []}
-    for i, a in enumerate(words):
-        for j, b in enumerate(words):
+    for a in words:
+        for b in words:
             rows["tokens"] += [("short", f"{a} {b}"), ("long", f"{a} {b} {a} {b}")]
             rows["chars"] += [("short", f"{a} {b}"), ("long", f"{a}{a} {b}{b}")]
     for kind, name in (("tokens", "length-tokens"), ("chars", "length-chars")):

@@ -429,7 +429,8 @@ def test_length_matched_tasks_balance_every_length_in_every_split(built, name):
 def test_length_matched_odd_size_puts_the_leftover_in_train():
     rows = generate_task("SubjNumber", 201, 5)
     assert Counter(label for _, label, _ in rows) == {"NN": 101, "NNS": 100}
-    by_split = {split: Counter(l for s, l, _ in rows if s == split) for split in ("tr", "va", "te")}
+    by_split = {split: Counter(label for s, label, _ in rows if s == split)
+                for split in ("tr", "va", "te")}
     assert by_split["tr"]["NN"] == by_split["tr"]["NNS"] + 1
     assert by_split["va"]["NN"] == by_split["va"]["NNS"]
     assert by_split["te"]["NN"] == by_split["te"]["NNS"]

@@ -228,7 +228,8 @@ class SurfaceLogReg(LogisticGrid):
     solver = "saga"
     task_overrides = ("kfold",)
     trains_regressor = False
-    _recorded = ("method", "solver", "tol", "features", "max_iter", "l2_grid", "C")
+    _recorded: Tuple[str, ...] = ("method", "solver", "tol", "features", "max_iter",
+                                  "l2_grid", "C")
     _facts: Mapping[str, Any] = {"method": "logistic-regression", "solver": "saga",
                                  "C": "1 / (l2 * n_train)"}
 

@@ -75,6 +75,7 @@ def surface_tables(agg: Aggregate) -> List[Table]:
                                Cell(stat=b), Cell()]
             else:
                 a = agg.cell(layer, ds.task)
+                assert a is not None and b is not None  # _best picks cells with a score
                 layer_cells = [Cell(layer_label(layer.layer)), Cell(agg.name(base.system)),
                                floor, Cell(stat=a), Cell(stat=b),
                                Cell(stat=Stat(a.mean - b.mean, None, min(a.n, b.n)))]
