@@ -10,10 +10,10 @@ from estratos.probe.classifiers import (
     LBFGSClassifier,
     RelatednessRegressor,
     SentEvalClassifier,
-    pearson_rows,
     score_distribution,
     torch_runtime,
 )
+from estratos.stats.metrics import pearson_rows
 from estratos.testing.reference import reference_senteval_fit
 
 

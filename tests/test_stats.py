@@ -70,6 +70,30 @@ def test_pearson_interval_agrees_with_fisher_z():
     assert ci.lo == pytest.approx(lo, abs=1.0) and ci.hi == pytest.approx(hi, abs=1.0)
 
 
+def test_one_pearson_and_one_rule_for_an_undefined_correlation():
+    """The recorded correlations, the bootstrap and the regressor's dev score share
+    pearson_rows: it matches scipy, and an undefined value is NaN in arrays and None in
+    records, never 0, including a constant row whose mean does not round back to its value."""
+    from estratos.protocols.metrics import correlations
+    from estratos.stats.metrics import pearson_rows, spearman_rows
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3, 50))
+    y = np.round(x[0] + rng.normal(size=50), 1)
+    assert pearson_rows(x, y) == pytest.approx([pearsonr(row, y)[0] for row in x])
+    assert spearman_rows(x, y) == pytest.approx([spearmanr(row, y).correlation for row in x])
+    assert correlations(x[0], y) == pytest.approx((pearsonr(x[0], y)[0],
+                                                   spearmanr(x[0], y).correlation))
+    constant = np.full(3, 0.1)  # its float mean is 0.10000000000000002
+    assert constant.mean() != 0.1
+    assert np.isnan(pearson_rows(constant, np.array([1.0, 2.0, 4.0])))
+    assert np.isnan(pearson_rows(np.array([[1.0, 2.0, 3.0]]), constant)).all()
+    assert np.isnan(pearson_rows(np.array([1.0]), np.array([2.0])))
+    assert correlations(constant, [1.0, 2.0, 4.0]) == (None, None)
+    assert correlations([1.0], [2.0]) == (None, None)
+    assert math.isnan(metric_value("pearson", constant, [1.0, 2.0, 4.0]))
+
+
 def test_metrics_match_scipy_and_sklearn():
     from sklearn.metrics import f1_score
 

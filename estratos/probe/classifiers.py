@@ -7,9 +7,10 @@ Why this module holds parameters and not training code: the CLI imports it to li
 hyper-parameter is a constructor parameter with SentEval's default written once, here;
 everything else (task overrides, cost estimates, results) reads ``get_params()``.
 
-Also here: :func:`score_distribution` (Tai et al.'s SICK-R target) and :func:`pearson_rows`
-(the regressor's dev score). ``torch_runtime`` and ``pass_permutation`` are re-exported from
-their new homes (:mod:`estratos.probe.runtime`, :mod:`estratos.probe.training`) on first use.
+Also here: :func:`score_distribution` (Tai et al.'s SICK-R target); the regressor's dev
+score is :func:`estratos.stats.metrics.pearson_rows`. ``torch_runtime`` and
+``pass_permutation`` are re-exported from their new homes (:mod:`estratos.probe.runtime`,
+:mod:`estratos.probe.training`) on first use.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from estratos.probe.estimator import (DEFAULT_CLASSIFIER, RecordedEstimator, estimator_names,
                                       get_estimator, register_estimator)
+from estratos.stats.metrics import pearson_rows
 from estratos.vocab import DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, VALIDATION_SPLIT
 
 log = logging.getLogger(__name__)
@@ -281,7 +283,10 @@ class RelatednessRegressor(RecordedEstimator):
 
         def score(logits: torch.Tensor) -> np.ndarray:
             yhat = torch.softmax(logits.to(torch.float64), dim=-1) @ levels  # (Ga, n, 1)
-            return pearson_rows(yhat.transpose(1, 2).cpu().numpy(), dev)
+            r = pearson_rows(yhat.transpose(1, 2).cpu().numpy(), dev)
+            # early stopping compares these: an undefined dev correlation (constant
+            # predictions) counts as no correlation
+            return np.where(np.isnan(r), 0.0, r)
 
         state = train_stacked(net, x, target, x_dev, np.zeros((len(seeds) * x.shape[0], 1)),
                        grad_fn=soft_mse_grad, score_fn=score, batch_size=self.batch_size,
@@ -319,17 +324,6 @@ def score_distribution(scores: Sequence[float], n_classes: int = 5) -> np.ndarra
     out[rows[upper], fl[upper]] = frac[upper]
     out[rows, fl - 1] = 1.0 - frac
     return out
-
-
-def pearson_rows(pred: np.ndarray, gold: np.ndarray) -> np.ndarray:
-    """Pearson r of each row of ``pred (..., n)`` with ``gold (n,)``; NaN (constant) -> 0."""
-    p = pred - pred.mean(axis=-1, keepdims=True)
-    g = gold - gold.mean()
-    num = (p * g).sum(axis=-1)
-    den = np.sqrt((p * p).sum(axis=-1) * (g * g).sum())
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = num / den
-    return np.where(np.isfinite(r), r, 0.0)
 
 
 class LogisticGrid(RecordedEstimator):
@@ -516,5 +510,5 @@ CLASSIFIER_CLASSES: Dict[str, Type[RecordedEstimator]] = {
 
 __all__ = ["CLASSIFIER_CLASSES", "DEFAULT_CLASSIFIER", "LBFGSClassifier", "LogisticGrid",
            "RecordedEstimator", "RelatednessRegressor", "SentEvalClassifier", "estimator_names",
-           "get_estimator", "l2_table", "pearson_rows", "register_estimator",
+           "get_estimator", "l2_table", "register_estimator",
            "score_distribution"]

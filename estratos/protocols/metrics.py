@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
+
+from estratos.stats.metrics import pearson_rows, spearman_rows
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +60,13 @@ def finite_or_none(value: float) -> Optional[float]:
 
 
 def correlations(pred: np.ndarray, gold: np.ndarray) -> Tuple[Optional[float], Optional[float]]:
-    """(Pearson, Spearman) of ``pred`` with ``gold``; None where undefined."""
-    from scipy.stats import pearsonr, spearmanr
-
+    """(Pearson, Spearman) of ``pred`` with ``gold`` (fractions), from the package's one
+    implementation (:func:`estratos.stats.metrics.pearson_rows`); None where undefined (a
+    constant side, or fewer than two examples), as results records store it."""
     pred = np.asarray(pred, dtype=np.float64)
     gold = np.asarray(gold, dtype=np.float64)
-    if len(gold) < 2:
-        return None, None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return (finite_or_none(pearsonr(pred, gold)[0]),
-                finite_or_none(spearmanr(pred, gold).correlation))
+    return (finite_or_none(float(pearson_rows(pred, gold))),
+            finite_or_none(float(spearman_rows(pred, gold))))
 
 
 def row_cosine(u: Any, v: Any) -> np.ndarray:

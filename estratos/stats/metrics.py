@@ -9,6 +9,12 @@ How the protocols combine examples is kept: ``inner-kfold`` reports the mean of 
 folds' accuracies (each fold a stratum, equal weights); STS reports the size-weighted mean
 of its subsets' correlations (each subset a stratum, weights by size). Several seeds of one
 cell are averaged, as reports average them.
+
+The package's one Pearson and Spearman are here (:func:`pearson_rows`,
+:func:`spearman_rows`): the protocols' recorded correlations, these bootstrap metrics and the
+relatedness regressor's early stopping all compute them with it. One rule for an undefined
+correlation (a constant side, or fewer than two values): NaN in arrays, None in results
+records (:func:`estratos.protocols.metrics.correlations`), never 0.
 """
 
 from __future__ import annotations
@@ -38,16 +44,34 @@ def _f1(pred: np.ndarray, gold: np.ndarray, positive: Optional[int]) -> np.ndarr
     return np.where(tp > 0, f1, 0.0)  # as the probe reports it: 0 when no true positive
 
 
-def _pearson(x: np.ndarray, y: np.ndarray, positive: Optional[int] = None) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    xc = x - x.mean(axis=1, keepdims=True)
-    yc = y - y.mean(axis=1, keepdims=True)
-    den = np.sqrt(np.sum(xc * xc, axis=1) * np.sum(yc * yc, axis=1))
+def pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Pearson r (a fraction) of each row of ``x`` ``(..., n)`` with the matching row of
+    ``y`` (broadcast: ``y`` may be one ``(n,)`` row); NaN where undefined (a constant row on
+    either side, or ``n < 2``). Float noise past +-1 is clipped. Computed in the inputs'
+    dtype (callers pass float64)."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.shape[-1] < 2:
+        return np.full(np.broadcast_shapes(x.shape[:-1], y.shape[:-1]), np.nan)
+    xc = x - x.mean(axis=-1, keepdims=True)
+    yc = y - y.mean(axis=-1, keepdims=True)
+    den = np.sqrt(np.sum(xc * xc, axis=-1) * np.sum(yc * yc, axis=-1))
     with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.sum(xc * yc, axis=1) / den
-    # undefined (a constant side) is NaN, never 0; clip float noise past +-1
-    return 100.0 * np.where(den > 0, np.clip(r, -1.0, 1.0), np.nan)
+        r = np.sum(xc * yc, axis=-1) / den
+    # a constant row is undefined even where its mean's rounding leaves den > 0
+    constant = np.all(x == x[..., :1], axis=-1) | np.all(y == y[..., :1], axis=-1)
+    return np.where((den > 0) & ~constant, np.clip(r, -1.0, 1.0), np.nan)
+
+
+def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman rho (a fraction) of each row of ``x`` with ``y`` (same shapes, or ``y`` one
+    row): :func:`pearson_rows` of the average ranks (ties get their mean rank)."""
+    x2, y2 = np.atleast_2d(np.asarray(x)), np.atleast_2d(np.asarray(y))
+    rho = pearson_rows(average_ranks(dense_codes(x2)), average_ranks(dense_codes(y2)))
+    return rho.reshape(np.broadcast_shapes(np.shape(x)[:-1], np.shape(y)[:-1]))
+
+
+def _pearson(x: np.ndarray, y: np.ndarray, positive: Optional[int] = None) -> np.ndarray:
+    return 100.0 * pearson_rows(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
 
 
 def dense_codes(values: np.ndarray) -> np.ndarray:
