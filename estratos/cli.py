@@ -13,12 +13,13 @@ from typing import Callable, Optional, Sequence
 import click
 
 from estratos import __version__
-from estratos.demo import DEMO_SEEDS
 from estratos.errors import EstratosError, Interrupted
-from estratos.options import DEFAULT_SEEDS_TEXT, parse_baselines
+from estratos.options import (DEFAULT_SEEDS_TEXT, ENCODE_DEVICES, PROBE_DEVICES, device_help,
+                              parse_baselines, parse_seeds)
 from estratos.probe.estimator import DEFAULT_CLASSIFIER
 from estratos.vocab import (ALL_BASELINES, CACHE_POOLINGS, DEFAULT_BASELINE, DEFAULT_POOLING,
-                            DEFAULT_SEED, POOLINGS, SURFACE_BASELINES, SYNTHETIC_N_PER_TASK)
+                            DEFAULT_SEED, DEMO_SEEDS, POOLINGS, SURFACE_BASELINES,
+                            SYNTHETIC_N_PER_TASK)
 
 
 class _UserError(click.ClickException):
@@ -83,6 +84,12 @@ class _Registered(click.Choice):
     def choices(self, value: Sequence[str]) -> None:
         self._names = list(value) or None
 
+    def convert(self, value, param, ctx):
+        """The name as given: the command checks it against the registry (an OptionError
+        naming the choices) after the options that need no import, since the registry's
+        module imports numpy."""
+        return value
+
 
 def _classifier_option(what: str) -> Callable:
     return click.option("--classifier", type=_Registered("classifier"),
@@ -128,7 +135,9 @@ def cache_group() -> None:
 @click.option("--batch-tokens", default="auto", show_default=True, metavar="N|auto",
               help="Token budget per batch (batch size x padded length); auto: fill the GPU's "
                    "free memory, 8192 on CPU.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N, mps.")
+@click.option("--device", default="auto", show_default=True,
+              help=f"Where the model runs: {device_help(ENCODE_DEVICES)} (auto: a GPU when "
+                   "there is one, else cpu).")
 @click.option("--shard", metavar="I/N", default=None,
               help="Encode shard I (0-based) of N [default: SLURM array variables if set].")
 @click.option("--pooling", "poolings", multiple=True, type=click.Choice(POOLINGS),
@@ -160,17 +169,13 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
                    threads, states, model_dtype, device_map, trust_remote_code,
                    random_init) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
-    from estratos.encode.inputs import gather_sentences
-    from estratos.encode.options import check_model_folder
-    from estratos.options import check_device, parse_states, positive_int, resolve_shard
+    from estratos.encode.options import check_encode_options
 
-    # what can be checked without the model or torch is checked first
-    check_device(device)
-    positive_int("--threads", threads, allow_none=True)
-    resolve_shard(shard or "auto")
-    parse_states(states)
+    check_encode_options(model=model, device=device, threads=threads, shard=shard or "auto",
+                         states=states, batch_tokens=batch_tokens)
+    from estratos.encode.inputs import gather_sentences
+
     sentences = gather_sentences(sentences_file, tasks, data_dirs, task_files)
-    check_model_folder(model)
     from estratos.encode import encode_sentences  # torch and transformers: only now
 
     summary = encode_sentences(
@@ -337,8 +342,9 @@ class _OnePooling(click.Choice):
 @click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
 @click.option("--expect-model", default=None,
               help="Fail unless the cache was made with this model.")
-@click.option("--device", default="auto", show_default=True, metavar="auto|cpu|cuda[:N]",
-              help="Where the probes train (auto: a GPU when there is one, else cpu).")
+@click.option("--device", default="auto", show_default=True,
+              help=f"Where the probes train: {device_help(PROBE_DEVICES)} (auto: a GPU when "
+                   "there is one, else cpu).")
 @click.option("--shard", metavar="I/N", default=None,
               help="Run shard I (0-based) of N of the grid, written to "
                    "RESULTS.shard-I-of-N.jsonl [default: SLURM array variables if set].")
@@ -461,7 +467,9 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, baselines, overwr
     """Surface baselines that read only the text (whitespace TF-IDF, length in tokens or
     characters, character n-grams, word bigrams, word at each position) + logistic
     regression / cosine, written as results (estratos.probe.baseline.baseline_tasks)."""
-    parse_baselines(baselines)  # an unknown name answers before scikit-learn is imported
+    # an unknown name or a bad seed answers before numpy and scikit-learn are imported
+    parse_baselines(baselines)
+    parse_seeds(seeds)
     from estratos.probe.baseline import baseline_tasks
 
     records = baseline_tasks(tasks, out, data_dir=data_dirs, task_files=task_files,
@@ -590,7 +598,6 @@ def demo_cmd(out: str, model: Optional[str], seeds: str, task_files: Sequence[st
     """Encode, probe every layer and report on built-in Spanish tasks, offline
     (estratos.demo.run_demo)."""
     from estratos.demo import run_demo
-    from estratos.options import parse_seeds
 
     summary = run_demo(out, model, parse_seeds(seeds), task_files=task_files,
                        n_per_task=n_per_task,

@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from estratos.errors import OptionError
 from estratos.tasks.synthetic import (DEFAULT_N_PER_TASK, GENERATOR_VERSION, MAX_PER_TASK,
                                       MIN_PER_TASK, build_synthetic_es)
-from estratos.vocab import DEFAULT_SEED
+from estratos.vocab import DEFAULT_SEED, DEMO_SEEDS
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,6 @@ DEMO_N_PER_TASK = DEFAULT_N_PER_TASK
 #: what the demo's report writes: the Markdown it prints and the page to open in a browser
 DEMO_REPORT_FORMATS = "md,html"
 DEMO_DATA_SEED = DEFAULT_SEED
-#: the demo's probe seeds (``estratos demo --seeds``)
-DEMO_SEEDS = (DEFAULT_SEED, 1, 2)
 DEMO_POOLING = "mean"  # MiniLM was trained as a mean-pooled sentence encoder
 
 
@@ -122,9 +120,10 @@ def _build_info(data_dir: Path) -> Dict[str, object]:
 
 
 def _same_model(recorded: object, model: str) -> bool:
-    """Whether a cache's ``model`` attribute names ``model`` (encode records folders resolved)."""
-    want = str(Path(model).expanduser().resolve()) if Path(model).expanduser().is_dir() else model
-    return recorded == want
+    """Whether a cache's ``model`` attribute names ``model`` (what encode records for it)."""
+    from estratos.encode.options import model_identity
+
+    return recorded == model_identity(model)
 
 
 def _check_same_settings(out: Path, model: str, seeds: Sequence[int], n_per_task: int) -> None:

@@ -1,9 +1,9 @@
 """Command-line forms shared by several commands, parsed and checked in one place.
 
 Why one module: ``--seeds``, ``--layers``, ``--shard``, ``--jobs``/``--threads`` and
-``--device`` are taken by encode, probe, baseline, slurm and the demo; each parsed its own
-way drifted (slurm checked layers against a fake cache of 10**6 states). Everything here is
-standard library only, so the CLI checks options before it imports numpy, torch or
+``--device`` are taken by encode, probe, baseline, slurm and the demo: one parser each, so
+they cannot drift apart. Everything here is standard library only (:func:`resolve_device`
+imports torch when called), so the CLI checks options before it imports numpy, torch or
 transformers (an option error answers at once). Each function raises
 :class:`~estratos.errors.OptionError` naming the option. Task selection (``--tasks``,
 ``--task-file``, ``--data-dir``) is :func:`estratos.tasks.selection.select_specs`.
@@ -26,6 +26,10 @@ AUTO_SHARD = "auto"
 ShardSpec = Union[None, str, Tuple[int, int]]
 #: ``--device`` words besides ``cuda:N``
 DEVICE_WORDS = ("auto", "cpu", "cuda", "mps")
+#: the device types each stage runs on: encode's forward pass runs on Apple's MPS too; the
+#: probes do not (training and scoring use float64, which MPS lacks)
+ENCODE_DEVICES = ("cpu", "cuda", "mps")
+PROBE_DEVICES = ("cpu", "cuda")
 
 
 def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:
@@ -224,15 +228,52 @@ def positive_int(option: str, value: Any, *, allow_none: bool = False) -> Option
     return int(value)
 
 
-def check_device(text: Optional[str], option: str = "--device") -> str:
-    """The syntax of ``--device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``),
-    lower-cased; whether the device exists is checked where torch is loaded
-    (:func:`estratos.probe.cells.resolve_probe_device`, :mod:`estratos.encode.devices`)."""
+def device_help(kinds: Sequence[str] = ENCODE_DEVICES) -> str:
+    """The ``--device`` values a stage running on ``kinds`` takes, for help and errors."""
+    words = ["auto", *kinds]
+    words.insert(words.index("cuda") + 1, "cuda:N")
+    return ", ".join(words)
+
+
+def check_device(text: Optional[str], option: str = "--device",
+                 kinds: Sequence[str] = ENCODE_DEVICES) -> str:
+    """The syntax of ``--device`` for a stage that runs on ``kinds`` (``auto``, a kind, or
+    ``cuda:N``), lower-cased, without importing torch; whether the device exists is
+    :func:`resolve_device`'s check."""
     value = "auto" if text is None else str(text).strip().lower()
     kind, colon, index = value.partition(":")
-    if kind not in DEVICE_WORDS or (colon and (kind not in ("cuda", "mps") or not index.isdigit())):
-        raise OptionError(f"{option}: {text!r} is not a device (use auto, cpu, cuda or cuda:N)")
+    if (kind not in DEVICE_WORDS or (colon and (kind != "cuda" or not index.isdigit()))
+            or (kind != "auto" and kind not in kinds)):
+        raise OptionError(f"{option}: {text!r} is not a device here (use {device_help(kinds)})")
     return value
+
+
+def resolve_device(text: Any, option: str = "--device",
+                   kinds: Sequence[str] = ENCODE_DEVICES) -> Any:
+    """The ``torch.device`` that ``--device`` names on this machine: ``auto`` is CUDA when
+    present, else the CPU. Asking for CUDA or MPS where there is none, or a GPU index the
+    machine lacks, is an :class:`OptionError` naming the option. The one device rule of
+    encode and probe (``kinds``: :data:`ENCODE_DEVICES`, :data:`PROBE_DEVICES`); imports
+    torch."""
+    import torch
+
+    value = check_device(str(text) if isinstance(text, torch.device) else text, option, kinds)
+    if value == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    kind, _, index = value.partition(":")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise OptionError(f"{option}: {text!r} asks for a GPU but CUDA is not available "
+                              "on this machine (use cpu or auto)")
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise OptionError(f"{option}: {text!r}: this machine has {count} CUDA device(s) "
+                              f"(cuda:0..cuda:{count - 1})")
+    elif kind == "mps" and not (hasattr(torch.backends, "mps")
+                                and torch.backends.mps.is_available()):
+        raise OptionError(f"{option}: {text!r} asks for Apple's MPS but it is not available "
+                          "on this machine (use cpu or auto)")
+    return torch.device(value)
 
 
 def available_cores() -> int:
@@ -243,6 +284,7 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-__all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "DEVICE_WORDS", "ShardSpec", "available_cores",
-           "check_device", "parse_baselines", "parse_layers", "parse_seeds", "parse_states",
-           "positive_int", "resolve_shard"]
+__all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "DEVICE_WORDS", "ENCODE_DEVICES", "PROBE_DEVICES",
+           "ShardSpec", "available_cores", "check_device", "device_help", "parse_baselines",
+           "parse_layers", "parse_seeds", "parse_states", "positive_int", "resolve_device",
+           "resolve_shard"]

@@ -21,6 +21,8 @@ DEFAULT_SEED = 1111
 #: examples per task of the built-in synthetic suite, for `estratos tasks build` and
 #: `estratos demo` alike (one size, so the README's step-by-step commands make the demo's data)
 SYNTHETIC_N_PER_TASK = 1000
+#: the demo's probe seeds (``estratos demo --seeds``)
+DEMO_SEEDS = (DEFAULT_SEED, 1, 2)
 
 # ---- layer specs -----------------------------------------------------------------------------
 #: the layer spec "mean of every hidden state"

@@ -153,30 +153,39 @@ def test_task_names_match_without_case_and_hints_stay_in_the_asked_suite():
 
 # ---- option errors before torch -------------------------------------------------------------
 
+#: (arguments, exit code, text of the error, whether the answer needs neither numpy nor the
+#: tasks package: every option error that is a matter of syntax)
 FAST = [
-    (["probe", "--jobs", "0"], 2, "--jobs"),
-    (["probe", "--threads", "0"], 2, "--threads"),
-    (["probe", "--seeds", "x"], 2, "--seeds"),
-    (["probe", "--layers", "top"], 2, "--layers"),
-    (["probe", "--device", "gpu"], 2, "--device"),
-    (["probe", "--tasks", "nosuchtask"], 2, "unknown task"),
-    (["probe"], 1, "no such cache file"),
-    (["encode", "--device", "gpu"], 2, "--device"),
-    (["encode", "--threads", "0"], 2, "--threads"),
-    (["encode"], 2, "is not a model folder"),  # the base's --model names no folder
-    (["baseline", "--seeds", "-1"], 2, "--seeds"),
+    (["probe", "--jobs", "0"], 2, "--jobs", True),
+    (["probe", "--threads", "0"], 2, "--threads", True),
+    (["probe", "--seeds", "x"], 2, "--seeds", True),
+    (["probe", "--layers", "top"], 2, "--layers", True),
+    (["probe", "--device", "gpu"], 2, "--device", True),
+    (["probe", "--device", "mps"], 2, "use auto, cpu, cuda, cuda:N)", True),
+    (["probe", "--classifier", "nope"], 2, "choose from senteval", False),
+    (["probe", "--tasks", "nosuchtask"], 2, "unknown task", False),
+    (["probe"], 1, "no such cache file", False),
+    (["encode", "--device", "gpu"], 2, "--device", True),
+    (["encode", "--threads", "0"], 2, "--threads", True),
+    (["encode", "--batch-tokens", "0"], 2, "--batch-tokens", True),
+    (["encode"], 2, "is not a model folder", True),  # the base's --model names no folder
+    (["baseline", "--seeds", "-1"], 2, "--seeds", True),
+    (["--help"], 0, "", True),
 ]
 
 
-@pytest.mark.parametrize("args,code,needle", FAST, ids=[" ".join(a) for a, _, _ in FAST])
-def test_option_errors_answer_without_importing_torch(args, code, needle, tmp_path):
-    """Issue 24 item 5: the options are checked before torch or transformers is imported
-    (checked on sys.modules in a fresh interpreter, not by timing)."""
+@pytest.mark.parametrize("args,code,needle,light", FAST,
+                         ids=[" ".join(a) for a, _, _, _ in FAST])
+def test_option_errors_answer_without_importing_torch(args, code, needle, light, tmp_path):
+    """The options are checked before torch or transformers is imported, and a syntax error
+    (or ``--help``) before numpy and the tasks package too (checked on sys.modules in a fresh
+    interpreter, not by timing)."""
     base = {"probe": ["--cache", tmp_path / "missing.h5", "--out", tmp_path / "r.jsonl",
                       "--tasks", "synthetic-es:Tense"],
             "encode": ["--model", tmp_path / "no-model", "--out", tmp_path / "c.h5",
                        "--sentences", tmp_path / "s.txt"],
-            "baseline": ["--tasks", "synthetic-es:Tense", "--out", tmp_path / "b.jsonl"]}
+            "baseline": ["--tasks", "synthetic-es:Tense", "--out", tmp_path / "b.jsonl"],
+            "--help": []}
     (tmp_path / "s.txt").write_text("una frase\n", encoding="utf-8")
     argv = [str(a) for a in base[args[0]] + args[1:]]
     argv = [args[0]] + argv
@@ -187,6 +196,8 @@ def test_option_errors_answer_without_importing_torch(args, code, needle, tmp_pa
                  "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n"
                  "    print('EXIT', exc.code)\n"
                  "print('HEAVY', sorted(m for m in ('torch', 'transformers') "
+                 "if m in sys.modules))\n"
+                 "print('NUMPY', sorted(m for m in ('numpy', 'estratos.tasks') "
                  "if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code_text, *argv], capture_output=True,
                           text=True, cwd=tmp_path, timeout=120,
@@ -194,3 +205,5 @@ def test_option_errors_answer_without_importing_torch(args, code, needle, tmp_pa
     assert f"EXIT {code}" in done.stdout, done.stdout + done.stderr
     assert needle in done.stderr, done.stderr
     assert "HEAVY []" in done.stdout, done.stdout
+    if light:
+        assert "NUMPY []" in done.stdout, done.stdout

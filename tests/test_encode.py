@@ -16,8 +16,9 @@ from estratos.cache import open_cache
 from estratos.cli import cli
 from estratos.encode import encode_sentences, read_sentence_file, resolve_shard
 from estratos.encode.token_batches import length_order, token_budget_batches
-from estratos.encode.devices import autocast_dtype, compute_label, select_device
+from estratos.encode.devices import autocast_dtype, compute_label
 from estratos.errors import CacheError, InputError, OptionError, SettingsMismatch
+from estratos.options import PROBE_DEVICES, resolve_device
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -399,15 +400,23 @@ def test_cpu_threads(monkeypatch):
         cpu_threads(0)
 
 
-def test_device_selection_cpu():
-    assert select_device(None).type in ("cpu", "cuda")
-    cpu = select_device("cpu")
+def test_device_selection_cpu(monkeypatch):
+    """encode and probe share one device rule (estratos.options.resolve_device); MPS is an
+    encode device only, and each refusal names --device and the values it takes."""
+    assert resolve_device(None).type in ("cpu", "cuda")
+    cpu = resolve_device("cpu")
     assert autocast_dtype(cpu) is None and compute_label(cpu) == "cpu/float32"
-    with pytest.raises(OptionError, match="--device"):
-        select_device("tpu")
-    if not torch.cuda.is_available():
-        with pytest.raises(OptionError, match="CUDA is not available"):
-            select_device("cuda")
+    for bad in ("tpu", "gpu", "cuda:x", "mps:1"):
+        with pytest.raises(OptionError, match="--device.*use auto, cpu, cuda, cuda:N, mps"):
+            resolve_device(bad)
+    with pytest.raises(OptionError, match="--device.*use auto, cpu, cuda, cuda:N\\)"):
+        resolve_device("mps", kinds=PROBE_DEVICES)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(OptionError, match="CUDA is not available"):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(OptionError, match="MPS.*not available"):
+        resolve_device("mps")
 
 
 # -- other tokenizers and options -----------------------------------------------------------

@@ -27,27 +27,6 @@ log = logging.getLogger(__name__)
 usable_cores = available_cores
 
 
-def select_device(requested: Optional[str] = None) -> torch.device:
-    """``None``/``"auto"``: CUDA if available, else CPU. Otherwise the named device, checked."""
-    if requested in (None, "", "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(requested)
-    except (RuntimeError, ValueError) as exc:
-        raise OptionError(f"--device: unknown device {requested!r} ({exc})") from exc
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise OptionError(f"--device: {requested!r} asked for but CUDA is not available")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise OptionError(f"--device: {requested!r}: only {torch.cuda.device_count()} GPU(s)")
-    elif device.type == "mps":
-        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise OptionError(f"--device: {requested!r} asked for but MPS is not available")
-    elif device.type != "cpu":
-        raise OptionError(f"--device: unsupported device type {device.type!r} (cpu, cuda, mps)")
-    return device
-
-
 def autocast_dtype(device: torch.device) -> Optional[torch.dtype]:
     """The autocast dtype for ``device`` (None: run in float32)."""
     if device.type != "cuda":

@@ -1,13 +1,19 @@
-"""``encode``'s own option values, checked before anything heavy is imported or loaded."""
+"""``encode``'s option values, checked with the standard library only: the CLI runs
+:func:`check_encode_options` before it imports numpy, torch or transformers, so a mistake is
+reported at once. Also the one rule for "``--model`` names a local folder"
+(:func:`is_local_model`), which encode, the demo and the SLURM plans share.
+"""
 
 from __future__ import annotations
 
+import numbers
+import os
 from pathlib import Path
 from typing import Optional, Union
 
-import numpy as np
-
 from estratos.errors import OptionError
+from estratos.options import (ENCODE_DEVICES, ShardSpec, check_device, parse_states, positive_int,
+                              resolve_shard)
 
 BatchTokens = Union[int, str]
 
@@ -22,22 +28,31 @@ def parse_batch_tokens(value: BatchTokens) -> BatchTokens:
         except ValueError:
             raise OptionError(f"--batch-tokens: expected a positive integer or auto, got "
                               f"{value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise OptionError(f"--batch-tokens: must be >= 1 or auto, got {value!r}")
     return int(value)
 
 
-def looks_local(model: str) -> bool:
+def is_local_model(model: Union[str, os.PathLike]) -> bool:
     """Whether ``--model`` names a local folder rather than a hub id: a path written as one
-    (``/``, ``./``, ``../``, ``~``) or anything that exists on disk."""
-    return model.startswith(("/", "./", "../", "~")) or Path(model).exists()
+    (``/``, ``./``, ``../``, ``~``) or anything that exists on disk. The one rule: a hub id
+    (``org/name``) that is not also a path here is fetched from the hub."""
+    text = os.fspath(model)
+    return text.startswith(("/", "./", "../", "~")) or Path(text).exists()
+
+
+def model_identity(model: Union[str, os.PathLike]) -> str:
+    """What a cache records as its ``model``: a local folder by its absolute resolved path (a
+    rerun from another folder, or through a link, still matches), a hub id as given."""
+    text = os.fspath(model)
+    return str(Path(text).expanduser().resolve()) if is_local_model(text) else text
 
 
 def check_model_folder(model: Optional[str]) -> None:
     """A local ``--model`` must be a folder with a ``config.json``: say so, naming the folder
     (instead of the tokenizer backend's unrelated complaint about sentencepiece), before
     torch and transformers are imported. Hub ids and ``None`` (``--encoder``) pass."""
-    if model is None or not looks_local(model):
+    if model is None or not is_local_model(model):
         return
     folder = Path(model).expanduser()
     if not folder.is_dir():
@@ -50,3 +65,16 @@ def check_model_folder(model: Optional[str]) -> None:
             "; point --model at the folder that holds config.json and the weights")
     raise OptionError(f"--model: {folder} has no config.json, so it is not a Hugging Face "
                       f"model folder{hint}")
+
+
+def check_encode_options(*, model: Optional[str], device: Optional[str] = "auto",
+                         threads: Optional[int] = None, shard: ShardSpec = "auto",
+                         states: str = "all", batch_tokens: BatchTokens = "auto") -> None:
+    """Every ``encode`` option that can be checked without the model, the sentences or torch;
+    raises :class:`OptionError` naming the option."""
+    check_device(device, kinds=ENCODE_DEVICES)
+    positive_int("--threads", threads, allow_none=True)
+    resolve_shard(shard)
+    parse_states(states)
+    parse_batch_tokens(batch_tokens)
+    check_model_folder(model)

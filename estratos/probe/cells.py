@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from estratos.errors import OptionError
+from estratos.options import PROBE_DEVICES, resolve_device
 from estratos.probe.estimator import RecordedEstimator
 from estratos.probe.controls import DEV_PART, permuted, permuted_labels_factory
 from estratos.probe.features import AVG, build_features, layer_matrix, slot_vectors
@@ -38,41 +38,20 @@ log = logging.getLogger(__name__)
 #: a position in the task's vectors ``(S, n_states_read, D)``, or "avg" (mean of all states)
 StatePosition = Union[int, str]
 
-_DEVICE_HELP = "use auto, cpu, cuda or cuda:N"
 #: device types on which the seeds of a protocol whose seeds share the data train as one
 #: program (on the CPU they run one after the other: exact, and little to gain there)
 FUSED_SEED_DEVICES = ("cuda",)
 
 
 def resolve_probe_device(text: Union[str, "torch.device", None]) -> "torch.device":
-    """``--device`` for probes: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda`` or
-    ``cuda:N``. Asking for CUDA where there is none, or a GPU index it does not have, is an
-    :class:`OptionError` naming ``--device``."""
-    import torch
-
-    if isinstance(text, torch.device):
-        text = str(text)
-    value = "auto" if text is None else str(text).strip().lower()
-    if value == "auto":
-        return resolve_probe_device("cuda" if torch.cuda.is_available() else "cpu")
-    if value == "cpu":
-        return torch.device("cpu")
-    if value == "cuda" or value.startswith("cuda:"):
-        index = value.partition(":")[2]
-        if index and not index.isdigit():
-            raise OptionError(f"--device: {text!r} is not a device ({_DEVICE_HELP})")
-        if not torch.cuda.is_available():
-            raise OptionError(f"--device: {text!r} asks for a GPU but CUDA is not available "
-                              "on this machine (use --device cpu or auto)")
+    """``--device`` for probes: :func:`estratos.options.resolve_device` on the devices probes
+    train on (:data:`~estratos.options.PROBE_DEVICES`)."""
+    device = resolve_device(text, kinds=PROBE_DEVICES)
+    if device.type == "cuda":
         # cuBLAS is deterministic only with a fixed workspace (torch refuses otherwise under
         # deterministic algorithms); it must be set before the first CUDA call
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        count = torch.cuda.device_count()
-        if index and int(index) >= count:
-            raise OptionError(f"--device: {text!r}: this machine has {count} CUDA device(s) "
-                              f"(cuda:0..cuda:{count - 1})")
-        return torch.device(value)
-    raise OptionError(f"--device: {text!r} is not a device ({_DEVICE_HELP})")
+    return device
 
 
 #: ``on_seed(seed, outcomes, seconds)``: hears a seed's final outcomes (one per layer spec)

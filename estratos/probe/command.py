@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError
-from estratos.options import (ShardSpec, check_device, parse_layers, parse_seeds, positive_int,
-                              resolve_shard)
+from estratos.options import (PROBE_DEVICES, ShardSpec, check_device, parse_layers, parse_seeds,
+                              positive_int, resolve_shard)
 from estratos.vocab import CACHE_POOLINGS, DEFAULT_POOLING, DEFAULT_SEED, LayerSpec
 
 
@@ -41,20 +41,23 @@ def check_probe_options(*, layers: Union[str, Sequence[LayerSpec]] = "all",
     """Every probe option that can be checked without the cache or torch; raises
     :class:`OptionError` naming the option. ``classifier``: a registered name (None: the
     default) or an estimator."""
-    from estratos.probe.classifiers import DEFAULT_CLASSIFIER, get_estimator
-
     seeds_t = parse_seeds(seeds)
     jobs_n = positive_int("--jobs", jobs)
     threads_n = positive_int("--threads", threads, allow_none=True)
-    if classifier is None:
-        classifier = DEFAULT_CLASSIFIER
-    name = get_estimator(classifier).name if isinstance(classifier, str) else classifier.name
     parse_layers(layers)  # syntax (indices are checked against the cache by the runner)
     if pooling is not None and pooling not in CACHE_POOLINGS:
         raise OptionError(f"--pooling: {pooling!r} is not one of {', '.join(CACHE_POOLINGS)}")
+    device_t = check_device(device, kinds=PROBE_DEVICES)
+    shard_t = resolve_shard(shard)
+    # the estimator registry imports numpy: after the checks that need none
+    from estratos.probe.classifiers import DEFAULT_CLASSIFIER, get_estimator
+
+    if classifier is None:
+        classifier = DEFAULT_CLASSIFIER
+    name = get_estimator(classifier).name if isinstance(classifier, str) else classifier.name
     return ProbeOptions(seeds_t, jobs_n, threads_n, name,
                         layers if isinstance(layers, str) else tuple(layers), pooling,
-                        check_device(device), resolve_shard(shard))
+                        device_t, shard_t)
 
 
 def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],

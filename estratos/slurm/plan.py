@@ -147,8 +147,9 @@ def _absolute(path: os.PathLike | str) -> Path:
 
 def _model_argument(model: str) -> str:
     """A local model folder becomes absolute (jobs may start elsewhere); a hub id stays."""
-    local = Path(os.path.expanduser(model))
-    return str(_absolute(local)) if local.exists() else model
+    from estratos.encode.options import is_local_model
+
+    return str(_absolute(model)) if is_local_model(model) else model
 
 
 def _task_arguments(tasks: str, task_files: Sequence[str],
