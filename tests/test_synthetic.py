@@ -11,7 +11,8 @@ import pytest
 from estratos.errors import EstratosError, OptionError
 from estratos.tasks import lexicon_es as lx
 from estratos.tasks.synthetic import (LENGTH_MATCHED, TASK_NAMES, build_synthetic_es,
-                                      generate_task, length_label, surface_key, task_labels)
+                                      generate_task, length_label, task_labels)
+from estratos.text import surface_length
 
 N = 400
 
@@ -423,7 +424,7 @@ def test_length_matched_tasks_balance_every_length_in_every_split(built, name):
         for key, by_label in counts.items():
             assert set(by_label) == set(labels) and len(set(by_label.values())) == 1, \
                 (name, split, key, by_label)
-    assert surface_key("Un  b .") == (3, 7)
+    assert surface_length("Un  b .") == (3, 7)
 
 
 def test_length_matched_odd_size_puts_the_leftover_in_train():

@@ -75,6 +75,7 @@ from estratos.vocab import (BASELINE_MODEL_PREFIX, DEFAULT_BASELINE, DEFAULT_KFO
                             DEFAULT_L2_GRID, DEFAULT_SEED, VALIDATION_SPLIT)
 from estratos.results import ResultRecord, ResultsStore
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
+from estratos.text import surface_length
 
 log = logging.getLogger(__name__)
 
@@ -163,13 +164,14 @@ def word_position_matrix(sentences: Sequence[str], fit_ids: np.ndarray) -> sp.cs
 
 
 def token_lengths(sentences: Sequence[str]) -> np.ndarray:
-    """Whitespace tokens per sentence."""
-    return np.array([len(s.split()) for s in sentences], dtype=np.int64)
+    """Whitespace tokens per sentence (:func:`estratos.text.surface_length`)."""
+    return np.array([surface_length(s)[0] for s in sentences], dtype=np.int64)
 
 
 def char_lengths(sentences: Sequence[str]) -> np.ndarray:
-    """Characters per sentence (Unicode code points of the normalized text, spaces included)."""
-    return np.array([len(s) for s in sentences], dtype=np.int64)
+    """Characters per sentence (:func:`estratos.text.surface_length`: code points of the
+    normalized text, spaces included)."""
+    return np.array([surface_length(s)[1] for s in sentences], dtype=np.int64)
 
 
 def length_matrix(lengths: np.ndarray, fit_ids: np.ndarray) -> sp.csr_array:

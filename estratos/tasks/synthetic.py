@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from estratos.atomic import write_atomic
 from estratos.errors import OptionError
 from estratos.tasks import lexicon_es as lx
-from estratos.text import normalize_sentence
+from estratos.text import normalize_sentence, surface_length
 from estratos.vocab import DEFAULT_SEED, SYNTHETIC_N_PER_TASK
 
 log = logging.getLogger(__name__)
@@ -398,17 +398,11 @@ def _label_first_rows(name: str, n: int, grammar: _Grammar, seen: set
     return rows
 
 
-def surface_key(sentence: str) -> Tuple[int, int]:
-    """(whitespace tokens, characters) of a sentence: what the length baselines read
-    (``estratos baseline --baseline length-tokens,length-chars``)."""
-    return len(sentence.split()), len(sentence)
-
-
 def _matched_rows(name: str, n: int, grammar: _Grammar, seen: set
                   ) -> Dict[str, List[Tuple[str, str, str]]]:
     """``n // L`` groups of L sentences, one per label, all of the same length in tokens and
-    in characters (:func:`surface_key`), split 80/10/10 as groups; the ``n % L`` examples
-    left over (one each for the first labels) go to train alone.
+    in characters (:func:`estratos.text.surface_length`), split 80/10/10 as groups; the
+    ``n % L`` examples left over (one each for the first labels) go to train alone.
 
     Sentences are generated for each label in turn and kept by their key; as soon as every
     label has a sentence of one key, those form a group. The groups are shuffled before they
@@ -431,7 +425,7 @@ def _matched_rows(name: str, n: int, grammar: _Grammar, seen: set
             if sentence in seen:
                 continue
             seen.add(sentence)
-            key = surface_key(sentence)
+            key = surface_length(sentence)
             pools[label].setdefault(key, []).append(sentence)
             if all(pools[other].get(key) for other in labels):
                 groups.append(tuple(pools[other][key].pop(0) for other in labels))
