@@ -8,7 +8,8 @@ stderr and a non-zero exit code; nothing half-written is left behind by the libr
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional, Sequence
+import re
+from typing import Callable, List, Optional, Sequence
 
 import click
 
@@ -32,8 +33,22 @@ class _UserError(click.ClickException):
         self.exit_code = exc.exit_code  # type: ignore[misc]
 
 
+#: the verbosity options, accepted before or after the subcommand
+_VERBOSITY = re.compile(r"-v+|-q+|--verbose|--quiet")
+
+
 class _Group(click.Group):
-    """A click group that reports user errors without a traceback (also under CliRunner)."""
+    """A click group that reports user errors without a traceback (also under CliRunner),
+    and takes ``-v``/``-q`` anywhere on the line (``estratos probe ... -v`` as well as
+    ``estratos -v probe ...``; the words after ``--`` are left alone)."""
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        if ctx.parent is None:
+            cut = args.index("--") if "--" in args else len(args)
+            head = args[:cut]
+            moved = [a for a in head if _VERBOSITY.fullmatch(a)]
+            args = moved + [a for a in head if not _VERBOSITY.fullmatch(a)] + args[cut:]
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -98,11 +113,20 @@ def _classifier_option(what: str) -> Callable:
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="estratos")
-@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def cli(verbose: int) -> None:
+@click.option("-v", "--verbose", count=True,
+              help="More log output (-v info, -vv debug); before or after the command.")
+@click.option("-q", "--quiet", count=True,
+              help="Errors only: no warnings, no progress lines; before or after the command.")
+def cli(verbose: int, quiet: int) -> None:
     """What each layer of a sentence encoder knows: encode once, probe every layer."""
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    if verbose and quiet:
+        raise click.UsageError("-v/--verbose and -q/--quiet exclude each other")
+    level = (logging.ERROR if quiet else logging.WARNING if verbose == 0
+             else logging.INFO if verbose == 1 else logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # this invocation's choice, also where logging was configured before (an embedding
+    # program, an earlier call in one process); without -v/-q the root's level rules
+    logging.getLogger("estratos").setLevel(level if verbose or quiet else logging.NOTSET)
 
 
 @cli.group("tasks")
@@ -228,12 +252,23 @@ def cache_verify_command(ctx: click.Context, cache: str, sentences_file, tasks, 
 
 
 @cache_group.command("merge")
-@click.argument("out")
-@click.argument("shards", nargs=-1, required=True)
-def cache_merge_command(out: str, shards) -> None:
-    """Merge the shard files of `encode --shard` into OUT (estratos.cache.merge_shards)."""
+@click.option("--out", metavar="CACHE.h5", default=None,
+              help="The merged cache to create (never overwritten).  [required]")
+@click.argument("shards", nargs=-1, required=True, metavar="SHARD...")
+def cache_merge_command(out: Optional[str], shards) -> None:
+    """Merge the shard files of `encode --shard` into --out (estratos.cache.merge_shards)."""
+    import os
+    import shlex
+
     from estratos.cache import merge_shards
 
+    if out is None:
+        # the merged file as a first argument (a script written before --out): say how
+        hint = ""
+        if shards and not os.path.exists(shards[0]) and len(shards) > 1:
+            hint = (f"; for example: estratos cache merge --out {shlex.quote(shards[0])} "
+                    + " ".join(shlex.quote(s) for s in shards[1:]))
+        raise click.UsageError(f"Missing option '--out' (the merged cache to create){hint}")
     result = merge_shards(out, shards)
     click.echo(f"merged {result['shards']} shards into {result['path']} ({result['n_rows']} rows)")
 
@@ -526,7 +561,9 @@ def slurm_command(models, tasks, task_files, data_dirs, out, encode_array, probe
     paths = write_scripts(plan)
     click.echo(f"wrote {len(paths)} scripts to {plan.out}")
     if dry_run:
-        click.echo(f"submit them with: bash {plan.path(SUBMIT_SCRIPT)}")
+        import shlex
+
+        click.echo(f"submit them with: bash {shlex.quote(str(plan.path(SUBMIT_SCRIPT)))}")
         return
     click.echo(submit(plan).describe())
 
@@ -564,10 +601,14 @@ def tasks_build_cmd(suite: str, out: Optional[str], seed: int, n_per_task: int,
               help="Seconds to wait to connect and for each read.")
 @click.option("--no-xprobe", is_flag=True, help="Skip the Spanish X-Probe files.")
 @click.option("--keep-archive", is_flag=True, help="Keep the downloaded repository archive.")
+@click.option("--allow-mismatch", is_flag=True,
+              help="Install files that differ from the pinned commits' copies (an error "
+                   "otherwise).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bars [default: when stderr is a terminal].")
 def tasks_download_cmd(benchmark: str, data_dir: str, base_url: str, timeout: float,
-                       no_xprobe: bool, keep_archive: bool, progress: Optional[bool]) -> None:
+                       no_xprobe: bool, keep_archive: bool, allow_mismatch: bool,
+                       progress: Optional[bool]) -> None:
     """Download and unpack a benchmark's data (estratos.tasks.download.download_es)."""
     import sys
 
@@ -575,7 +616,8 @@ def tasks_download_cmd(benchmark: str, data_dir: str, base_url: str, timeout: fl
 
     show = sys.stderr.isatty() if progress is None else progress
     report = download_es(data_dir, base_url=base_url, timeout=timeout, xprobe=not no_xprobe,
-                         keep_archive=keep_archive, progress=show)
+                         keep_archive=keep_archive, progress=show,
+                         allow_mismatch=allow_mismatch)
     for line in report.lines():
         click.echo(line)
     if not report.complete:

@@ -228,6 +228,22 @@ def positive_int(option: str, value: Any, *, allow_none: bool = False) -> Option
     return int(value)
 
 
+#: files that exist where a GPU driver torch can use as ``cuda`` is installed (NVIDIA, the
+#: WSL2 GPU bridge, AMD ROCm)
+_GPU_DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
+
+
+def gpu_driver_present() -> bool:
+    """Whether this machine may have a CUDA device, known without importing torch: a GPU
+    driver's file, or ``nvidia-smi`` on the PATH (True off Linux, where this cannot tell)."""
+    import shutil
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return True
+    return any(os.path.exists(p) for p in _GPU_DRIVER_FILES) or bool(shutil.which("nvidia-smi"))
+
+
 def device_help(kinds: Sequence[str] = ENCODE_DEVICES) -> str:
     """The ``--device`` values a stage running on ``kinds`` takes, for help and errors."""
     words = ["auto", *kinds]
@@ -238,13 +254,18 @@ def device_help(kinds: Sequence[str] = ENCODE_DEVICES) -> str:
 def check_device(text: Optional[str], option: str = "--device",
                  kinds: Sequence[str] = ENCODE_DEVICES) -> str:
     """The syntax of ``--device`` for a stage that runs on ``kinds`` (``auto``, a kind, or
-    ``cuda:N``), lower-cased, without importing torch; whether the device exists is
-    :func:`resolve_device`'s check."""
+    ``cuda:N``), lower-cased, without importing torch; CUDA where no GPU driver is installed
+    (:func:`gpu_driver_present`) is refused at once, since torch takes seconds to load and
+    say so; whether the device exists is :func:`resolve_device`'s check."""
     value = "auto" if text is None else str(text).strip().lower()
     kind, colon, index = value.partition(":")
     if (kind not in DEVICE_WORDS or (colon and (kind != "cuda" or not index.isdigit()))
             or (kind != "auto" and kind not in kinds)):
         raise OptionError(f"{option}: {text!r} is not a device here (use {device_help(kinds)})")
+    if kind == "cuda" and not gpu_driver_present():  # known in an instant, without torch
+        raise OptionError(f"{option}: {text!r} asks for a GPU but CUDA is not available on "
+                          "this machine (no GPU driver: no NVIDIA driver, nvidia-smi or "
+                          "ROCm; use cpu or auto)")
     return value
 
 
@@ -284,7 +305,42 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def check_output_file(path: Union[str, os.PathLike], option: str = "--out") -> None:
+    """Check, before any work, that results can be written at ``path`` (a file created with
+    its parent folders as needed): an existing ``path`` must be a writable file, and the
+    nearest existing folder above it writable, with no file on the way ("Not a directory").
+    Raises :class:`OptionError` naming ``option``; writes nothing."""
+    import errno
+    import tempfile
+
+    target = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    shown = os.fspath(path)
+
+    def fail(reason: str) -> OptionError:
+        return OptionError(f"{option} {shown}: {reason}")
+
+    if os.path.isdir(target):
+        raise fail("is a folder; give a results file such as run.jsonl")
+    parent = os.path.dirname(target)
+    while not os.path.exists(parent):
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    if not os.path.isdir(parent):
+        raise fail(f"{os.strerror(errno.ENOTDIR)} ({parent} is a file)")
+    if os.path.exists(target):
+        if not os.access(target, os.W_OK):
+            raise fail(f"{os.strerror(errno.EACCES)} (the file cannot be written)")
+        return
+    try:  # what os.access cannot tell: a read-only file system, an ACL, a full quota
+        with tempfile.TemporaryFile(dir=parent, prefix=".estratos-check-"):
+            pass
+    except OSError as exc:
+        raise fail(f"{exc.strerror or exc} (cannot create files in {parent})") from None
+
+
 __all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "DEVICE_WORDS", "ENCODE_DEVICES", "PROBE_DEVICES",
-           "ShardSpec", "available_cores", "check_device", "device_help", "parse_baselines",
-           "parse_layers", "parse_seeds", "parse_states", "positive_int", "resolve_device",
-           "resolve_shard"]
+           "ShardSpec", "available_cores", "check_device", "check_output_file", "device_help",
+           "gpu_driver_present", "parse_baselines", "parse_layers", "parse_seeds",
+           "parse_states", "positive_int", "resolve_device", "resolve_shard"]

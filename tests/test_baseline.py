@@ -209,9 +209,9 @@ def test_run_baseline_appends_resumes_and_feeds_the_report(tmp_path: Path):
         ("tiny:S", 1), ("tiny:S", 2), ("tiny:STS", 1), ("tiny:STS", 2)]
     lines = out.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 4 and json.loads(lines[0])["schema"] == 1
-    # a rerun skips every cell, without even loading the tasks
+    # a rerun skips every cell, loading each task once only to check its data is the same
     assert run_baseline([cls.spec, sts.spec], None, out, seeds=(1, 2), loader=load) == []
-    assert load.calls == ["tiny:S", "tiny:STS"]
+    assert load.calls == ["tiny:S", "tiny:STS"] * 2
     # --overwrite appends again; the report keeps the last and says so
     run_baseline([sts.spec], None, out, seeds=(1,), loader=load, overwrite=True)
     loaded = load_results([out])
@@ -432,3 +432,25 @@ def test_baseline_names_parse():
     assert parse_baselines("Word-Bigrams, tfidf,word-bigrams") == ("word-bigrams", "tfidf")
     with pytest.raises(OptionError, match="--baseline: name one baseline"):
         baseline.get_baseline("all")
+
+
+def test_cli_baseline_refuses_to_keep_cells_of_other_data(tmp_path: Path):
+    from probe_toys import write_toy_task
+
+    rows = [("pos" if i % 2 else "neg", f"frase número {i} {'buena' if i % 2 else 'mala'}")
+            for i in range(120)]
+    task_file = write_toy_task(tmp_path, {"train": rows[:80], "dev": rows[80:100],
+                                          "test": rows[100:]})
+    out = tmp_path / "b.jsonl"
+    args = ["baseline", "--task-file", str(task_file), "--seeds", "1,2", "--out", str(out)]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    (tmp_path / "test.tsv").write_text("".join(f"neg\t{x}\n" for _, x in rows[100:]),
+                                       encoding="utf-8")  # the task's data changed
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert f"{out}:1: 2 cell(s) of custom:Toy already in the results were computed on " \
+           "other data" in result.output
+    result = CliRunner().invoke(cli, args + ["--seeds", "1,2,3"])  # also when some are new
+    assert result.exit_code == 1 and "--overwrite" in result.output, result.output
+    assert CliRunner().invoke(cli, args + ["--overwrite"]).exit_code == 0
+    assert CliRunner().invoke(cli, args).exit_code == 0

@@ -269,9 +269,14 @@ def test_cache_commands(tmp_path, batcher_target):
     assert res.exit_code == 1 and "FAILED" in res.output and "1 required sentence" in res.output
     res = runner.invoke(cli, ["cache", "verify", str(tmp_path / "none.h5")])
     assert res.exit_code == 1 and "no such cache" in res.output
-    res = runner.invoke(cli, ["cache", "merge", str(tmp_path / "m.h5"), str(path)])
+    res = runner.invoke(cli, ["cache", "merge", "--out", str(tmp_path / "m.h5"), str(path)])
     assert res.exit_code == 1 and "not a shard" in res.output
     shards = [encode_sentences(sentences, None, tmp_path / "s.h5", encoder=batcher_target,
                                shard=(i, 2)).path for i in range(2)]
     res = runner.invoke(cli, ["cache", "merge", str(tmp_path / "m.h5"), *shards])
+    assert res.exit_code == 2, res.output  # the merged file is given with --out
+    assert "Missing option '--out'" in res.output
+    assert f"estratos cache merge --out {tmp_path / 'm.h5'} {shards[0]}" in res.output
+    assert not (tmp_path / "m.h5").exists()
+    res = runner.invoke(cli, ["cache", "merge", "--out", str(tmp_path / "m.h5"), *shards])
     assert res.exit_code == 0 and "merged 2 shards" in res.output

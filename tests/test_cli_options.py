@@ -60,3 +60,25 @@ def test_ctrl_c_outside_a_runs_own_handler_exits_130_saying_files_are_whole(monk
     assert result.exit_code == 130, result.output
     assert "interrupted (Ctrl-C)" in result.output and "rerun the same command" in result.output
     assert "Aborted!" not in result.output
+
+
+def test_cuda_without_a_gpu_driver_fails_at_once(tmp_path, monkeypatch):
+    # refused before torch is imported (which takes seconds), by encode and probe alike
+    import time
+
+    import estratos.options as options
+
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("hola\n", encoding="utf-8")
+    runner = CliRunner()
+    monkeypatch.setattr(options, "gpu_driver_present", lambda: False)
+    for command in (["encode", "--model", str(tmp_path), "--sentences", str(sentences),
+                     "--out", str(tmp_path / "c.h5")],
+                    ["probe", "--cache", str(tmp_path / "c.h5"), "--tasks",
+                     "es-senteval:TASS1", "--out", str(tmp_path / "r.jsonl")]):
+        started = time.monotonic()
+        res = runner.invoke(cli, command + ["--device", "cuda:0"])
+        assert res.exit_code == 2, res.output
+        assert ("--device: 'cuda:0' asks for a GPU but CUDA is not available on this machine "
+                "(no GPU driver") in res.output
+        assert time.monotonic() - started < 5.0

@@ -265,3 +265,36 @@ def test_compare_selector_keys_are_the_identity_of_a_cell():
     from estratos.report.compare import SELECTOR_KEYS
     record, _ = classification_cell(0, 1)
     assert set(SELECTOR_KEYS) == (set(record.identity) - {"task"}) | {"kind"}
+
+
+def test_cells_of_other_data_are_told_apart_by_compare_and_report(tmp_path):
+    # the same task rebuilt between two runs: each cell records its data digest
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    write_cells(old, [(r.replace(data_digest="aaaaaaaaaaaaaaaa"), p)
+                      for r, p in (classification_cell(0, 1), classification_cell(1, 1))])
+    write_cells(new, [(r.replace(data_digest="bbbbbbbbbbbbbbbb", model="org/other"), p)
+                      for r, p in (classification_cell(0, 1), classification_cell(1, 1))])
+    code, out = _invoke("compare", old, new, "--task", "toy:A", "--a", "model=org/mini,layer=1",
+                        "--b", "model=org/other,layer=1")
+    assert code == 1, out
+    assert ("A and B were computed on different builds of the task's data: A on data digest "
+            f"aaaaaaaaaaaaaaaa ({old}:2), B on bbbbbbbbbbbbbbbb ({new}:2)") in out
+    code, out = _invoke("compare", old, "--task", "toy:A", "--a", "layer=0", "--b", "layer=1")
+    assert code == 0, out  # one build: compared as before
+    code, out = _invoke("report", old, new, "--out", tmp_path / "rep", "--format", "md")
+    assert code == 0, out
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert ("toy:A was computed on 2 different builds of its data (data digests "
+            f"aaaaaaaaaaaaaaaa (2 cell(s), e.g. {old}:1); bbbbbbbbbbbbbbbb") in md
+    # one cell, other data: not a "duplicate" of the first copy
+    again = tmp_path / "again.jsonl"
+    write_cells(again, [(r.replace(data_digest="cccccccccccccccc"), p)
+                        for r, p in (classification_cell(0, 1),)])
+    code, out = _invoke("report", old, again, "--out", tmp_path / "rep2", "--format", "md")
+    assert code == 0, out
+    md = (tmp_path / "rep2" / "report.md").read_text()
+    assert "was computed on other data (data digest cccccccccccccccc) than at" in md
+    assert "duplicate cell" not in md
+    code, out = _invoke("compare", old, again, "--task", "toy:A", "--a", "layer=0",
+                        "--b", "layer=1")
+    assert code == 1 and "data digest aaaaaaaaaaaaaaaa" in out, out

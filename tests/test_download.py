@@ -18,12 +18,14 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 from estratos.errors import InputError, OptionError
-from estratos.tasks.download import (BENCHMARK_REPO, NOT_PUBLISHED, REFERENCE_SHA256,
-                                     XPROBE_REPO, DownloadError, download_es, fetch,
-                                     registry_files)
+from estratos.tasks.download import (BENCHMARK_COMMIT, BENCHMARK_REPO, NOT_PUBLISHED,
+                                     REFERENCE_GIT_BLOBS, REFERENCE_SHA256, XPROBE_COMMIT,
+                                     XPROBE_REPO, XPROBE_TASKS, DownloadError, download_es, fetch,
+                                     git_blob_id, registry_files)
 
-ARCHIVE_PATH = f"/{BENCHMARK_REPO}/archive/HEAD.zip"
-TOP = "Spanish-Sentence-Evaluation-HEAD"
+ARCHIVE_PATH = f"/{BENCHMARK_REPO}/archive/{BENCHMARK_COMMIT}.zip"
+XPROBE_RAW = f"/{XPROBE_REPO}/raw/{XPROBE_COMMIT}/es"
+TOP = f"Spanish-Sentence-Evaluation-{BENCHMARK_COMMIT}"
 
 
 class _Server(ThreadingHTTPServer):
@@ -114,7 +116,7 @@ def make_archive(extra: Optional[Dict[str, bytes]] = None) -> bytes:
 def serve_all(srv: _Server, archive: Optional[bytes] = None) -> Dict[str, str]:
     srv.files[ARCHIVE_PATH] = make_archive() if archive is None else archive
     for rel, data in XPROBE.items():
-        srv.files[f"/{XPROBE_REPO}/raw/HEAD/es/{rel}"] = data
+        srv.files[f"{XPROBE_RAW}/{rel}"] = data
     reference = {rel: sha(data) for rel, data in DATA.items()}
     reference.update({f"senteval/Probing-xprobe/{rel}": sha(d) for rel, d in XPROBE.items()})
     reference["senteval/MC/muchocine.pos"] = sha(b"never served")
@@ -241,13 +243,95 @@ def test_http_errors(server, tmp_path):
         download_es(tmp_path / "b", base_url=base(server), timeout=5, reference=reference)
 
 
-def test_checksum_mismatch_is_reported(server, tmp_path):
+def test_checksum_mismatch_is_an_error_unless_allowed(server, tmp_path):
     reference = serve_all(server)
     reference["senteval/SQC/test.txt"] = sha(b"another version")
+    with pytest.raises(DownloadError, match=r"1 downloaded file\(s\) differ from the pinned "
+                       r"commits' copies .*senteval/SQC/test.txt; nothing of them was "
+                       r"installed.*--allow-mismatch"):
+        download_es(tmp_path / "es", base_url=base(server), timeout=5, reference=reference)
+    assert not (tmp_path / "es" / "senteval").exists()  # the archive is verified first
     report = download_es(tmp_path / "es", base_url=base(server), timeout=5,
-                         reference=reference)
+                         reference=reference, allow_mismatch=True)
     assert report.mismatched == ["senteval/SQC/test.txt"]
-    assert any("differs from the reference" in line for line in report.lines())
+    assert any("differs from the pinned commit's copy (kept: --allow-mismatch)" in line
+               for line in report.lines())
+
+
+def test_a_file_the_pinned_commit_lacks_is_a_mismatch(server, tmp_path):
+    reference = serve_all(server, archive=make_archive({"senteval/NEW/extra.txt": b"new"}))
+    with pytest.raises(DownloadError, match="senteval/NEW/extra.txt"):
+        download_es(tmp_path / "es", base_url=base(server), timeout=5, reference=reference)
+
+
+def test_xprobe_mismatch_is_refused_before_it_is_installed(server, tmp_path):
+    reference = serve_all(server)
+    reference["senteval/Probing-xprobe/bigram_shift/te.txt"] = sha(b"other")
+    with pytest.raises(DownloadError, match="bigram_shift/te.txt"):
+        download_es(tmp_path / "es", base_url=base(server), timeout=5, reference=reference)
+    assert not (tmp_path / "es/senteval/Probing-xprobe/bigram_shift/te.txt").exists()
+
+
+def test_files_without_a_sha256_are_verified_by_git_blob_id(server, tmp_path):
+    reference = serve_all(server)
+    data = DATA["discoeval/RST/RST_TRAIN.pkl"]
+    del reference["discoeval/RST/RST_TRAIN.pkl"]
+    blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    report = download_es(tmp_path / "es", base_url=base(server), timeout=5,
+                         reference=reference, blobs={"discoeval/RST/RST_TRAIN.pkl": blob})
+    assert report.mismatched == [] and "discoeval/RST/RST_TRAIN.pkl" in report.installed
+    assert git_blob_id(tmp_path / "es/discoeval/RST/RST_TRAIN.pkl") == blob
+    with pytest.raises(DownloadError, match="RST_TRAIN.pkl"):
+        download_es(tmp_path / "es2", base_url=base(server), timeout=5, reference=reference,
+                    blobs={"discoeval/RST/RST_TRAIN.pkl": "0" * 40})
+
+
+def test_every_pinned_file_has_a_digest():
+    # every file a task may read is verified: by sha256, or by its git blob id
+    assert set(NOT_PUBLISHED) <= set(REFERENCE_GIT_BLOBS)
+    assert not set(REFERENCE_SHA256) & set(REFERENCE_GIT_BLOBS)
+    assert all(len(d) == 40 for d in REFERENCE_GIT_BLOBS.values())
+
+
+def test_cli_download_of_a_complete_copied_folder_needs_no_network(tmp_path, monkeypatch):
+    import estratos.tasks.download as dl
+
+    out = tmp_path / "es"
+    reference = {}
+    xprobe = {f"senteval/Probing-xprobe/{t}/{split}.txt": f"{t} {split}\t0\n".encode()
+              for t in XPROBE_TASKS for split in ("va", "te")}
+    for rel, data in {**DATA, **xprobe}.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+        reference[rel] = sha(data)
+    monkeypatch.setattr(dl, "REFERENCE_SHA256", reference)
+    monkeypatch.setattr(dl, "registry_files", lambda data_dir: set())
+    res = CliRunner().invoke(cli, ["tasks", "download", "es", "--data-dir", str(out),
+                                   "--base-url", "http://127.0.0.1:9", "--timeout", "2",
+                                   "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "absent, with a fallback" in res.output and "not fetched" in res.output
+    assert "bigram_shift/tr.txt" in res.output
+
+
+def test_cli_download_mismatch_exits_1_and_allow_mismatch_installs(server, tmp_path,
+                                                                    monkeypatch):
+    import estratos.tasks.download as dl
+
+    reference = serve_all(server)
+    del reference["senteval/MC/muchocine.pos"]
+    reference["senteval/SQC/test.txt"] = sha(b"another version")
+    monkeypatch.setattr(dl, "REFERENCE_SHA256", reference)
+    monkeypatch.setattr(dl, "registry_files", lambda data_dir: set())
+    args = ["tasks", "download", "es", "--data-dir", str(tmp_path / "es"), "--base-url",
+            base(server), "--timeout", "5", "--no-progress"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 1, res.output
+    assert res.output.count("Error:") == 1 and "--allow-mismatch" in res.output
+    res = CliRunner().invoke(cli, args + ["--allow-mismatch"])
+    assert res.exit_code == 0, res.output
+    assert "warning: senteval/SQC/test.txt differs from the pinned commit's copy" in res.output
+    assert f"{BENCHMARK_REPO}@{BENCHMARK_COMMIT[:12]}" in res.output
 
 
 @pytest.mark.parametrize("kwargs, needle", [

@@ -401,7 +401,7 @@ def test_random_init_merge_refuses_mixed_shards(zoo, toy_task, tmp_path):
             "--threads", "1"]
     assert invoke(base + ["--shard", "0/2"]).exit_code == 0
     assert invoke(base + ["--shard", "1/2", "--random-init", "3"]).exit_code == 0
-    res = invoke(["cache", "merge", tmp_path / "m.h5", tmp_path / "c.shard-0-of-2.h5",
+    res = invoke(["cache", "merge", "--out", tmp_path / "m.h5", tmp_path / "c.shard-0-of-2.h5",
                   tmp_path / "c.shard-1-of-2.h5"])
     assert res.exit_code == 1 and "random_init" in res.output
     assert not (tmp_path / "m.h5").exists()

@@ -112,7 +112,7 @@ def test_other_states_are_refused_on_resume_extend_and_merge(tiny_bert_dir, tmp_
         result = encode(tiny_bert_dir, tmp_path / "m.h5", src, "--shard", f"{i}/2",
                         "--states", states)
         assert result.exit_code == 0, result.output
-    result = invoke("cache", "merge", tmp_path / "merged.h5",
+    result = invoke("cache", "merge", "--out", tmp_path / "merged.h5",
                     *sorted(tmp_path.glob("m.shard-*.h5")))
     assert result.exit_code == 1 and "states" in result.output, result.output
 

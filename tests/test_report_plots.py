@@ -149,7 +149,7 @@ def test_zscore_heatmap_places_avg_on_the_layers_scale(fixture_dir):
     assert low == -high  # a diverging scale centred on the layers' mean
 
 
-def test_layer_curves_have_bands_avg_point_floor_and_full_range(fixture_dir):
+def test_layer_curves_have_bands_avg_point_floor_and_a_fitted_range(fixture_dir):
     pytest.importorskip("matplotlib")
     from matplotlib.collections import PolyCollection
     from estratos.report.plots import curves_plot
@@ -161,7 +161,9 @@ def test_layer_curves_have_bands_avg_point_floor_and_full_range(fixture_dir):
     assert [ax.get_title() for ax in axes] == ["SC: mean of its 2 datasets", "MC (accuracy)",
                                                "TASS1 (accuracy)"]
     tass = axes[2]
-    assert tass.get_ylabel() == "accuracy (%)" and tass.get_ylim() == (0.0, 100.0)
+    assert tass.get_ylabel() == "accuracy (%)"
+    low, high = tass.get_ylim()  # fitted to the points, the bands and the floor (40)
+    assert 0.0 < low < 40.0 and high < 100.0
     assert [t.get_text() for t in tass.get_xticklabels()][-1] == "avg"
     # BETO has two seeds: a band of +- 1 sample std around its mean line
     bands = [c for c in tass.collections if isinstance(c, PolyCollection)]
@@ -303,3 +305,54 @@ def test_display_names_tell_models_apart_and_always_name_a_control_model():
     assert set(display_names([a, b]).values()) == {"/x/a/model@r", "/y/a/model@r"}
     hub = system("org/name", "abc")
     assert display_names([hub]) == {hub: "org/name"}
+
+
+def test_curve_axis_fits_the_data_and_keeps_the_floor_in_view():
+    from estratos.report.plots import curve_y_range
+
+    lo, hi = curve_y_range(["accuracy"], 52.2, 54.2, 40.0)  # TASS1 layers over its floor
+    assert 38.0 < lo < 40.0 and 54.2 < hi < 56.0
+    lo, hi = curve_y_range(["accuracy"], 70.0, 72.0)  # no floor: the 2 points fill the axis
+    assert 68.0 < lo < 70.0 and 72.0 < hi < 74.0
+    assert curve_y_range(["accuracy"], 0.5, 99.8, 50.0) == (0.0, 100.0)
+    assert curve_y_range(["pearson"], -12.0, 30.0, 0.0)[0] < -12.0
+
+
+def test_cli_plots_of_one_layer_and_avg(tmp_path):
+    # --layers 0,avg: no z-score heatmap (a z-score over one layer has no scale), and the
+    # curves' axis spans the two scores, not 0-100
+    pytest.importorskip("matplotlib")
+    lines = []
+    for seed in (1, 2):
+        lines += [record("es-senteval:TASS1", "SC", 0, seed, 54.5 + seed / 10),
+                  record("es-senteval:TASS1", "SC", "avg", seed, 41.4 + seed / 10)]
+    path = write_lines(tmp_path / "r.jsonl", lines)
+    result = CliRunner().invoke(cli, ["report", str(path), "--out", str(tmp_path / "rep"),
+                                      "--plot", "--format", "md"])
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (tmp_path / "rep" / "plots").iterdir())
+    assert not any(n.startswith("heatmap-zscores") for n in names), names
+    assert any(n.startswith("layer-curves_SC") for n in names)
+    from estratos.report.plots import curves_plot, zscore_plot
+
+    agg = _agg(path)
+    assert zscore_plot(agg, agg.systems[0]) is None
+    ax = [a for a in curves_plot(agg, "SC").axes if a.axison][0]
+    low, high = ax.get_ylim()
+    assert 30.0 < low < 41.4 and 54.7 < high < 60.0
+
+
+def test_zscore_leaves_avg_blank_for_a_task_whose_layers_do_not_differ(tmp_path):
+    pytest.importorskip("matplotlib")
+    from estratos.report.plots import zscore_plot
+
+    lines = [record("es-senteval:TASS1", "SC", layer, 1, score)
+             for layer, score in ((0, 50.0), (1, 50.0), ("avg", 41.0))]
+    lines += [record("es-senteval:MC", "SC", layer, 1, score)
+              for layer, score in ((0, 60.0), (1, 70.0), ("avg", 66.0))]
+    agg = _agg(write_lines(tmp_path / "r.jsonl", lines))
+    fig = zscore_plot(agg, agg.systems[0])
+    ax = next(ax for ax in fig.axes if ax.images)
+    low, high = ax.images[0].get_clim()
+    assert high < 2.0  # no -9 from dividing by a spread of 0
+    assert "-9.0" not in _texts(ax)

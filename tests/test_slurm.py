@@ -69,7 +69,8 @@ def test_dry_run_writes_readable_scripts_and_submit_sh(synth, tmp_path):
         assert line in encode.splitlines(), line
     merge = (out / "model-a.merge.sbatch").read_text()
     assert "--gres" not in merge and "--array" not in merge and "--account=proj" in merge
-    assert f"cache merge {out}/model-a.h5 \\\n      {out}/model-a.shard-*-of-4.h5\n" in merge
+    assert f"cache merge --out {out}/model-a.h5 \\\n      {out}/model-a.shard-*-of-4.h5\n" \
+        in merge
     probe = (out / "model-b.probe.sbatch").read_text()
     for line in ["#SBATCH --array=0-2", '    --shard "$SLURM_ARRAY_TASK_ID/3" \\',
                  "    --layers 0,2,avg \\", "    --pooling mean \\", "    --seeds 1111,1 \\",
@@ -138,7 +139,7 @@ def test_paths_and_values_are_quoted_for_bash(synth, tmp_path):
     assert calls[0] == ["encode", "--model", str(model), "--tasks", TASKS, "--data-dir",
                         f"synthetic-es={data}", "--shard", "1/2", "--out",
                         str(odd / "my-model.h5")]
-    assert calls[1] == ["cache", "merge", str(odd / "my-model.h5"),
+    assert calls[1] == ["cache", "merge", "--out", str(odd / "my-model.h5"),
                         str(odd / "my-model.shard-*-of-2.h5")]  # no shard files: glob kept
     assert calls[2][:2] == ["cache", "verify"] and calls[3][0] == "probe"
     assert calls[3][calls[3].index("--shard") + 1] == "1/2"

@@ -94,6 +94,12 @@ def test_data_dirs_parsing(tmp_path):
 
 
 def test_listing_reads_no_data(es_data_dir, monkeypatch):
+    # but the tasks whose dev split is held out of a training pool: whether that pool is
+    # used depends on its contents (see test_listing_says_what_probe_does_with_a_pool)
+    from estratos.tasks.loading import plan_task
+
+    dirs = DataDirs.parse([str(es_data_dir)])
+    specs = [s for s in all_specs() if plan_task(s, dirs).holdout_from is None]
     real_open = builtins.open
     data_root = str(es_data_dir)
 
@@ -104,12 +110,37 @@ def test_listing_reads_no_data(es_data_dir, monkeypatch):
 
     monkeypatch.setattr(builtins, "open", guarded_open)
     monkeypatch.setattr(io, "open", guarded_open)
-    rows = list_tasks(all_specs(), DataDirs.parse([str(es_data_dir)]))
+    rows = list_tasks(specs, dirs)
     by_id = {r["id"]: r for r in rows}
     assert by_id["es-senteval:TASS1"]["present"] is True
     assert by_id["es-senteval:PAWS"]["protocol"] == "inner-kfold"
-    assert by_id["es-discoeval:DCwiki"]["fallback"].startswith("no train file")
     assert by_id["en-senteval:MR"]["present"] is False
+    assert "es-discoeval:DCwiki" not in by_id and "es-senteval:Depth" not in by_id
+
+
+def test_listing_says_what_probe_does_with_a_pool(tmp_path):
+    # X-Probe's tree_depth va.txt repeats its te.txt: the test file alone is split, and
+    # `tasks list` says so with the sizes probe uses, as `tasks show` does
+    folder = tmp_path / "senteval" / "Probing-xprobe"
+    rows = "".join(f"frase {i} con {'palabras ' * (i % 5)}.\t{3 + i % 5}\n" for i in range(500))
+    for name, va in (("tree_depth", rows), ("past_present", rows[:len(rows) // 2])):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "te.txt").write_text(rows, encoding="utf-8")
+        other = "".join(f"otra {i}.\t{3 + i % 5}\n" for i in range(300))
+        (folder / name / "va.txt").write_text(va if name == "tree_depth" else other,
+                                              encoding="utf-8")
+    result = CliRunner().invoke(cli, ["tasks", "list", "es-senteval:Depth,es-senteval:Tense",
+                                      "--sizes", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    depth = next(l for l in result.output.splitlines() if l.startswith("es-senteval:Depth"))
+    tense = next(l for l in result.output.splitlines() if l.startswith("es-senteval:Tense"))
+    assert depth.split()[-5:-2] == ["350", "50", "100"], depth
+    assert tense.split()[-5:-2] == ["270", "30", "500"], tense
+    assert "repeats 100% of the test file" in result.output
+    assert "so the test file alone is split" in result.output
+    shown = CliRunner().invoke(cli, ["tasks", "show", "es-senteval:Depth", "--data-dir",
+                                     str(tmp_path)])
+    assert "train: 350 examples" in shown.output and "test: 100 examples" in shown.output
 
 
 def test_describe_without_data_dir_is_not_an_error():

@@ -146,7 +146,7 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
                                f"{target.parent} and run the same command again to resume"
                                ) from exc
             raise
-        n_cached, n_resumed, n_encoded, n_truncated = summary
+        n_cached, n_resumed, n_encoded, n_truncated, encode_seconds = summary
         n_rows = session.open_writer.n_done
         n_truncated_total = session.open_writer.count_truncated()
         session.finish(shard_attrs)
@@ -154,7 +154,8 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
                          n_encoded, n_truncated, n_rows, enc.max_length,
                          time.perf_counter() - started, shard_sel,
                          n_truncated_total=n_truncated_total,
-                         expected_bytes=space.expected if space else None)
+                         expected_bytes=space.expected if space else None,
+                         encode_seconds=encode_seconds)
 
 
 def _space(session: CacheSession, enc, texts: List[str], keys: List[bytes], dtype: str,
@@ -280,8 +281,9 @@ def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
                                 dtype=dtype, bar=bar)
     finally:
         bar.close()
-    log.debug("%d batches encoded and written in %.2fs", len(batches), time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    log.debug("%d batches encoded and written in %.2fs", len(batches), seconds)
     if n_truncated:
         log.warning("%d of %d sentences were truncated at %d tokens", n_truncated, n_encoded,
                     enc.max_length)
-    return n_cached, n_resumed, n_encoded, n_truncated
+    return n_cached, n_resumed, n_encoded, n_truncated, seconds

@@ -24,10 +24,17 @@ class EncodeSummary:
     shard: Optional[Tuple[int, int]] = None
     n_truncated_total: Optional[int] = None  # cut at max_length in the whole cache now
     expected_bytes: Optional[int] = None     # the size estimated before writing
+    #: seconds spent encoding and writing batches (``seconds`` also holds the model load,
+    #: tokenization and the cache's checks); None when not measured
+    encode_seconds: Optional[float] = None
 
     @property
-    def sentences_per_second(self) -> float:
-        return self.n_encoded / self.seconds if self.seconds > 0 else 0.0
+    def sentences_per_second(self) -> Optional[float]:
+        """The encoding rate, over the time spent encoding batches (not the model load);
+        None when nothing was encoded or the time is unknown."""
+        if not self.n_encoded or not self.encode_seconds or self.encode_seconds <= 0:
+            return None
+        return self.n_encoded / self.encode_seconds
 
     def as_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -45,10 +52,13 @@ class EncodeSummary:
         if self.shard:
             lines.append(f"shard {self.shard[0]}/{self.shard[1]}: {self.n_selected} of "
                          f"{self.n_unique} unique sentences")
+        rate = self.sentences_per_second
         lines.append(f"sentences: {self.n_input} given, {self.n_unique} unique, "
                      f"{self.n_cached} already cached, {self.n_resumed} resumed, "
-                     f"{self.n_encoded} encoded in {self.seconds:.1f}s "
-                     f"({self.sentences_per_second:.1f} sentences/s)")
+                     f"{self.n_encoded} encoded in {self.seconds:.1f}s"
+                     + ("" if rate is None else
+                        f" ({rate:.1f} sentences/s over {self.encode_seconds:.1f}s of "
+                        "encoding; the rest: model load and checks)"))
         if self.n_encoded == 0 and self.n_resumed == 0 and self.n_cached == self.n_selected:
             lines.append(self.headline())
             if self.max_length and self.n_truncated_total is not None:

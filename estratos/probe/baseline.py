@@ -69,11 +69,12 @@ from estratos.probe.features import COMBINERS
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
 from estratos.probe.classifiers import LogisticGrid
 from estratos.probe.records import System, cell_record, store_cells
-from estratos.options import parse_baselines, parse_seeds
+from estratos.options import check_output_file, parse_baselines, parse_seeds
 from estratos.protocols import CellOutcome, get_protocol
 from estratos.vocab import (BASELINE_MODEL_PREFIX, DEFAULT_BASELINE, DEFAULT_KFOLD,
                             DEFAULT_L2_GRID, DEFAULT_SEED, VALIDATION_SPLIT)
 from estratos.results import ResultRecord, ResultsStore
+from estratos.results.provenance import check_done_cells
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 from estratos.text import surface_length
 
@@ -398,6 +399,7 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
     chosen = [BASELINES[name] for name in parse_baselines(baselines)]
     if not specs:
         raise OptionError("--tasks: no task selected")
+    check_output_file(out)
     if loader is None:
         from estratos.tasks import load_task
         loader = load_task
@@ -408,9 +410,15 @@ def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
         todo = [(b, s) for b in chosen for s in seeds
                 if b.system.key(spec.id, None, None, s, b.name) not in done]
         if not todo:
+            check_done_cells([out], [spec], data_dirs, done.__contains__, loader)
             log.info("baseline %s: every cell already in %s; skipped", spec.id, out)
             continue
         data = loader(spec, data_dirs)
+        kept = {b.system.key(spec.id, None, None, s, b.name) for b in chosen for s in seeds
+                if (b, s) not in todo}
+        if kept:  # the cells kept must have been computed on this data
+            check_done_cells([out], [spec], data_dirs, kept.__contains__,
+                             digests={spec.id: data.digest})
         for b, seed in todo:
             record, outcome = _evaluate(data, seed, DEFAULT_L2_GRID, b)
             written += store_cells(out, data, [record], [outcome], overwrite=overwrite,

@@ -82,7 +82,8 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: 
         cache=None if system.cache is None else dict(system.cache),
         estratos_version=__version__, created=utc_now(), device=system.device,
         capped=None if outcome.capped is None else {"max_iter": int(outcome.capped)},
-        mdl=outcome.extra.get("mdl"), degenerate=degenerate(task, outcome), **extra)
+        mdl=outcome.extra.get("mdl"), degenerate=degenerate(task, outcome),
+        data_digest=task.digest, **extra)
 
 
 def store_cells(out: Union[str, os.PathLike], task: TaskData,

@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 
 from estratos import errors as _errors
 from estratos.errors import EstratosError, MissingSentences, OptionError
-from estratos.options import (available_cores, parse_layers, parse_seeds, positive_int,
-                              resolve_shard)
+from estratos.options import (available_cores, check_output_file, parse_layers, parse_seeds,
+                              positive_int, resolve_shard)
 from estratos.probe.cells import FUSED_SEED_DEVICES, Classifier, resolve_probe_device
 from estratos.probe.estimator import DEFAULT_CLASSIFIER, get_estimator
 from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
@@ -41,6 +41,7 @@ from estratos.probe.scheduler import make_executor
 from estratos.probe.settings import check_classifier, task_estimator
 from estratos.probe.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
 from estratos.results import ResultRecord
+from estratos.results.provenance import check_done_cells
 from estratos.results.reader import done_keys, expand_paths
 from estratos.results.record import PERMUTED_LABELS
 from estratos.vocab import DEFAULT_POOLING, DEFAULT_SEED, LayerSpec
@@ -168,6 +169,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     where = resolve_shard(shard)
     cache_path = Path(cache_path)
     out_path = shard_path(out, where)
+    check_output_file(out_path)  # before any training, not after the first unit
     expect = {"model": expect_model} if expect_model else None
     with open_cache(cache_path, expect=expect) as cache:
         if pooling is None:
@@ -192,6 +194,10 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     def key(task: str, layer: LayerSpec, seed: int) -> tuple:
         return system.key(task, layer, pooling, seed, classifier_name, control)
 
+    if done:  # a cell computed on other data than the task's now is not skipped silently
+        grid = {key(t, layer, s) for t in ids for layer in layer_specs for s in seeds_t}
+        check_done_cells([out_path] + (expand_paths(list(resume_from)) if resume_from else []),
+                         specs, data_dirs, grid.__contains__, loader)
     pending = _pending_cells(ids, layer_specs, seeds_t, key, done)
     grid_cells = len(ids) * len(layer_specs) * len(seeds_t)
     if not pending:
@@ -245,7 +251,8 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
             log.info("%d cell(s) in %d unit(s) on %d process(es)",
                      sum(u.n_cells for u in units), len(units), executor.processes)
             show = sys.stderr.isatty() if progress is None else bool(progress)
-            bar = GridProgress(units, executor.processes, show)
+            bar = GridProgress(units, executor.processes, show,
+                               lines=progress is None and not show)
             failures = _run_units(executor, units, records, stats, bar)
             processes = executor.processes
     except KeyboardInterrupt:
@@ -277,7 +284,8 @@ def _controllable(specs: Sequence[Any]) -> List[Any]:
     left = [s.id for s in specs if s not in kept]
     if left and not kept:
         raise OptionError(f"--control-labels: no selected task trains a probe "
-                          f"({', '.join(left)} score an untrained cosine)")
+                          f"({', '.join(left)} {'scores' if len(left) == 1 else 'score'} an "
+                          "untrained cosine)")
     if left:
         log.warning("--control-labels: no control for %s (an untrained cosine: nothing to "
                     "permute)", ", ".join(left))

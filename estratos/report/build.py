@@ -25,6 +25,7 @@ from estratos.errors import OptionError, ResultsError
 from estratos.report import odesia
 from estratos.report.intervals import StatsOptions, apply as apply_stats, correction_text
 from estratos.results import LoadedResults, Located, Notice, expand_paths, load_results
+from estratos.results.provenance import data_builds, describe_builds
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.tables import (
     Cell, Footnotes, Table, dataset_tables, group_table, layer_tables)
@@ -213,6 +214,11 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     if not loaded.records:
         raise ResultsError(f"no results to report in {', '.join(paths)}")
     agg = aggregate(loaded.records)
+    builds = [Notice("report", None, describe_builds(task, found) + "; their scores are "
+                     "not comparable and are shown side by side only with this notice")
+              for task, found in data_builds(loaded.records).items()]
+    for notice in builds:
+        log.warning("%s", notice)
     notes = Footnotes()
     intervals, marks, stat_notices = ({}, {}, []) if stats is None or not stats.active \
         else apply_stats(agg, loaded.records, stats)
@@ -239,7 +245,8 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     if surface:
         sections.append(Section("Surface baselines", surface, SURFACE_INTRO))
     sections += _control_sections(agg, loaded.records, control, notes, stats)
-    content = ReportContent(loaded.sources, loaded.notices + stat_notices, agg, sections,
+    content = ReportContent(loaded.sources, loaded.notices + builds + stat_notices, agg,
+                            sections,
                             notes, reference=reference, intervals=intervals, marks=marks)
     base_scores = odesia.baseline_scores(agg) if (baseline or gap) else {}
     if baseline:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
-from estratos.report.aggregate import Row, layer_label, revision_tag, row_of
+from estratos.report.aggregate import (Row, layer_label, revision_tag, row_of,
+                                      short_model_name)
 from estratos.report.intervals import RowSample, Samples
 from estratos.results import LoadedResults, Located, ResultRecord, load_results
 from estratos.results.record import cell_key
@@ -80,7 +81,7 @@ def _matches(loc: Located, selector: Dict[str, str]) -> bool:
         got = have.get(key)
         if key == "model":
             if not (r.model == value or r.model.endswith("/" + value.lstrip("/"))
-                    or row_of(r).system.label == value):
+                    or row_of(r).system.label == value or short_model_name(r.model) == value):
                 return False
         elif got is None:
             if value.lower() not in NONE_VALUES:
@@ -162,13 +163,15 @@ def _where(loc: Located) -> str:
 
 
 #: record fields named first (with their values) when two copies of a cell differ
-_SHOWN = ("sizes", "score", "created")
+_SHOWN = ("sizes", "data_digest", "score", "created")
 
 
 def _shown(record: ResultRecord, name: str) -> str:
     if name == "sizes":
         test = (record.sizes or {}).get("test")
         return "test size unknown" if test is None else f"{test} test examples"
+    if name == "data_digest":
+        return f"data digest {record.data_digest}"
     return f"{name} {getattr(record, name)}"
 
 
@@ -209,6 +212,31 @@ def _conflicts(loaded: LoadedResults, locs: Sequence[Located], last_wins: bool) 
         f"{_where(other)} and {_where(kept)}{differ}{more}. Which one to compare is "
         "ambiguous: pass only the file you mean, or --last-wins to use the copy of the "
         "file given last")
+
+
+def _same_data(locs_a: Sequence[Located], locs_b: Sequence[Located], a: str, b: str) -> None:
+    """Refuse sides computed on different builds of the task's data (their recorded data
+    digests differ): a paired comparison needs the same examples, and a difference between
+    builds is not a difference between the cells. Records without a digest are not checked."""
+    sides = []
+    for option, text, locs in (("--a", a, locs_a), ("--b", b, locs_b)):
+        found: Dict[str, Located] = {}
+        for loc in locs:
+            if loc.record.data_digest:
+                found.setdefault(loc.record.data_digest, loc)
+        if len(found) > 1:
+            where = "; ".join(f"{d} at {_where(l)}" for d, l in found.items())
+            raise ResultsError(f"{option}: the seeds of {text!r} were computed on different "
+                               f"builds of the task's data (data digests {where}); rerun "
+                               "them on one build")
+        sides.append(found)
+    found_a, found_b = sides
+    if found_a and found_b and set(found_a) != set(found_b):
+        [(da, la)], [(db, lb)] = found_a.items(), found_b.items()
+        raise ResultsError(
+            f"A and B were computed on different builds of the task's data: A on data digest "
+            f"{da} ({_where(la)}), B on {db} ({_where(lb)}); a paired comparison needs the "
+            "same examples: rerun one side on the other's data")
 
 
 def _describe_cell(record: ResultRecord) -> str:
@@ -298,6 +326,7 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
     if {loc.record.key for loc in locs_a} == {loc.record.key for loc in locs_b}:
         raise OptionError(f"--a {a!r} and --b {b!r} select the same cells")
     notes = _conflicts(loaded, locs_a + locs_b, last_wins)
+    _same_data(locs_a, locs_b, a, b)
     label_a, label_b = _describe(locs_a[0].record), _describe(locs_b[0].record)
     # one lookup per side: each holds exactly its selected cells (seeds included), whatever
     # the report's row grouping makes of two sides of one row

@@ -82,6 +82,20 @@ def metric_y_range(metrics: Sequence[str], lowest: float) -> Tuple[float, float]
     return 0.0, 100.0
 
 
+def curve_y_range(metrics: Sequence[str], lowest: float, highest: float,
+                  floor: Optional[float] = None) -> Tuple[float, float]:
+    """The y range of a curve panel, fitted to what it draws: the lowest and highest point
+    (bands included) and the floor line, with a margin of 8% of that span (at least one
+    point), kept within the metric's bounds (0-100; correlations from -100). A fixed 0-100
+    axis flattens the 2-10 point differences between layers that the figure is for."""
+    lo, hi = lowest, highest
+    if floor is not None:
+        lo, hi = min(lo, floor), max(hi, floor)
+    pad = max(0.08 * (hi - lo), 1.0)
+    bottom = -100.0 if any(m in ("pearson", "spearman") for m in metrics) else 0.0
+    return max(bottom, lo - pad), min(100.0, hi + pad)
+
+
 # --------------------------------------------------------------------------- data
 
 def _layer_rows(agg: Aggregate, system: System) -> List[Row]:
@@ -261,10 +275,15 @@ def zscore_plot(agg: Aggregate, system: System) -> Any:
     (a matplotlib Figure, or None)."""
     Figure, _ = require_matplotlib()
     datasets, layers, matrix, undefined = layer_matrix(agg, system)
-    if matrix.size == 0:
-        return None
-    layer_cols = np.array([label != "avg" for label in layers])
+    layer_cols = np.array([label != "avg" for label in layers], dtype=bool)
+    if matrix.size == 0 or layer_cols.sum() < 2:
+        return None  # a z-score across one layer says nothing (its spread is 0)
     shown = standardize_rows(matrix, layer_cols)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        flat = ~(np.nanstd(matrix[:, layer_cols], axis=1) > 0)
+    # a task whose layers do not differ has no scale to place its avg on: left blank
+    shown[np.ix_(flat, ~layer_cols)] = np.nan
     bound = max(1.0, float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0)
     fig = Figure(figsize=_heat_size(len(layers), len(datasets), 1))
     ax = fig.add_subplot(1, 1, 1)
@@ -362,7 +381,7 @@ def _draw_curves(ax, agg: Aggregate, group: str, panel: _Panel, colours: Dict[Sy
     last = max((r.layer for s in probed for r in agg.layers_of(s) if isinstance(r.layer, int)),
                default=0)
     avg_x = last + 1.5
-    drawn, lowest = False, 0.0
+    drawn, lowest, highest = False, math.inf, -math.inf
     for system in agg.systems:
         colour = colours[system]
         points = [(r.layer, st) for r in agg.layers_of(system) if isinstance(r.layer, int)
@@ -375,6 +394,7 @@ def _draw_curves(ax, agg: Aggregate, group: str, panel: _Panel, colours: Dict[Sy
                     label=system_title(system, agg.name(system)))
             ax.fill_between(xs, ys - sd, ys + sd, color=colour, alpha=0.2, linewidth=0)
             lowest = min(lowest, float((ys - sd).min()))
+            highest = max(highest, float((ys + sd).max()))
             drawn = True
         for r in agg.layers_of(system):
             st = _stat(agg, r, panel, group)
@@ -384,11 +404,13 @@ def _draw_curves(ax, agg: Aggregate, group: str, panel: _Panel, colours: Dict[Sy
                 ax.errorbar([avg_x], [st.mean], yerr=[st.std or 0.0], fmt="D", markersize=4,
                             color=colour, capsize=3)
                 lowest = min(lowest, st.mean - (st.std or 0.0))
+                highest = max(highest, st.mean + (st.std or 0.0))
                 drawn = True
             elif r.layer is None:
                 ax.axhline(st.mean, linestyle=":", linewidth=1.5, color=colour,
                            label=agg.name(system))
                 lowest = min(lowest, st.mean)
+                highest = max(highest, st.mean)
                 drawn = True
     if not drawn:
         return False
@@ -403,7 +425,8 @@ def _draw_curves(ax, agg: Aggregate, group: str, panel: _Panel, colours: Dict[Sy
     ax.set_xticks(ticks + ([avg_x] if has_avg else []),
                   labels=[str(t) for t in ticks] + (["avg"] if has_avg else []))
     ax.set_xlim(-0.5, avg_x + 0.7 if has_avg else last + 0.5)
-    ax.set_ylim(*metric_y_range(panel.metrics, lowest))
+    ax.set_ylim(*curve_y_range(panel.metrics, lowest, highest,
+                               None if panel.chance is None else panel.chance[0]))
     ax.set_ylabel(" / ".join(metric_label(m) for m in panel.metrics), fontsize=7)
     ax.set_xlabel("layer", fontsize=7)
     ax.set_title(panel.title, fontsize=8)

@@ -127,6 +127,31 @@ def dataset_notes(ds: Dataset, notes: Footnotes) -> Tuple[int, ...]:
     return tuple(notes.number(f"{ds.task}: {fb}") for fb in ds.fallbacks)
 
 
+def group_composition(agg: Aggregate, group: str) -> Tuple[List[str], List[str]]:
+    """(datasets present, datasets of the benchmark's group missing here) of a group column:
+    the benchmark's group is every registered task of the same suite and group as a dataset
+    present (custom tasks count as present only)."""
+    from estratos.tasks.registry import all_specs
+
+    present = agg.group_datasets(group)
+    ids = {ds.task for ds in present}
+    kinds = {(ds.task.split(":")[0], ds.group.split(" ")[0]) for ds in present}
+    missing = [spec.name for spec in all_specs()
+               if (spec.suite, spec.group) in kinds and spec.id not in ids]
+    return [ds.name for ds in present], missing
+
+
+def group_note(agg: Aggregate, group: str) -> Optional[str]:
+    """The footnote of an incomplete group column (None when every dataset is present)."""
+    present, missing = group_composition(agg, group)
+    if not missing:
+        return None
+    total = len(present) + len(missing)
+    return (f"{group}: {len(present)} of the benchmark's {total} datasets "
+            f"({', '.join(present)}; not here: {', '.join(missing)}); the column averages "
+            "only those present, so it is not the paper's group score")
+
+
 def group_table(agg: Aggregate, notes: Footnotes, *,
                 cell_fn: Optional[Callable[[Row, str], Cell]] = None, key: str = "groups",
                 title: str = "Group averages") -> Table:
@@ -137,10 +162,16 @@ def group_table(agg: Aggregate, notes: Footnotes, *,
     header, show_clf = _row_label_header(agg)
     n_labels = len(header)
     header_notes: List[Tuple[int, ...]] = [()] * n_labels
+    sizes = []
     for group in agg.groups:
         header.append(group)
+        incomplete = group_note(agg, group)
         header_notes.append(tuple(sorted({n for ds in agg.group_datasets(group)
-                                          for n in dataset_notes(ds, notes)})))
+                                          for n in dataset_notes(ds, notes)}))
+                            + ((notes.number(incomplete),) if incomplete else ()))
+        present, missing = group_composition(agg, group)
+        sizes.append(f"{group} {len(present)}" + (f" of {len(present) + len(missing)}"
+                                                  if missing else ""))
     rows: List[List[Cell]] = []
     for row in agg.rows:
         cells = _row_label_cells(agg, row, show_clf)
@@ -153,8 +184,9 @@ def group_table(agg: Aggregate, notes: Footnotes, *,
         rows.append(cells)
     mark_cells(rows, range(n_labels, len(header)))
     models = agg.identities()
+    composition = "Datasets averaged per group: " + ", ".join(sizes) + "."
     return Table(key, title, header, header_notes, rows,
-                 caption=f"Models: {models}" if models else "")
+                 caption=composition + (f" Models: {models}" if models else ""))
 
 
 #: adds test-set statistics to a dataset cell: decorate(row, task, cell) -> cell

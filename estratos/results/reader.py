@@ -178,10 +178,19 @@ def load_results(paths: Union[PathLike, Sequence[PathLike]]) -> LoadedResults:
         for loc in parsed.records:
             previous = by_key.pop(loc.record.key, None)
             if previous is not None:
-                notice = Notice(loc.path, loc.line,
-                                f"duplicate cell {_describe(loc.record)} (also at "
-                                f"{previous.path}:{previous.line}); the last one is kept")
-                log.info("%s", notice)
+                old, new = previous.record.data_digest, loc.record.data_digest
+                if old and new and old != new:  # not a copy: a cell of other data
+                    notice = Notice(loc.path, loc.line,
+                                    f"cell {_describe(loc.record)} was computed on other data "
+                                    f"(data digest {new}) than at {previous.path}:"
+                                    f"{previous.line} (data digest {old}); the last one is "
+                                    "kept")
+                    log.warning("%s", notice)
+                else:
+                    notice = Notice(loc.path, loc.line,
+                                    f"duplicate cell {_describe(loc.record)} (also at "
+                                    f"{previous.path}:{previous.line}); the last one is kept")
+                    log.info("%s", notice)
                 out.notices.append(notice)
                 out.copies.setdefault(loc.record.key, [previous]).append(loc)
             by_key[loc.record.key] = loc  # re-inserted: keeps last-seen order

@@ -97,6 +97,9 @@ class ResultRecord:
     left it), so reports show the cell as degenerate instead of as a score like any other.
     ``capped`` is ``{"max_iter": N}`` when the model behind the test predictions stopped at
     its iteration cap N instead of converging (``lbfgs``), left out otherwise.
+    ``data_digest`` fingerprints the task's loaded examples the cell was computed on
+    (:attr:`estratos.tasks.types.TaskData.digest`, like a dataset revision): resume, report
+    and compare tell cells of other data apart with it (None: not recorded).
     """
 
     kind: str
@@ -132,6 +135,7 @@ class ResultRecord:
     mdl: Optional[Mapping[str, Any]] = None
     degenerate: Optional[Mapping[str, Any]] = None
     capped: Optional[Mapping[str, Any]] = None
+    data_digest: Optional[str] = None
     schema: int = SCHEMA_VERSION
 
     # ------------------------------------------------------------------ identity
@@ -246,9 +250,10 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "kind": (str,), "task": (str,), "name": (str,), "group": (str,), "metric": (str,),
     "model": (str,), "seed": (int,),
 }
-_OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device")
+_OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device",
+                 "data_digest")
 _OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "control", "mdl", "degenerate",
-                      "capped")
+                      "capped", "data_digest")
 
 
 def _plain(value: Any) -> Any:

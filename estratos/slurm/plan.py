@@ -339,7 +339,7 @@ def _merge_job(p: _Pipeline, slug: str, model: str) -> JobScript:
                           f"Merged once: a rerun keeps {cache.name} and only verifies it."])
         shards = f"{_q(p.out)}/{slug}.shard-*-of-{n}.h5"
         lines += [f"if [ ! -e {_q(cache)} ]; then",
-                  "  " + " ".join([PROGRAM, "cache", "merge", _q(cache)])
+                  "  " + " ".join([PROGRAM, "cache", "merge", "--out", _q(cache)])
                   + f" \\\n      {shards}",
                   "fi"]
     else:

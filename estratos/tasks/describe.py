@@ -1,7 +1,9 @@
 """What ``estratos tasks list/show/check`` report: task summaries, details and file problems.
 
 Listing is cheap by design: it only checks which files exist (and, when sizes are asked
-for, counts lines); it never parses the data folder. ``show`` loads one task fully;
+for, counts lines); it parses only the tasks whose dev split is held out of a training pool,
+since whether that pool is used at all depends on its contents (one repeating the test file
+is replaced by a split of the test file), so the listing says what probe will do. ``show`` loads one task fully;
 ``check`` loads the selected tasks in collect mode so every problem is reported at once.
 """
 
@@ -47,6 +49,19 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
         return info
     info.update(protocol=plan.protocol, present=plan.present, fallback=plan.fallback,
                 missing=[str(p) for _, p in plan.missing])
+    if plan.present and plan.holdout_from is not None:
+        # where the dev split comes from depends on the data (a training pool that repeats
+        # the test file is not used: the test file alone is split), so such a task is
+        # loaded to say what probe will do, fallback and sizes alike
+        try:
+            data = load_task(spec, data_dirs)
+        except EstratosError as exc:
+            info["missing"].append(str(exc))
+            return info
+        info["fallback"] = data.fallback
+        if counts:
+            info["sizes"] = {**{key: None for key in SPLIT_KEYS}, **data.sizes}
+        return info
     if not counts or not plan.present:
         return info
     fmt = get_format(spec.format)
@@ -77,11 +92,24 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def _missing_note(row: Dict[str, Any]) -> Optional[str]:
+    """Why a listed task's data is missing, as a note: the data folder option to give, or
+    the first file not found."""
+    missing = [str(m) for m in row.get("missing") or []]
+    if not missing:
+        return None
+    if missing[0].startswith("--data-dir"):
+        return missing[0]
+    return f"not found: {missing[0]} (give its folder with --data-dir, or check it with " \
+           f"`estratos tasks check {row['id']}`)"
+
+
 def render_task_list(rows: Sequence[Dict[str, Any]], fmt: str = "table",
                      counts: bool = False) -> str:
     """The rows of :func:`list_tasks` as an aligned text table or as JSON.
 
-    In the table, a ``*N`` mark points to the numbered fallback notes printed below it.
+    In the table, a ``*N`` mark points to the numbered notes printed below it: the fallback a
+    present task uses, or why a missing task's data is missing (shared notes printed once).
     """
     if fmt == "json":
         return json.dumps(list(rows), indent=2, ensure_ascii=False)
@@ -101,6 +129,12 @@ def render_task_list(rows: Sequence[Dict[str, Any]], fmt: str = "table",
                 data += f" *{len(notes)}"
         else:
             data = "missing"
+            why = _missing_note(row)
+            if why:
+                number = notes.index(why) + 1 if why in notes else len(notes) + 1
+                if number > len(notes):
+                    notes.append(why)
+                data += f" *{number}"
         line = [row["id"], row["group"], row["language"], row["protocol"], row["metric"],
                 _cell(row["n_classes"])]
         if counts:

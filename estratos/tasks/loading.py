@@ -155,12 +155,11 @@ def _apply_holdout(plan: Plan, holdout_from: Source, data: TaskData, sources: Di
     if share > MAX_POOL_TEST_OVERLAP:
         train, dev, test = three_way(test)
         test_name = sources["test"]
-        text = (f"but {pool_name} repeats {share:.0%} of the test file {test_name}, so "
-                f"instead the test file alone is split (fixed seed, stratified): "
-                f"{TEST_FRACTION:.0%} test, "
-                f"{HOLDOUT_FRACTION:.0%} dev, the rest train")
+        text = (f"{pool_name} repeats {share:.0%} of the test file {test_name}, so the "
+                f"test file alone is split (fixed seed, stratified): {TEST_FRACTION:.0%} "
+                f"test, {HOLDOUT_FRACTION:.0%} dev, the rest train")
         log.warning("%s: %s", plan.spec.id, text)
-        fallback = f"{fallback}; {text}" if fallback else text
+        fallback = f"{fallback}; but {text}" if fallback else text
         sources = {"train": f"{test_name} minus held-out parts",
                    "dev": f"held-out {HOLDOUT_FRACTION:.0%} of {test_name}",
                    "test": f"held-out {TEST_FRACTION:.0%} of {test_name}"}

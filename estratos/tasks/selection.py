@@ -59,7 +59,8 @@ def select_specs(tasks: Optional[str], task_files: Sequence[Union[str, os.PathLi
     """``--tasks`` / ``--task-file`` / ``--data-dir`` -> :class:`Selection`.
 
     ``tasks``: a selection expression (:func:`~estratos.tasks.registry.select_tasks`; custom
-    tasks take part in it). Without one: the custom tasks, or with ``default_all`` every
+    tasks take part in it), and every custom task besides, whether the expression names it
+    or not (``--task-file`` always adds its task). Without one: the custom tasks, or with ``default_all`` every
     registered task plus the custom ones; neither is :data:`NO_TASKS`. ``check``: the data
     folders are checked for the selected specs (:meth:`DataDirs.check`, ``survey`` as there).
     Raises :class:`OptionError` / :class:`~estratos.errors.TaskError` (unknown or clashing
@@ -70,6 +71,8 @@ def select_specs(tasks: Optional[str], task_files: Sequence[Union[str, os.PathLi
     expr = "" if tasks is None else str(tasks).strip()
     if expr:
         specs = select_tasks(expr, extra=extra, hint_suites=dirs.suites_present())
+        chosen = {spec.id for spec in specs}
+        specs += [spec for spec in extra if spec.id not in chosen]  # "also" these
         explicit = True
     elif default_all:
         specs, explicit = all_specs() + extra, False

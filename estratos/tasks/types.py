@@ -13,6 +13,8 @@ EDUs), so slot references are stored CSR-style: ``indices[offsets[i]:offsets[i+1
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
@@ -27,6 +29,8 @@ COMBINER_SLOTS: Mapping[str, int] = MappingProxyType({c.name: c.slots
                                                      for c in COMBINERS.values()})
 __all__ = ["COMBINER_SLOTS", "PROTOCOLS", "METRICS", "GROUPS", "TaskSpec", "SlotRefs", "Split",
            "TaskData"]
+#: hex characters of a task's data digest (:attr:`TaskData.digest`)
+DIGEST_CHARS = 16
 GROUPS: Tuple[str, ...] = ("SC", "SPC", "SS", "LPT", "SP", "BSO", "DC", "SSP", "DR")
 
 
@@ -183,3 +187,31 @@ class TaskData:
     @property
     def sizes(self) -> Dict[str, int]:
         return {name: len(split) for name, split in self.splits.items()}
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A fingerprint of the examples themselves (:data:`DIGEST_CHARS` hex characters of
+        a sha256): the sentences, every split's references and labels, the label names and
+        the protocol, whatever files or builder they came from. Results record it
+        (``data_digest``, as a dataset revision), so a cell computed on other data (a
+        rebuilt or changed task folder, another fallback) is never taken for this data's.
+        Computed once per loaded task."""
+        h = hashlib.sha256()
+
+        def part(tag: str, payload: bytes) -> None:
+            h.update(b"%s %d\n" % (tag.encode(), len(payload)))
+            h.update(payload)
+
+        part("protocol", self.protocol.encode())
+        part("labels", "\n".join(self.labels).encode())
+        for sentence in self.sentences:
+            part("s", sentence.encode())
+        for name in sorted(self.splits):
+            split = self.splits[name]
+            part("split", name.encode())
+            for slot in split.slots:
+                part("offsets", np.ascontiguousarray(slot.offsets, dtype="<i8").tobytes())
+                part("indices", np.ascontiguousarray(slot.indices, dtype="<i8").tobytes())
+            dtype = "<i8" if split.labels.dtype.kind in "iub" else "<f8"
+            part("y", np.ascontiguousarray(split.labels, dtype=dtype).tobytes())
+        return h.hexdigest()[:DIGEST_CHARS]

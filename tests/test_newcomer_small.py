@@ -1,0 +1,86 @@
+"""What a newcomer met in the first hour: the small ones, each through the command line."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from estratos.cli import cli
+from estratos.encode.summary import EncodeSummary
+from estratos.tasks.synthetic import build_synthetic_es
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _invoke(*args):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+def test_a_bare_group_points_to_its_suite():
+    code, out = _invoke("tasks", "list", "SC")
+    assert code == 2, out
+    assert "unknown task 'SC': SC is a group; select it with its suite: es-senteval:SC" in out
+    assert "SQC" not in out
+    code, out = _invoke("tasks", "list", "lpt")
+    assert code == 2, out
+    assert "'lpt': LPT is a group; select it with its suite: es-senteval:LPT, en-senteval:LPT " \
+           "or synthetic-es:LPT" in out
+
+
+def test_a_missing_task_says_why(monkeypatch, tmp_path):
+    monkeypatch.delenv("ESTRATOS_DATA", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, out = _invoke("tasks", "list", "TASS1,MC")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[1].endswith("missing *1") and lines[2].endswith("missing *1")
+    assert "*1 --data-dir: no data folder for suite 'es-senteval'; pass --data-dir DIR" in out
+
+
+def test_the_slurm_hint_quotes_a_path_with_a_space(tmp_path):
+    synth = tmp_path / "synth"
+    build_synthetic_es(synth, n_per_task=200, tasks=["Tense"])
+    out = tmp_path / "my runs"
+    code, text = _invoke("slurm", "org/model-a", "--tasks", "synthetic-es:Tense", "--data-dir",
+                         f"synthetic-es={synth}", "--out", out, "--dry-run")
+    assert code == 0, text
+    assert f"submit them with: bash {shlex.quote(str(out / 'submit.sh'))}" in text
+    assert "'" in shlex.quote(str(out / "submit.sh"))
+
+
+def test_bench_tasks_takes_help_and_names_a_wrong_folder(tmp_path):
+    script = str(REPO / "bench" / "bench_tasks.py")
+    done = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "usage: bench_tasks.py" in done.stdout, done.stderr
+    done = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "no senteval/ folder here" in done.stderr
+
+
+def test_control_labels_on_one_cosine_task_reads_well(tmp_path):
+    from estratos.errors import OptionError
+    from estratos.probe.runner import _controllable
+    from estratos.tasks import get_spec
+
+    try:
+        _controllable([get_spec("es-senteval:STS14")])
+    except OptionError as exc:
+        assert "(es-senteval:STS14 scores an untrained cosine)" in str(exc)
+    else:
+        raise AssertionError("a cosine task alone has no control")
+
+
+def test_encode_rate_leaves_out_the_model_load():
+    summary = EncodeSummary("c.h5", 100, 100, 100, 0, 0, 100, 0, 100, 128, 20.0,
+                            encode_seconds=4.0)
+    assert summary.sentences_per_second == 25.0
+    assert "100 encoded in 20.0s (25.0 sentences/s over 4.0s of encoding" \
+        in summary.describe()
+    nothing = EncodeSummary("c.h5", 100, 100, 100, 100, 0, 0, 0, 100, 128, 3.0)
+    assert nothing.sentences_per_second is None and "sentences/s" not in nothing.describe()
