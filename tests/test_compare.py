@@ -13,6 +13,7 @@ from estratos.report import build_report
 from estratos.report.intervals import StatsOptions
 from estratos.results import ResultsStore
 from estratos.results.predictions import predictions_dir, write_predictions
+from estratos.results.record import CONTROL_KINDS
 
 from stats_toys import classification_cell, toy_run, write_cells
 
@@ -227,6 +228,10 @@ def test_report_options_are_checked(run, tmp_path):
     assert code == 2 and "--resamples: must be a positive integer" in out
 
 
+#: a control kind results may carry (the first registered one)
+CONTROL = CONTROL_KINDS[0]
+
+
 def test_compare_selects_by_every_part_of_a_cells_identity(tmp_path):
     # the demo's results: each layer's cell, its permuted-labels control, and a random-init
     # model's cell, all under one model name
@@ -235,7 +240,7 @@ def test_compare_selects_by_every_part_of_a_cells_identity(tmp_path):
     for layer in (0, 4):
         record, preds = classification_cell(layer, 1)
         cells.append((record, preds))
-        cells.append((record.replace(control={"kind": "permuted-labels", "seed": 1}),
+        cells.append((record.replace(control={"kind": CONTROL, "seed": 1}),
                       classification_cell(5, 1)[1]))
         cells.append((record.replace(revision="random-init:7", random_init=7),
                       classification_cell(6, 1)[1]))
@@ -243,13 +248,13 @@ def test_compare_selects_by_every_part_of_a_cells_identity(tmp_path):
     code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=0", "--b", "layer=4")
     assert code == 2, out
     assert ("--a: 'layer=0' matches 3 rows of toy:A, which differ in revision, control "
-            "(revision=r1,control=none; revision=r1,control=permuted-labels; "
+            f"(revision=r1,control=none; revision=r1,control={CONTROL}; "
             "revision=random-init:7,control=none); add revision or control to pick one") in out
     code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=0,control=none,"
-                        "revision=r1", "--b", "layer=0,control=permuted-labels")
+                        "revision=r1", "--b", f"layer=0,control={CONTROL}")
     assert code == 0, out
     assert "A: model=org/mini,pooling=mean,classifier=senteval,layer=0 (seeds 1)" in out
-    assert ("B: model=org/mini,pooling=mean,classifier=senteval,control=permuted-labels,"
+    assert (f"B: model=org/mini,pooling=mean,classifier=senteval,control={CONTROL},"
             "layer=0 (seeds 1)") in out
     code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=4,revision=r1,"
                         "control=null", "--b", "layer=4,revision=random-init:7")

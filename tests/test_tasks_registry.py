@@ -132,8 +132,8 @@ def test_listing_says_what_probe_does_with_a_pool(tmp_path):
     result = CliRunner().invoke(cli, ["tasks", "list", "es-senteval:Depth,es-senteval:Tense",
                                       "--sizes", "--data-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    depth = next(l for l in result.output.splitlines() if l.startswith("es-senteval:Depth"))
-    tense = next(l for l in result.output.splitlines() if l.startswith("es-senteval:Tense"))
+    depth = next(x for x in result.output.splitlines() if x.startswith("es-senteval:Depth"))
+    tense = next(x for x in result.output.splitlines() if x.startswith("es-senteval:Tense"))
     assert depth.split()[-5:-2] == ["350", "50", "100"], depth
     assert tense.split()[-5:-2] == ["270", "30", "500"], tense
     assert "repeats 100% of the test file" in result.output

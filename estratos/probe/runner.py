@@ -196,8 +196,9 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
 
     if done:  # a cell computed on other data than the task's now is not skipped silently
         grid = {key(t, layer, s) for t in ids for layer in layer_specs for s in seeds_t}
-        check_done_cells([out_path] + (expand_paths(list(resume_from)) if resume_from else []),
-                         specs, data_dirs, grid.__contains__, loader)
+        files: List[Union[str, Path]] = [out_path]
+        files += expand_paths(list(resume_from)) if resume_from else []
+        check_done_cells(files, specs, data_dirs, grid.__contains__, loader)
     pending = _pending_cells(ids, layer_specs, seeds_t, key, done)
     grid_cells = len(ids) * len(layer_specs) * len(seeds_t)
     if not pending:

@@ -225,7 +225,7 @@ def _same_data(locs_a: Sequence[Located], locs_b: Sequence[Located], a: str, b: 
             if loc.record.data_digest:
                 found.setdefault(loc.record.data_digest, loc)
         if len(found) > 1:
-            where = "; ".join(f"{d} at {_where(l)}" for d, l in found.items())
+            where = "; ".join(f"{d} at {_where(loc)}" for d, loc in found.items())
             raise ResultsError(f"{option}: the seeds of {text!r} were computed on different "
                                f"builds of the task's data (data digests {where}); rerun "
                                "them on one build")

@@ -73,7 +73,8 @@ def check_done_cells(paths: Sequence[PathLike], specs: Sequence[Any], data_dirs:
     if not found:
         return
     if loader is None:
-        from estratos.tasks import load_task as loader
+        from estratos.tasks import load_task
+        loader = load_task
     stale: List[Tuple[str, str, List[Located]]] = []
     for task, locs in found.items():
         digest = (digests or {}).get(task) or loader(ids[task], data_dirs).digest

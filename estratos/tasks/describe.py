@@ -1,10 +1,11 @@
 """What ``estratos tasks list/show/check`` report: task summaries, details and file problems.
 
 Listing is cheap by design: it only checks which files exist (and, when sizes are asked
-for, counts lines); it parses only the tasks whose dev split is held out of a training pool,
-since whether that pool is used at all depends on its contents (one repeating the test file
-is replaced by a split of the test file), so the listing says what probe will do. ``show`` loads one task fully;
-``check`` loads the selected tasks in collect mode so every problem is reported at once.
+for, counts lines); it parses only the tasks whose dev split is held out of a training
+pool, since whether that pool is used at all depends on its contents (one repeating the
+test file is replaced by a split of the test file), so the listing says what probe does.
+``show`` loads one task fully; ``check`` loads the selected tasks in collect mode so every
+problem is reported at once.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
             return info
         info["fallback"] = data.fallback
         if counts:
-            info["sizes"] = {**{key: None for key in SPLIT_KEYS}, **data.sizes}
+            info["sizes"] = {**dict.fromkeys(SPLIT_KEYS), **data.sizes}
         return info
     if not counts or not plan.present:
         return info

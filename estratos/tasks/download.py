@@ -25,6 +25,7 @@ that says so. Nothing beyond the standard library is used (urllib).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import http.client
 import logging
@@ -431,8 +432,9 @@ def unpack_archive(archive: Path, data_dir: Path, reference: Mapping[str, str],
     with zipfile.ZipFile(archive) as zf:
         differ: List[str] = []
         for rel, info in sorted(members.items()):
-            digests = _member_digests(zf, info)
-            if not _digest_ok(rel, lambda: digests[0], lambda: digests[1], reference, blobs):
+            sha, blob = _member_digests(zf, info)
+            if not _digest_ok(rel, functools.partial(str, sha), functools.partial(str, blob),
+                              reference, blobs):
                 differ.append(rel)
         if differ and not allow_mismatch:
             raise _mismatch_error(differ)

@@ -148,10 +148,10 @@ def _resolve_item(item: str, specs: Sequence[TaskSpec],
     groups = list(dict.fromkeys(f"{s.suite}:{s.group}" for s in near
                                 if s.group.lower() == item.lower()))
     if groups:  # a group is named with its suite (LPT is in several suites)
-        group = groups[0].partition(":")[2]
+        name = groups[0].partition(":")[2]
         choices = groups[0] if len(groups) == 1 else \
             f"{', '.join(groups[:-1])} or {groups[-1]}"
-        raise SelectionError(f"unknown task {item!r}: {group} is a group; select it with its "
+        raise SelectionError(f"unknown task {item!r}: {name} is a group; select it with its "
                              f"suite: {choices}")
     everything = (list(dict.fromkeys(s.id for s in near))
                   + list(dict.fromkeys(s.suite for s in near))

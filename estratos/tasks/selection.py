@@ -60,9 +60,10 @@ def select_specs(tasks: Optional[str], task_files: Sequence[Union[str, os.PathLi
 
     ``tasks``: a selection expression (:func:`~estratos.tasks.registry.select_tasks`; custom
     tasks take part in it), and every custom task besides, whether the expression names it
-    or not (``--task-file`` always adds its task). Without one: the custom tasks, or with ``default_all`` every
-    registered task plus the custom ones; neither is :data:`NO_TASKS`. ``check``: the data
-    folders are checked for the selected specs (:meth:`DataDirs.check`, ``survey`` as there).
+    or not (``--task-file`` always adds its task). Without one: the custom tasks, or with
+    ``default_all`` every registered task plus the custom ones; neither is :data:`NO_TASKS`.
+    ``check``: the data folders are checked for the selected specs (:meth:`DataDirs.check`,
+    ``survey`` as there).
     Raises :class:`OptionError` / :class:`~estratos.errors.TaskError` (unknown or clashing
     tasks, exit 2) or :class:`~estratos.errors.InputError` (a bad task file).
     """
