@@ -252,17 +252,18 @@ def device_help(kinds: Sequence[str] = ENCODE_DEVICES) -> str:
 
 
 def check_device(text: Optional[str], option: str = "--device",
-                 kinds: Sequence[str] = ENCODE_DEVICES) -> str:
+                 kinds: Sequence[str] = ENCODE_DEVICES, *, driver: bool = True) -> str:
     """The syntax of ``--device`` for a stage that runs on ``kinds`` (``auto``, a kind, or
     ``cuda:N``), lower-cased, without importing torch; CUDA where no GPU driver is installed
-    (:func:`gpu_driver_present`) is refused at once, since torch takes seconds to load and
-    say so; whether the device exists is :func:`resolve_device`'s check."""
+    (:func:`gpu_driver_present`; ``driver=False``: not looked for) is refused at once, since
+    torch takes seconds to load and say so; whether the device exists is
+    :func:`resolve_device`'s check."""
     value = "auto" if text is None else str(text).strip().lower()
     kind, colon, index = value.partition(":")
     if (kind not in DEVICE_WORDS or (colon and (kind != "cuda" or not index.isdigit()))
             or (kind != "auto" and kind not in kinds)):
         raise OptionError(f"{option}: {text!r} is not a device here (use {device_help(kinds)})")
-    if kind == "cuda" and not gpu_driver_present():  # known in an instant, without torch
+    if driver and kind == "cuda" and not gpu_driver_present():  # known without torch
         raise OptionError(f"{option}: {text!r} asks for a GPU but CUDA is not available on "
                           "this machine (no GPU driver: no NVIDIA driver, nvidia-smi or "
                           "ROCm; use cpu or auto)")
@@ -278,7 +279,8 @@ def resolve_device(text: Any, option: str = "--device",
     torch."""
     import torch
 
-    value = check_device(str(text) if isinstance(text, torch.device) else text, option, kinds)
+    value = check_device(str(text) if isinstance(text, torch.device) else text, option, kinds,
+                         driver=False)  # torch itself says whether CUDA is there
     if value == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kind, _, index = value.partition(":")
