@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable, Dict
 
 import pytest
 
@@ -14,8 +15,8 @@ SHARED_DATA_ES = Path(os.environ.get("ESTRATOS_TEST_DATA", REPO_ROOT.parent / "s
 
 #: what makes a test slow enough to leave out of the quick subset (`pytest -m "not slow"`):
 #: a real model, the real benchmark data, the fault campaign, a real scheduler, or running
-#: whole console commands end to end
-SLOW_FIXTURES = ("minilm_dir", "es_data_dir", "slurm_cluster")
+#: estratos in a child process (`child_env`: whole console commands end to end)
+SLOW_FIXTURES = ("minilm_dir", "es_data_dir", "slurm_cluster", "child_env")
 SLOW_MARKERS = ("faults", "realdata")
 SLOW_MODULES = ("test_readme.py", "test_demo.py")
 
@@ -29,6 +30,29 @@ def pytest_collection_modifyitems(config, items):
                 or Path(str(item.fspath)).name in SLOW_MODULES
                 or Path(str(item.fspath)).parent.name == "faults"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def child_env() -> Callable[..., Dict[str, str]]:
+    """``child_env(**extra)``: the environment for a child process that runs estratos (this
+    checkout first on the import path, offline, one torch thread), plus ``extra``. Every test
+    that starts one takes this fixture, which marks it slow (:data:`SLOW_FIXTURES`): a child
+    starts an interpreter and imports the package again."""
+    def make(**extra: str) -> Dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1", **extra}
+    return make
+
+
+@pytest.fixture
+def hub_offline(monkeypatch) -> None:
+    """No network for the Hugging Face libraries during one test: the variables for what reads
+    them later, and huggingface_hub's constant, which it reads from them once at import."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
 
 
 @pytest.fixture(scope="session")

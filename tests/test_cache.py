@@ -19,7 +19,7 @@ from estratos.encode import encode_sentences
 from estratos.errors import CacheError, MissingSentences, SettingsMismatch
 from tests.test_encode import make_sentences, single_thread  # noqa: F401 (autouse)
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("hub_offline")
 
 # a fast deterministic encoder: 4 "layers" of 6 dims derived from the words' characters
 BATCHER = '''

@@ -176,7 +176,8 @@ FAST = [
 
 @pytest.mark.parametrize("args,code,needle,light", FAST,
                          ids=[" ".join(a) for a, _, _, _ in FAST])
-def test_option_errors_answer_without_importing_torch(args, code, needle, light, tmp_path):
+def test_option_errors_answer_without_importing_torch(args, code, needle, light, tmp_path,
+                                                     child_env):
     """The options are checked before torch or transformers is imported, and a syntax error
     (or ``--help``) before numpy and the tasks package too (checked on sys.modules in a fresh
     interpreter, not by timing)."""
@@ -200,8 +201,7 @@ def test_option_errors_answer_without_importing_torch(args, code, needle, light,
                  "print('NUMPY', sorted(m for m in ('numpy', 'estratos.tasks') "
                  "if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code_text, *argv], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=120,
-                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+                          text=True, cwd=tmp_path, timeout=120, env=child_env())
     assert f"EXIT {code}" in done.stdout, done.stdout + done.stderr
     assert needle in done.stderr, done.stderr
     assert "HEAVY []" in done.stdout, done.stdout

@@ -20,7 +20,7 @@ from estratos.encode.devices import autocast_dtype, compute_label
 from estratos.errors import CacheError, InputError, OptionError, SettingsMismatch
 from estratos.options import PROBE_DEVICES, resolve_device
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("hub_offline")
 
 WORDS = ("el la los un una perro gato casa niño niña hombre mujer come corre lee escribe "
          "grande pequeño muy con sin para sobre cuando donde").split()
@@ -513,7 +513,7 @@ def test_cli_encode_tasks_and_verify_tasks(tiny_bert_dir, es_data_dir, tmp_path)
     assert missing.exit_code == 1 and "required sentence(s) missing" in missing.output
 
 
-def test_second_encoder_on_the_same_cache_is_refused(tiny_bert_dir, tmp_path):
+def test_second_encoder_on_the_same_cache_is_refused(tiny_bert_dir, tmp_path, child_env):
     import subprocess
     import sys
 
@@ -525,7 +525,7 @@ def test_second_encoder_on_the_same_cache_is_refused(tiny_bert_dir, tmp_path):
               "print('ready', flush=True)\n"
               "time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", holder, str(out)], stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, env=child_env())
     try:
         assert proc.stdout.readline().strip() == "ready"
         with pytest.raises(CacheError, match="in use by another process"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -25,9 +24,8 @@ def encode_cmd(model_dir, out, sentences_file):
             "--batch-tokens", str(BATCH_TOKENS), "--no-progress"]
 
 
-def kill_after_first_flush(cmd, cwd) -> int:
+def kill_after_first_flush(cmd, cwd, env) -> int:
     """Start ``cmd``, SIGKILL it once it has flushed rows; return the n_done it reported."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True)
     try:
@@ -59,13 +57,13 @@ def assert_same_rows(a, b):
         np.testing.assert_array_equal(ra[name], rb[name], err_msg=name)
 
 
-def test_sigkill_then_rerun_equals_uninterrupted_run(tiny_bert_dir, tmp_path):
+def test_sigkill_then_rerun_equals_uninterrupted_run(tiny_bert_dir, tmp_path, child_env):
     sentences = make_sentences(3000, seed=7, max_words=20)
     src = tmp_path / "s.txt"
     src.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     out = tmp_path / "killed.h5"
 
-    reported = kill_after_first_flush(encode_cmd(tiny_bert_dir, out, src), tmp_path)
+    reported = kill_after_first_flush(encode_cmd(tiny_bert_dir, out, src), tmp_path, child_env())
     partial = tmp_path / "killed.h5.partial"
     assert partial.exists() and not out.exists()
     with h5py.File(partial, "r") as f:
@@ -85,7 +83,7 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(tiny_bert_dir, tmp_path):
         assert c.n_rows == len(set(sentences))
 
 
-def test_sigkill_while_adding_keeps_the_old_cache_valid(tiny_bert_dir, tmp_path):
+def test_sigkill_while_adding_keeps_the_old_cache_valid(tiny_bert_dir, tmp_path, child_env):
     first = make_sentences(50, seed=8)
     more = make_sentences(3000, seed=9, max_words=20)
     out = tmp_path / "c.h5"
@@ -94,7 +92,7 @@ def test_sigkill_while_adding_keeps_the_old_cache_valid(tiny_bert_dir, tmp_path)
     src = tmp_path / "s.txt"
     src.write_text("\n".join(first + more) + "\n", encoding="utf-8")
 
-    kill_after_first_flush(encode_cmd(tiny_bert_dir, out, src), tmp_path)
+    kill_after_first_flush(encode_cmd(tiny_bert_dir, out, src), tmp_path, child_env())
     assert out.read_bytes() == before  # the complete cache is untouched until the final rename
     with open_cache(out) as c:
         assert c.n_rows == len(set(first))

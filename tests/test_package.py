@@ -19,9 +19,9 @@ def test_version_option():
     assert estratos.__version__ in result.output
 
 
-def test_module_entry_point_runs():
+def test_module_entry_point_runs(child_env):
     proc = subprocess.run([sys.executable, "-m", "estratos", "--help"], capture_output=True,
-                          text=True, check=False)
+                          text=True, check=False, env=child_env())
     assert proc.returncode == 0
     assert "encode once" in proc.stdout
 

@@ -126,7 +126,7 @@ main(sys.argv[1:])
 """
 
 
-def test_workers_start_before_the_parent_imports_torch_and_log_like_it(tmp_path):
+def test_workers_start_before_the_parent_imports_torch_and_log_like_it(tmp_path, child_env):
     """Issue 24 item 3: a worker's imports overlap the parent's (it is spawned before the
     parent imports torch), and with -v its log lines reach stderr as the parent's do."""
     import subprocess
@@ -138,7 +138,7 @@ def test_workers_start_before_the_parent_imports_torch_and_log_like_it(tmp_path)
     argv = ["-v", "probe", "--cache", str(cache), "--task-file", str(task_file),
             "--layers", "all", "--seeds", "1,2", "--jobs", "2", "--out", str(tmp_path / "r.jsonl")]
     done = subprocess.run([sys.executable, "-c", SPAWN_WATCH, *argv], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=child_env())
     assert done.returncode == 0, done.stderr
     assert "PARENT HAD TORCH AT SPAWN False" in done.stdout, done.stdout
     units = [line for line in done.stderr.splitlines()
@@ -159,7 +159,7 @@ print("CELLS", len(run), run.processes)
 """
 
 
-def test_workers_take_the_callers_logging_whatever_its_format_style(tmp_path):
+def test_workers_take_the_callers_logging_whatever_its_format_style(tmp_path, child_env):
     """A library caller's own logging ({}-style format) reaches the workers as it is, and
     they start (a %-style rebuild of it made every worker die while starting)."""
     import subprocess
@@ -170,7 +170,7 @@ def test_workers_take_the_callers_logging_whatever_its_format_style(tmp_path):
     task_file, cache = write_toml_task(tmp_path, 240, informative=(1, 2), train=160, dev=40)
     done = subprocess.run([sys.executable, "-c", BRACE_LOGGING, str(cache), str(task_file),
                            str(tmp_path / "r.jsonl")], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=child_env())
     assert done.returncode == 0, done.stderr
     assert "CELLS 8 2" in done.stdout, done.stdout + done.stderr
     units = [line for line in done.stderr.splitlines()

@@ -341,7 +341,7 @@ def test_cli_needs_some_results(fixture_dir):
     assert result.exit_code == 2 and "RESULTS" in result.output
 
 
-def test_report_does_not_import_torch(fixture_dir):
+def test_report_does_not_import_torch(fixture_dir, child_env):
     """Reports are rebuilt from results alone: no torch import on the way."""
     import subprocess
     import sys
@@ -350,7 +350,7 @@ def test_report_does_not_import_torch(fixture_dir):
             "write_report(['results.jsonl'], 'out', baseline=['baseline.jsonl']); "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     proc = subprocess.run([sys.executable, "-c", code], cwd=fixture_dir, capture_output=True,
-                          text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+                          text=True, env=child_env())
     assert proc.returncode == 0, proc.stderr
 
 

@@ -153,7 +153,7 @@ def test_html_renders_in_a_headless_browser(fixture_dir):
     assert (saturation > 0.4).mean() > 0.01, "no figure was drawn"
 
 
-def test_report_command_with_plot_and_html_does_not_import_torch(fixture_dir):
+def test_report_command_with_plot_and_html_does_not_import_torch(fixture_dir, child_env):
     """`estratos report --plot` (figures + the HTML page) stays a torch-free stage."""
     pytest.importorskip("matplotlib")
     import sys
@@ -163,6 +163,6 @@ def test_report_command_with_plot_and_html_does_not_import_torch(fixture_dir):
             "'md,html'], standalone_mode=False); "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     proc = subprocess.run([sys.executable, "-c", code], cwd=fixture_dir, capture_output=True,
-                          text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
+                          text=True, env=child_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (fixture_dir / "out" / "report.html").is_file()

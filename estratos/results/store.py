@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from estratos.errors import ResultsError
+from estratos.faultpoints import fault_point
 from estratos.results.reader import Located, done_keys, parse_results
 from estratos.results.record import CellKey, ResultRecord
 
@@ -84,6 +85,7 @@ class ResultsStore:
                     view = view[n:]
                 os.fsync(fd)
                 seen.advance(payload, len(lines), [r.key for r in written])
+                fault_point("results-appended")
             return written
         finally:
             os.close(fd)  # closing releases the lock
