@@ -12,7 +12,8 @@ transformers (an option error answers at once). Each function raises
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union,
+                    overload)
 
 from estratos.errors import OptionError
 from estratos.vocab import (ALL_BASELINES, ALL_LAYERS, AVG, DEFAULT_SEED, SURFACE_BASELINES,
@@ -216,6 +217,14 @@ def resolve_shard(shard: ShardSpec, environ: Optional[Mapping[str, str]] = None
     if count < 1 or not 0 <= index < count:
         raise OptionError(f"{where}: need N >= 1 and 0 <= I < N (shards are numbered from 0)")
     return index, count
+
+
+@overload
+def positive_int(option: str, value: Any, *, allow_none: Literal[False] = False) -> int: ...
+
+
+@overload
+def positive_int(option: str, value: Any, *, allow_none: bool) -> Optional[int]: ...
 
 
 def positive_int(option: str, value: Any, *, allow_none: bool = False) -> Optional[int]:
