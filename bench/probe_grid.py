@@ -1,4 +1,4 @@
-"""Benchmark: how well the probe grid keeps ``--jobs`` processes busy (issue 14's targets).
+"""Benchmark: how well the probe grid keeps ``--jobs`` processes busy.
 
 Runs :func:`estratos.probe.run_probe` over tasks x layer specs x seeds from a MiniLM cache and
 prints one line per task (cells, units, busy seconds) and a total: cells, wall seconds, the
@@ -10,7 +10,7 @@ largest score difference (same seed: scheduling must not change scores).
 ``--compare-jobs 1,2`` runs the whole grid once per ``--jobs`` value, each as a fresh
 ``estratos probe`` command timed from start to exit (imports included: that is what a user
 waits for), and prints each wall time, the speed-up over the first and the largest score
-difference (issue 24: ``--jobs 2`` must never be slower than ``--jobs 1``, and at least 1.5x
+difference (the target: ``--jobs 2`` never slower than ``--jobs 1``, and at least 1.5x
 faster on one task of 16 cells on two idle cores). ``--toy-tasks N`` replaces the real data by N generated 3-class tasks
 (``--toy-examples`` each, 7 hidden states x 384 dims of random vectors with a signal in the
 later states, one cache), so that grids of 1, 3 and 30 tasks need no encoding:

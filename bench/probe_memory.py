@@ -1,4 +1,4 @@
-"""Benchmark: peak memory of probing a wide, deep cache (issue 22 item 6).
+"""Benchmark: peak memory of probing a wide, deep cache.
 
     python bench/probe_memory.py [--n 20000] [--states 33] [--dim 4096]
                                  [--layers 0,8,16,24,32,avg] [--classifier lbfgs] [--keep DIR]

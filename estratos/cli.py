@@ -18,9 +18,9 @@ from estratos.errors import EstratosError, Interrupted
 from estratos.options import (DEFAULT_SEEDS_TEXT, ENCODE_DEVICES, PROBE_DEVICES, device_help,
                               parse_baselines, parse_seeds)
 from estratos.probe.estimator import DEFAULT_CLASSIFIER
-from estratos.vocab import (ALL_BASELINES, CACHE_POOLINGS, DEFAULT_BASELINE, DEFAULT_POOLING,
-                            DEFAULT_SEED, DEMO_SEEDS, POOLINGS, SURFACE_BASELINES,
-                            SYNTHETIC_N_PER_TASK)
+from estratos.vocab import (ALL_BASELINES, BOOTSTRAP_SEED, CACHE_POOLINGS, DEFAULT_BASELINE,
+                            DEFAULT_POOLING, DEFAULT_SEED, DEMO_SEEDS, POOLINGS,
+                            SURFACE_BASELINES, SYNTHETIC_N_PER_TASK)
 
 
 class _UserError(click.ClickException):
@@ -474,7 +474,8 @@ def report_command(results, out, formats, plot, baselines, gap, pairs, reference
               help="Bootstrap resamples of the test set.")
 @click.option("--level", type=float, default=0.95, show_default=True,
               help="Confidence level of the intervals.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--seed", type=int, default=BOOTSTRAP_SEED, show_default=True,
+              help="Bootstrap seed.")
 @click.option("--last-wins", is_flag=True,
               help="When two RESULTS files hold one cell with different results, use the copy "
                    "of the file given last (and say so) [default: refuse].")

@@ -21,6 +21,9 @@ DEFAULT_SEED = 1111
 #: examples per task of the built-in synthetic suite, for `estratos tasks build` and
 #: `estratos demo` alike (one size, so the README's step-by-step commands make the demo's data)
 SYNTHETIC_N_PER_TASK = 1000
+#: the bootstrap's resampling seed (``report --seed``, ``compare``): a name apart from
+#: :data:`DEFAULT_SEED`, which seeds the probes and the data
+BOOTSTRAP_SEED = 0
 #: the demo's probe seeds (``estratos demo --seeds``)
 DEMO_SEEDS = (DEFAULT_SEED, 1, 2)
 
@@ -33,9 +36,10 @@ ALL_LAYERS = "all"
 LayerSpec = Union[int, str]
 
 # ---- poolings --------------------------------------------------------------------------------
-#: poolings a transformers model's hidden states are reduced with (computed in
-#: estratos.encode.pooling; ``last``: the last real token, the sentence vector of decoder-only
-#: models); a new pooling is added HERE: CLI choices, slurm checks and docs read this tuple
+#: poolings a transformers model's hidden states are reduced with (``last``: the last real
+#: token, the sentence vector of decoder-only models). A new pooling takes two places: its
+#: name here (CLI choices, slurm checks and docs read this tuple) and its computation in
+#: estratos.encode.pooling.pool
 POOLINGS: Tuple[str, ...] = ("cls", "mean", "last")
 #: what encode stores when ``--pooling`` is not given, by architecture (in this order: the
 #: first is what probe uses when ``--pooling`` is not given): an encoder's first position

@@ -1,5 +1,5 @@
 """One task selection for every command, one exit-code convention, and option errors that
-answer before torch is imported (issue 21 items 1-3, issue 24 items 5 and 12)."""
+answer before torch is imported."""
 
 from __future__ import annotations
 

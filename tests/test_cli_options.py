@@ -1,4 +1,4 @@
-"""Option parsing a new user runs into (issue 12 #5, #11): probe's --pooling is a choice that
+"""Option parsing a new user runs into: probe's --pooling is a choice that
 explains a comma list, and every --data-dir help names the $ESTRATOS_DATA default."""
 
 from __future__ import annotations

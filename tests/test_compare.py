@@ -89,7 +89,7 @@ def _two_runs(path, *, n, created, layers=(0, 1)):
 
 
 def test_compare_refuses_one_cell_from_two_different_runs(tmp_path):
-    # issue 24: the step-by-step run and the demo's run of one task, other data
+    # the step-by-step run and the demo's run of one task, other data
     a, b = tmp_path / "minilm.jsonl", tmp_path / "demo.jsonl"
     _two_runs(a, n=300, created="2026-11-23T09:00:00Z")
     _two_runs(b, n=99, created="2026-11-23T10:00:00Z")

@@ -1,5 +1,5 @@
 """--data-dir folders that are missing or one level off are named with the folder that would
-work, before any work (issue 12 #4); ``~`` is expanded in every form of the option."""
+work, before any work; ``~`` is expanded in every form of the option."""
 
 from __future__ import annotations
 

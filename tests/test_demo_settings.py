@@ -1,5 +1,5 @@
 """`estratos demo` into a folder holding a demo made with other settings names each setting
-that differs, before any work (issue 12 #8), through the CLI on a tiny model."""
+that differs, before any work, through the CLI on a tiny model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a new user hit with `estratos encode` (issue 12), each checked through the command line:
+"""What a new user hit with `estratos encode`, each checked through the command line:
 file modes, a second run on the same output without HDF5's lock, Ctrl-C, a model folder without
 config.json, a cache that already holds everything, transformers' own progress bar, help."""
 

@@ -493,7 +493,7 @@ def test_trust_remote_code_is_off_by_default(bpe, tmp_path, monkeypatch):
     assert attrs["trust_remote_code"] is True and attrs["poolings"] == ("cls", "mean")
 
 
-# -- issue 24: a hub id offline, a checkpoint without pooler ------------------------------------
+# -- a hub id offline, a checkpoint without pooler ------------------------------------
 def test_hub_id_offline_fails_fast_once_with_a_pointer(tmp_path, monkeypatch):
     from estratos.encode import hub
 

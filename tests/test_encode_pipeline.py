@@ -1,4 +1,4 @@
-"""The pipelined encoder (issue 13): same cache as a plain one-batch-at-a-time loop, one
+"""The pipelined encoder: same cache as a plain one-batch-at-a-time loop, one
 tokenization, failures in every stage end the run with their message and a resumable
 ``.partial``, and ``--batch-tokens auto``."""
 

@@ -1,5 +1,5 @@
-"""Say the cost before paying it (issue 22 item 4) and what a resumed run reports (issue 24
-items 9 and 11), all through the command line.
+"""Say the cost before paying it and what a resumed run reports, all through the command
+line.
 
 - encode prints the cache's expected size before writing; it is within 2 % of the file;
 - too little free space stops the run before anything is written, naming the size and the
@@ -105,7 +105,7 @@ def test_disk_full_mid_run_keeps_a_partial_that_resumes(tiny_bert_dir, tmp_path,
     kept = cache_info(partial)["n_rows"]
     assert 0 < kept < 2000
 
-    # probing the unfinished cache says what happened and how to finish it (issue 24 item 11)
+    # probing the unfinished cache says what happened and how to finish it
     task = tmp_path / "toy.toml"
     (tmp_path / "t.tsv").write_text("a\tel perro come.\nb\tla casa.\n", encoding="utf-8")
     task.write_text('name = "Toy"\nsuite = "custom"\ngroup = "SC"\nlanguage = "es"\n'
@@ -124,7 +124,7 @@ def test_disk_full_mid_run_keeps_a_partial_that_resumes(tiny_bert_dir, tmp_path,
     assert f"{kept} resumed" in result.output
     info = cache_info(out)
     assert info["n_truncated"] > 0
-    # the summary counts the whole cache's truncated rows, not only this run's (issue 24 item 9)
+    # the summary counts the whole cache's truncated rows, not only this run's
     assert f"truncated at 12 tokens: {info['n_truncated']} in the cache" in result.output
     with open_cache(out) as c, open_cache(ref) as r:
         assert c.n_rows == r.n_rows

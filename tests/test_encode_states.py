@@ -1,4 +1,4 @@
-"""Fewer hidden states when asked (issue 22 item 3): ``encode --states`` and the stored avg.
+"""Fewer hidden states when asked: ``encode --states`` and the stored avg.
 
 A ``--states`` subset stores the same vectors as the same states of a full cache, plus the
 mean over ALL states, so ``probe --layers avg`` keeps its meaning; layer numbers stay the

@@ -1,4 +1,4 @@
-"""Storage that cannot overflow (issue 22 item 2): ``--dtype float16|bfloat16|float32``.
+"""Storage that cannot overflow: ``--dtype float16|bfloat16|float32``.
 
 float16 ends at 65,504 and hidden states of some LLMs go beyond: a model whose last layer is
 scaled up stands in for them. Under float16 its encode stops at once with an error naming

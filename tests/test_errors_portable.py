@@ -1,4 +1,4 @@
-"""Errors keep their data across processes (issue 21 item 6): an exception raised in a probe
+"""Errors keep their data across processes: an exception raised in a probe
 worker reaches the caller as itself, with its fields, not rebuilt from a class name."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Files estratos writes get the permissions a plain open() would give them (issue 12 #1).
+"""Files estratos writes get the permissions a plain open() would give them.
 
 Every user-facing file written through a temporary name (report files and plots, the files of
 `tasks build`) must respect the umask, and replacing a file must keep its mode; the results

@@ -238,7 +238,7 @@ def collinear_toy(n=600, n_dev=200, rank=8, width=192, classes=5, seed=0):
 
 
 def test_lbfgs_converges_fast_on_nearly_collinear_features():
-    """Issue 24: raw L-BFGS crawled to its cap on such features. Standardized and warm
+    """Raw L-BFGS crawls to its cap on such features. Standardized and warm
     started along the L2 path, every fit converges in a few dozen iterations (no fit is
     capped) and the probe is as accurate as a fit run to float precision."""
     from sklearn.linear_model import LogisticRegression

@@ -1,4 +1,4 @@
-"""Issue 23, probe side: control labels (``--control-labels``), MDL (``--mdl``) and
+"""The controls, probe side: control labels (``--control-labels``), MDL (``--mdl``) and
 degenerate cells, on toy tasks and through the CLI."""
 
 from __future__ import annotations

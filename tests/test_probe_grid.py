@@ -96,7 +96,7 @@ EIGHT = [0, 1, 2, 3, 4, 5, 6, "avg"]
 
 @pytest.mark.parametrize("per_cell", [1.0, 1e6, 1e12])
 def test_units_are_cut_only_where_cutting_pays(per_cell):
-    """Issue 24 item 3: cutting adds a program's overhead, so a grid is cut only where the
+    """Cutting adds a program's overhead, so a grid is cut only where the
     estimated schedule gets shorter (whatever the scale of the costs). On the CPU seeds are
     cut apart first (no program added)."""
     two_seeds = {"t": {1: EIGHT, 2: EIGHT}}

@@ -127,7 +127,7 @@ main(sys.argv[1:])
 
 
 def test_workers_start_before_the_parent_imports_torch_and_log_like_it(tmp_path, child_env):
-    """Issue 24 item 3: a worker's imports overlap the parent's (it is spawned before the
+    """A worker's imports overlap the parent's (it is spawned before the
     parent imports torch), and with -v its log lines reach stderr as the parent's do."""
     import subprocess
     import sys

@@ -216,7 +216,7 @@ def test_new_results_files_respect_the_umask(tmp_path):
     assert (tmp_path / "r.jsonl").stat().st_mode & 0o777 == 0o664
 
 
-# ---- issue 23 fields: control cells, MDL, degenerate ----------------------------------------
+# ---- the controls' fields: control cells, MDL, degenerate ----------------------------------------
 
 def test_a_control_cell_coexists_with_its_ordinary_cell(tmp_path):
     control = rec(0).replace(control={"kind": "permuted-labels", "seed": 1111})
@@ -241,7 +241,7 @@ def test_new_fields_round_trip_and_are_left_out_when_unset():
 
 
 def test_a_results_line_written_before_the_new_fields_loads(tmp_path):
-    """A schema-1 line as estratos wrote it before issue 23 (no control/mdl/degenerate)."""
+    """A schema-1 line without the controls' fields (no control/mdl/degenerate)."""
     old = {"schema": 1, "kind": "probe", "task": "es-senteval:TASS1", "suite": "es-senteval",
            "name": "TASS1", "group": "SC", "language": "es", "layer": 3, "pooling": "cls",
            "seed": 1111, "protocol": "split", "fallback": None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from estratos.errors import InputError, OptionError
 
@@ -47,15 +47,11 @@ def task_sentences(task_expr: Optional[str], data_dirs: Sequence[str],
 
     Each sentence appears once, in task order then file order.
     """
-    from estratos.tasks import load_task
+    from estratos.tasks import unique_sentences
     from estratos.tasks.selection import select_specs
 
     selection = select_specs(task_expr, task_files, data_dirs)
-    seen: Dict[str, None] = {}
-    for spec in selection.specs:
-        for sentence in load_task(spec, selection.data_dirs).sentences:
-            seen.setdefault(sentence, None)
-    return list(seen)
+    return unique_sentences(selection.specs, selection.data_dirs)
 
 
 def gather_sentences(sentences_file: Optional[os.PathLike | str] = None,

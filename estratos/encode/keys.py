@@ -14,8 +14,10 @@ from estratos.errors import InputError
 from estratos.text import normalize_sentence, sentence_key
 
 
-def unique_sentences(sentences: Iterable[str]) -> Tuple[List[str], List[bytes], int]:
-    """``(texts, keys, n_input)``: normalized, non-blank, first occurrence of each key."""
+def dedupe_sentences(sentences: Iterable[str]) -> Tuple[List[str], List[bytes], int]:
+    """``(texts, keys, n_input)`` of encode's input: normalized, non-blank, the first
+    occurrence of each key (a task selection's sentences are
+    :func:`estratos.tasks.unique_sentences`)."""
     texts, keys, seen, n_input = [], [], set(), 0
     for raw in sentences:
         if not isinstance(raw, str):

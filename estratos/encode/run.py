@@ -35,7 +35,7 @@ from estratos.cache.writer import disk_full
 from estratos.encode.token_batches import length_order, token_budget_batches
 from estratos.encode.environment import library_versions, utc_stamp
 from estratos.encode.factory import build_encoder
-from estratos.encode.keys import input_digest, unique_sentences
+from estratos.encode.keys import input_digest, dedupe_sentences
 from estratos.encode.options import BatchTokens, parse_batch_tokens
 from estratos.encode.pipeline import Background
 from estratos.encode.space import SpacePlan, plan_space
@@ -95,7 +95,7 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     target = schema.shard_path(out, *shard_sel) if shard_sel else out
     show = sys.stderr.isatty() if progress is None else bool(progress)
 
-    texts, keys, n_input = unique_sentences(sentences)
+    texts, keys, n_input = dedupe_sentences(sentences)
     if not texts:
         raise InputError("no sentences to encode (the input is empty or blank)")
     n_unique = len(texts)

@@ -446,12 +446,12 @@ class LBFGSClassifier(LogisticGrid):
     marks fits that stopped at ``max_iter``. A task's network and schedule overrides
     (``nhid``, ``tenacity``...) do not apply.
 
-    Why standardized, warm-started and at ``tol`` 1e-3 (issue 24): sentence vectors' features
-    are nearly collinear and far from centred, so raw L-BFGS crawled to its cap for every L2
-    value (684 s for 4 RST cells). Standardizing makes the problem well conditioned; the L2
+    Why standardized, warm-started and at ``tol`` 1e-3: sentence vectors' features are nearly
+    collinear and far from centred, so raw L-BFGS would crawl to its cap for every L2 value
+    (684 s for 4 RST cells, measured). Standardizing makes the problem well conditioned; the L2
     values are fitted from the strongest to the weakest, each starting from the previous
-    solution (a path: the next optimum is close); and the tolerance matches the precision
-    of the dev accuracy that picks L2, not float precision.
+    solution (a path: the next optimum is close); and the tolerance matches the precision of the
+    dev accuracy that picks L2, not float precision.
     """
 
     name = "lbfgs"

@@ -2,7 +2,7 @@
 
 Why a registry: ``--classifier`` choices, the slurm checks, the grid's cost estimates and
 :func:`estratos.probe.cells.evaluate_cells` all need "which estimators exist and what do they
-cost", and each used to keep its own list or compare names. An estimator class now declares
+cost", and one list answers them all. An estimator class declares
 its ``name``, its ``role`` (``"classifier"``: trained by classification protocols and chosen
 with ``--classifier``; ``"regressor"``: trained by the relatedness protocol) and its cost model
 (:meth:`RecordedEstimator.cost_per_example`), and registers itself with

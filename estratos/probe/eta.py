@@ -2,11 +2,11 @@
 
 Why not the estimates alone: a unit's estimated cost (:func:`estratos.probe.grid.cell_cost`)
 orders and balances the work, but it is in arbitrary units and misses what does not grow with
-the training (loading a task, reading its hidden states, starting a program). Units run
-longest first, so the first ones to finish are the big ones, whose seconds per estimated cost
-are the smallest: extrapolating their rate to the many small units left made the bar say
-0:18 when 55 s were left (issue 24). Here every finished unit is a measurement: the seconds a
-unit takes are fitted as ``a * cost + b`` (``a``: seconds per unit of estimated cost, ``b``:
+the training (loading a task, reading its hidden states, starting a program). Units run longest
+first, so the first ones to finish are the big ones, whose seconds per estimated cost are the
+smallest: extrapolating their rate to the many small units left would make the bar say 0:18 when
+55 s are left (measured on a real grid). Here every finished unit is a measurement: the seconds
+a unit takes are fitted as ``a * cost + b`` (``a``: seconds per unit of estimated cost, ``b``:
 the fixed part per unit; both >= 0, least squares), which scales the prior by observed /
 predicted and adds the overhead the prior lacks. The units still to run are then laid out the
 way the scheduler runs them (longest first, each on the next free process, after what the

@@ -15,7 +15,7 @@ reports: ``"survey"``, ``"done"``, ``"error"`` (the :class:`EstratosError` itsel
 pickle with their fields) or ``"bug"`` (any other exception, as its traceback text).
 
 Start-up: a spawned worker needs seconds to start Python and import torch before it can take
-a job, and ``--jobs 2`` must not lose that against ``--jobs 1`` (issue 24). So:
+a job, and ``--jobs 2`` must not lose that against ``--jobs 1``. So:
 
 - workers are spawned *before* the runner's context exists (:func:`make_executor`), importing
   the ``preload`` modules while the parent still checks options and imports the same

@@ -27,7 +27,7 @@ from estratos.report.intervals import RowSample, Samples
 from estratos.results import LoadedResults, Located, ResultRecord, load_results
 from estratos.results.record import cell_key
 from estratos.vocab import RANDOM_INIT_PREFIX
-from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, METRICS,
+from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, METRICS,
                             Difference, Interval, bootstrap_ci, mcnemar_exact,
                             paired_bootstrap, same_test_set)
 
@@ -302,7 +302,7 @@ def _require(samples: Samples, row: Row, task: str, metric: Optional[str],
 
 def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
                   metric: Optional[str] = None, resamples: int = DEFAULT_RESAMPLES,
-                  level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED,
+                  level: float = DEFAULT_LEVEL, seed: int = BOOTSTRAP_SEED,
                   last_wins: bool = False) -> Comparison:
     """Compare selection ``b`` against ``a`` (e.g. ``"layer=8"``, ``"layer=9"``) on ``task``
     in ``results`` (paths or globs); ``metric`` defaults to the task's primary metric.

@@ -1,4 +1,4 @@
-"""The report's "Controls" section (issue 23): selectivity, MDL compression, control models.
+"""The report's "Controls" section: selectivity, MDL compression, control models.
 
 Why a section of its own: a per-layer accuracy says how well a probe does, not how much of
 it the layer knows. Three controls answer that, each read from results alone:
@@ -29,7 +29,7 @@ from estratos.report.aggregate import Aggregate, Row, Stat, System, layer_label,
 from estratos.report.intervals import RowSample, Samples
 from estratos.report.tables import Cell, Footnotes, Table, mark_cells
 from estratos.results import Located
-from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, Sample,
+from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, Sample,
                             paired_bootstrap)
 from estratos.stats.bootstrap import same_test_set
 
@@ -114,7 +114,7 @@ def mdl_tables(agg: Aggregate) -> List[Table]:
 def control_model_tables(agg: Aggregate, records: Sequence[Located],
                          control_paths: Sequence[str], notes: Footnotes, *,
                          resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL,
-                         seed: int = DEFAULT_SEED) -> List[Table]:
+                         seed: int = BOOTSTRAP_SEED) -> List[Table]:
     """Per (model system, control system) pair: the model's and the control's score per layer
     and their difference with a paired bootstrap interval. A control system is one whose
     records come from ``control_paths``; it pairs with the other systems of the same

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from estratos.report.aggregate import Aggregate, Row, row_of
 from estratos.results import Located, Notice
 from estratos.results.predictions import CellPredictions, PredictionsReader, sample_of
-from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, Sample,
+from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, Interval, Sample,
                             adjust, bootstrap_ci, compare_to, same_test_set)
 
 CellId = Tuple[Row, str]
@@ -90,7 +90,7 @@ def _problem_notice(problems: Dict[CellId, str], what: str) -> List[Notice]:
 
 
 def cell_intervals(agg: Aggregate, samples: Samples, *, resamples: int = DEFAULT_RESAMPLES,
-                   level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED
+                   level: float = DEFAULT_LEVEL, seed: int = BOOTSTRAP_SEED
                    ) -> Tuple[Dict[CellId, Interval], List[Notice]]:
     """The bootstrap interval of every (row, task) mean over its seeds."""
     out: Dict[CellId, Interval] = {}
@@ -121,7 +121,7 @@ class BestMark:
 
 def best_layer_marks(agg: Aggregate, samples: Samples, *, correction: str = "holm",
                      alpha: float = 0.05, resamples: int = DEFAULT_RESAMPLES,
-                     seed: int = DEFAULT_SEED) -> Tuple[Dict[CellId, BestMark], List[Notice]]:
+                     seed: int = BOOTSTRAP_SEED) -> Tuple[Dict[CellId, BestMark], List[Notice]]:
     """Per system and task: the best layer (highest mean) and, by paired bootstrap against
     it with ``correction`` over the system's other layers, those not significantly worse
     (adjusted p >= ``alpha``)."""
@@ -181,7 +181,7 @@ class StatsOptions:
     alpha: float = 0.05
     level: float = DEFAULT_LEVEL
     resamples: int = DEFAULT_RESAMPLES
-    seed: int = DEFAULT_SEED
+    seed: int = BOOTSTRAP_SEED
 
     def __post_init__(self) -> None:
         from estratos.errors import OptionError

@@ -103,7 +103,7 @@ def _layer_rows(agg: Aggregate, system: System) -> List[Row]:
     return [r for r in agg.layers_of(system) if r.layer is not None]
 
 
-def layer_matrix(agg: Aggregate, system: System, datasets: Optional[Sequence[Dataset]] = None
+def score_matrix(agg: Aggregate, system: System, datasets: Optional[Sequence[Dataset]] = None
                  ) -> Tuple[List[Dataset], List[str], np.ndarray, np.ndarray]:
     """(datasets, layer labels incl. ``avg``, mean scores with NaN where there is none,
     mask of undefined cells) for one system."""
@@ -240,7 +240,7 @@ def heatmap_plot(agg: Aggregate, system: System) -> Any:
     """Mean score per task x layer spec, one panel and colour bar per metric (a matplotlib
     Figure, or None when the system has no per-layer results)."""
     Figure, _ = require_matplotlib()
-    datasets, layers, matrix, undefined = layer_matrix(agg, system)
+    datasets, layers, matrix, undefined = score_matrix(agg, system)
     if matrix.size == 0:
         return None
     metrics = list(dict.fromkeys(d.metric for d in datasets))
@@ -274,7 +274,7 @@ def zscore_plot(agg: Aggregate, system: System) -> Any:
     """Each task standardized across its layers: where each task peaks, whatever its metric
     (a matplotlib Figure, or None)."""
     Figure, _ = require_matplotlib()
-    datasets, layers, matrix, undefined = layer_matrix(agg, system)
+    datasets, layers, matrix, undefined = score_matrix(agg, system)
     layer_cols = np.array([label != "avg" for label in layers], dtype=bool)
     if matrix.size == 0 or layer_cols.sum() < 2:
         return None  # a z-score across one layer says nothing (its spread is 0)
@@ -485,7 +485,7 @@ def render_figures(agg: Aggregate) -> List[RenderedFigure]:
         title, part = system_title(system, agg.name(system)), system_file_part(system)
         if agg.name(system) != system.identity:
             title += f" (model: {system.identity})"
-        metrics = ", ".join(dict.fromkeys(d.metric for d in layer_matrix(agg, system)[0]))
+        metrics = ", ".join(dict.fromkeys(d.metric for d in score_matrix(agg, system)[0]))
         add(heatmap_plot(agg, system),
             f"heatmap-scores_{part}.png",
             f"{title}: mean test score over seeds of each task (rows) at each layer "

@@ -253,7 +253,7 @@ def _stat_fields(prefix: str, stat: Optional[Stat]) -> Dict[str, Any]:
 
 
 def _control_fields(agg: Aggregate, row: Row, task: str) -> Dict[str, Any]:
-    """Issue 23's columns, present only in reports whose results have them (so reports of
+    """The controls' columns, present only in reports whose results have them (so reports of
     other results keep their layout): the control kind, the seeds that predicted one class,
     the MDL compression."""
     out: Dict[str, Any] = {}

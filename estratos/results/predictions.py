@@ -62,7 +62,7 @@ from estratos.atomic import create_beside
 from estratos.errors import ResultsError
 from estratos.faultpoints import fault_point
 from estratos.results.record import CellKey, ResultRecord
-from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, Sample,
+from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, Sample,
                             bootstrap_cis)
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def sample_of(record: ResultRecord, preds: CellPredictions, metric: Optional[str
 
 def interval_of(record: ResultRecord, preds: CellPredictions, *,
                 resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL,
-                seed: int = DEFAULT_SEED) -> Optional[Dict[str, Any]]:
+                seed: int = BOOTSTRAP_SEED) -> Optional[Dict[str, Any]]:
     """The ``ci`` object of a record from its predictions (None for metrics we cannot
     recompute)."""
     return intervals_of([(record, preds)], resamples=resamples, level=level, seed=seed)[0]
@@ -184,7 +184,7 @@ def interval_of(record: ResultRecord, preds: CellPredictions, *,
 
 def intervals_of(pairs: Sequence[Tuple[ResultRecord, CellPredictions]], *,
                  resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL,
-                 seed: int = DEFAULT_SEED) -> List[Optional[Dict[str, Any]]]:
+                 seed: int = BOOTSTRAP_SEED) -> List[Optional[Dict[str, Any]]]:
     """:func:`interval_of` of each (record, predictions) pair, with the resamples drawn once
     per test set (:func:`estratos.stats.bootstrap_cis`: the same numbers, faster)."""
     samples: List[Optional[Sample]] = []

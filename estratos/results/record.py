@@ -86,8 +86,8 @@ class ResultRecord:
     predictions). ``random_init`` is the seed of a control model's random weights (``encode
     --random-init``; its ``revision`` is then ``random-init:SEED``), None for trained weights.
 
-    The optional fields of issue 23 (all left out of the JSON when unset, so older files
-    load unchanged): ``control`` marks a control cell, ``{"kind": "permuted-labels",
+    The controls' optional fields (all left out of the JSON when unset, so files without
+    them load unchanged): ``control`` marks a control cell, ``{"kind": "permuted-labels",
     "seed": S}`` (trained on training labels permuted with a permutation drawn from seed S,
     tested on the true labels); it is part of :attr:`key`, so a control cell and the
     ordinary cell of the same (task, layer, seed...) coexist in one file. ``mdl`` is the

@@ -12,13 +12,13 @@ it, it imports no part of estratos).
 - :mod:`.significance`: McNemar's exact test and the Holm correction.
 """
 
-from estratos.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED,
+from estratos.stats.bootstrap import (BOOTSTRAP_SEED, DEFAULT_LEVEL, DEFAULT_RESAMPLES,
                                       Difference, Interval, bootstrap_ci, bootstrap_cis,
                                       compare_to, paired_bootstrap, same_test_set)
-from estratos.stats.metrics import METRICS, Sample, metric_value
+from estratos.stats.metrics import METRICS, Sample, metric_value, pearson_rows, spearman_rows
 from estratos.stats.significance import CORRECTIONS, adjust, holm, mcnemar_exact
 
-__all__ = ["DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "Difference", "Interval",
+__all__ = ["DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "BOOTSTRAP_SEED", "Difference", "Interval",
            "bootstrap_ci", "bootstrap_cis", "compare_to", "paired_bootstrap", "same_test_set",
-           "METRICS", "Sample", "metric_value",
+           "METRICS", "Sample", "metric_value", "pearson_rows", "spearman_rows",
            "CORRECTIONS", "adjust", "holm", "mcnemar_exact"]

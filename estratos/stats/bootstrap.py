@@ -18,10 +18,10 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, cast
 import numpy as np
 
 from estratos.stats.metrics import Sample
+from estratos.vocab import BOOTSTRAP_SEED
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_LEVEL = 0.95
-DEFAULT_SEED = 0
 #: resamples drawn per chunk (results do not depend on memory: always this many)
 CHUNK = 100
 METHOD = "percentile bootstrap over test examples"
@@ -97,7 +97,7 @@ def _percentiles(values: np.ndarray, level: float):
 
 
 def bootstrap_ci(sample: Sample, *, resamples: int = DEFAULT_RESAMPLES,
-                 level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED) -> Interval:
+                 level: float = DEFAULT_LEVEL, seed: int = BOOTSTRAP_SEED) -> Interval:
     """Percentile interval of ``sample``'s metric (mean over its seeds) over resampled test
     sets; resamples where the metric is undefined (e.g. a constant side of a correlation)
     are left out."""
@@ -105,7 +105,7 @@ def bootstrap_ci(sample: Sample, *, resamples: int = DEFAULT_RESAMPLES,
 
 
 def bootstrap_cis(samples: Sequence[Sample], *, resamples: int = DEFAULT_RESAMPLES,
-                  level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED) -> List[Interval]:
+                  level: float = DEFAULT_LEVEL, seed: int = BOOTSTRAP_SEED) -> List[Interval]:
     """:func:`bootstrap_ci` of each sample, the same numbers, with the resampled positions
     drawn once for all the samples of one test-set layout (size and strata).
 
@@ -137,7 +137,7 @@ def bootstrap_cis(samples: Sequence[Sample], *, resamples: int = DEFAULT_RESAMPL
 
 
 def paired_bootstrap(a: Sample, b: Sample, *, resamples: int = DEFAULT_RESAMPLES,
-                     level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED) -> Difference:
+                     level: float = DEFAULT_LEVEL, seed: int = BOOTSTRAP_SEED) -> Difference:
     """B - A on the same resampled test sets (paired), with a two-sided p-value.
 
     The p-value is twice the smaller share of resampled differences on either side of 0
@@ -157,7 +157,7 @@ def same_test_set(a: Sample, b: Sample) -> bool:
 
 
 def compare_to(a: Sample, others: List[Sample], *, resamples: int = DEFAULT_RESAMPLES,
-               level: float = DEFAULT_LEVEL, seed: int = DEFAULT_SEED) -> List[Difference]:
+               level: float = DEFAULT_LEVEL, seed: int = BOOTSTRAP_SEED) -> List[Difference]:
     """:func:`paired_bootstrap` of ``a`` against each of ``others`` on one shared series of
     resamples (``a``'s metric is computed once per resample)."""
     _check(resamples, level)

@@ -39,7 +39,7 @@ class TaskSpec:
     """Declarative description of one dataset; registered by ``id`` = ``suite:name``.
 
     ``format`` names the registered data format that reads the files (``tsv``, ``probing``...;
-    it was called ``loader``, which clashed with ``run_probe(loader=)``, a callable),
+    not ``loader``, which names ``run_probe``'s callable),
     ``files`` holds format-specific paths relative to the suite's data folder, ``classifier``
     per-task overrides of the probe's classifier settings (read-only, so no task can change
     another's settings), ``labels`` the sorted label names when known in advance (``None``:
