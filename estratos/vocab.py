@@ -72,7 +72,7 @@ class Combiner:
     width: int
 
 
-#: the combiners of DESIGN.md ("Feature combiners"): single ``x``; pair ``[|x1-x2|, x1*x2]``;
+#: the feature combiners (docs/tasks.md): single ``x``; pair ``[|x1-x2|, x1*x2]``;
 #: pair4 ``[x1, x2, x1*x2, |x1-x2|]``; sp ``[x1, x1-x2 .. x1-x5]``; bso ``[x1, x2, x1-x2]``;
 #: dc ``[x1..x6]``; rst ``[xl, xr, xl*xr, |xl-xr|]`` over subtree means
 COMBINERS: Mapping[str, Combiner] = MappingProxyType({c.name: c for c in (

@@ -1,6 +1,6 @@
 """The cache's on-disk layout, in one place, so writer, reader, merge and verify agree.
 
-A cache is one HDF5 file (DESIGN.md, "The cache"): per-row datasets ``/keys``, ``/sentences``,
+A cache is one HDF5 file (docs/cache.md): per-row datasets ``/keys``, ``/sentences``,
 ``/n_tokens``, ``/truncated`` and one ``/vectors/<pooling>`` (N, n_states, dim) dataset per
 pooling, plus root attributes that say how the vectors were made. Rows are only ever appended,
 so a row number never changes meaning once written.
@@ -50,7 +50,7 @@ DTYPE_MAX = {"float16": float(np.finfo(np.float16).max),
              "bfloat16": (2.0 - 2.0 ** -7) * 2.0 ** 127,
              "float32": float(np.finfo(np.float32).max)}
 #: rows per chunk of a vector dataset: one chunk holds these rows of ONE hidden state, so
-#: reading one layer never decompresses the others (DESIGN.md asks for 256..512)
+#: reading one layer never decompresses the others (docs/cache.md)
 CHUNK_ROWS = 512
 
 #: attributes that decide what the vectors mean; resuming, adding sentences and merging

@@ -1,6 +1,6 @@
 """``encode_sentences``: dedup, shard, plan, encode and append to a crash-safe cache.
 
-One call turns any iterable of sentences into rows of a cache (DESIGN.md, "The cache"):
+One call turns any iterable of sentences into rows of a cache (docs/cache.md):
 
 1. sentences are normalized and keyed (:mod:`estratos.encode.keys`); each key is encoded once;
 2. with a shard ``i/n`` only the keys whose hash falls in shard ``i`` are kept

@@ -5,7 +5,7 @@ Why here and not in the tasks: a task only says which sentences fill which slot 
 layer spec. A slot may hold several sentences (an RST subtree = the mean of its EDUs), averaged
 with ``np.add.reduceat`` so ragged slots cost one vectorised pass.
 
-Combiners (DESIGN.md): single ``x``; pair ``[|x1-x2|, x1*x2]``; pair4 ``[x1, x2, x1*x2,
+Combiners: single ``x``; pair ``[|x1-x2|, x1*x2]``; pair4 ``[x1, x2, x1*x2,
 |x1-x2|]``; sp ``[x1, x1-x2, x1-x3, x1-x4, x1-x5]``; bso ``[x1, x2, x1-x2]``; dc ``[x1..x6]``;
 rst ``[xl, xr, xl*xr, |xl-xr|]``.
 """
