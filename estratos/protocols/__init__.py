@@ -9,17 +9,37 @@ evaluation (:meth:`Protocol.evaluate` with an :class:`Inputs`). This package sit
 docs/contracts.md.
 """
 
-from estratos.protocols.base import (DEFAULT_KFOLD, POOL, VALIDATION_SPLIT, CellOutcome,
-                                     EstimatorFactory, Inputs, Protocol, SplitPlan,
-                                     all_protocols, get_protocol, protocol_names, register)
-from estratos.protocols.classification import (inner_kfold_protocol, kfold_protocol,
-                                               split_protocol)
+from estratos.protocols.base import (
+    DEFAULT_KFOLD,
+    POOL,
+    VALIDATION_SPLIT,
+    CellOutcome,
+    EstimatorFactory,
+    Inputs,
+    Protocol,
+    SplitPlan,
+    all_protocols,
+    get_protocol,
+    protocol_names,
+    register,
+)
+from estratos.protocols.classification import inner_kfold_protocol, kfold_protocol, split_protocol
 from estratos.protocols.estimators import OneAtATime, group, n_groups, take
 from estratos.protocols.folds import INNER_KFOLD_SEED, holdout_split, stratified_folds
-from estratos.protocols.metrics import (accuracy, correlations, f1_positive, finite_or_none,
-                                        positive_class, row_cosine)
-from estratos.protocols.similarity import (cosine_protocol, cosine_relatedness,
-                                           relatedness_levels, relatedness_protocol)
+from estratos.protocols.metrics import (
+    accuracy,
+    correlations,
+    f1_positive,
+    finite_or_none,
+    positive_class,
+    row_cosine,
+)
+from estratos.protocols.similarity import (
+    cosine_protocol,
+    cosine_relatedness,
+    relatedness_levels,
+    relatedness_protocol,
+)
 
 #: registered protocol names (registration order)
 PROTOCOLS = protocol_names()

@@ -7,10 +7,22 @@ Probe, baseline and report meet here; nothing else knows the JSON layout of a re
   notices for a torn last line and duplicate cells; paths or glob patterns.
 """
 
-from estratos.results.reader import (LoadedResults, Located, Notice, expand_paths,
-                                     load_results, read_results)
-from estratos.results.record import (KINDS, SCHEMA_VERSION, CellKey, ResultRecord,
-                                     classifier_name, primary_score)
+from estratos.results.reader import (
+    LoadedResults,
+    Located,
+    Notice,
+    expand_paths,
+    load_results,
+    read_results,
+)
+from estratos.results.record import (
+    KINDS,
+    SCHEMA_VERSION,
+    CellKey,
+    ResultRecord,
+    classifier_name,
+    primary_score,
+)
 from estratos.results.store import ResultsStore
 
 __all__ = ["KINDS", "SCHEMA_VERSION", "CellKey", "ResultRecord", "classifier_name",
