@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from estratos.errors import OptionError
+from estratos.options import model_identity
 from estratos.tasks.synthetic import (DEFAULT_N_PER_TASK, GENERATOR_VERSION, MAX_PER_TASK,
                                       MIN_PER_TASK, build_synthetic_es)
 from estratos.vocab import DEFAULT_SEED, DEMO_SEEDS
@@ -121,8 +122,6 @@ def _build_info(data_dir: Path) -> Dict[str, object]:
 
 def _same_model(recorded: object, model: str) -> bool:
     """Whether a cache's ``model`` attribute names ``model`` (what encode records for it)."""
-    from estratos.encode.options import model_identity
-
     return recorded == model_identity(model)
 
 

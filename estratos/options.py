@@ -12,6 +12,7 @@ transformers (an option error answers at once). Each function raises
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import (Any, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union,
                     overload)
 
@@ -349,6 +350,21 @@ def check_output_file(path: Union[str, os.PathLike], option: str = "--out") -> N
             pass
     except OSError as exc:
         raise fail(f"{exc.strerror or exc} (cannot create files in {parent})") from None
+
+
+def is_local_model(model: Union[str, os.PathLike]) -> bool:
+    """Whether ``--model`` names a local folder rather than a hub id: a path written as one
+    (``/``, ``./``, ``../``, ``~``) or anything that exists on disk. The one rule: a hub id
+    (``org/name``) that is not also a path here is fetched from the hub."""
+    text = os.fspath(model)
+    return text.startswith(("/", "./", "../", "~")) or Path(text).exists()
+
+
+def model_identity(model: Union[str, os.PathLike]) -> str:
+    """What a cache records as its ``model``: a local folder by its absolute resolved path (a
+    rerun from another folder, or through a link, still matches), a hub id as given."""
+    text = os.fspath(model)
+    return str(Path(text).expanduser().resolve()) if is_local_model(text) else text
 
 
 __all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "DEVICE_WORDS", "ENCODE_DEVICES", "PROBE_DEVICES",

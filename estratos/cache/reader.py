@@ -16,6 +16,7 @@ import numpy as np
 
 from estratos.cache import schema
 from estratos.errors import CacheError, MissingSentences, SettingsMismatch
+from estratos.options import model_identity
 from estratos.text import normalize_sentence, sentence_key
 from estratos.vocab import AVG
 
@@ -113,8 +114,8 @@ class CacheReader:
                     problems.append(f"pooling {want!r} not in the cache's {list(self.poolings)}")
                 continue
             have = self.attrs.get(name)
-            if name == "model" and isinstance(want, (str, os.PathLike)) and Path(want).is_dir():
-                want = str(Path(want).resolve())  # encode records local folders this way
+            if name == "model" and isinstance(want, (str, os.PathLike)):
+                want = model_identity(want)  # what encode records for it
             if isinstance(have, (list, tuple)) or isinstance(want, (list, tuple)):
                 same = tuple(have or ()) == tuple(want)
             elif isinstance(have, (int, float)) and not isinstance(have, bool):

@@ -22,7 +22,7 @@ from estratos.cache import schema
 from estratos.encode import devices, hub, pooling, tokens
 from estratos.encode import options as model_options
 from estratos.errors import OptionError
-from estratos.options import ENCODE_DEVICES, resolve_device
+from estratos.options import ENCODE_DEVICES, is_local_model, model_identity, resolve_device
 from estratos.vocab import RANDOM_INIT_PREFIX
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def model_revision(model: str, config: object) -> str:
     if commit:
         return str(commit)
     folder = Path(model)
-    if not model_options.is_local_model(model):
+    if not is_local_model(model):
         try:  # a hub id resolved from the local cache: .../snapshots/<commit>/config.json
             from transformers.utils import cached_file
             config_file = cached_file(model, "config.json")
@@ -216,14 +216,14 @@ class HFEncoder:
                                         or not isinstance(random_init, int) or random_init < 0):
             raise OptionError("--random-init: the seed must be an integer >= 0, "
                               f"got {random_init!r}")
-        self.model_name = model_options.model_identity(str(model))
+        self.model_name = model_identity(str(model))
         self.lowercase = bool(lowercase)
         self.device = resolve_device(device, kinds=ENCODE_DEVICES)
         self.threads = threads
         self.device_map = device_map
         self.trust_remote_code = bool(trust_remote_code)
         self.random_init = random_init
-        if model_options.is_local_model(self.model_name):
+        if is_local_model(self.model_name):
             model_options.check_model_folder(self.model_name)
             self._local_only = False
         else:

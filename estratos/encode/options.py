@@ -1,19 +1,17 @@
 """``encode``'s option values, checked with the standard library only: the CLI runs
 :func:`check_encode_options` before it imports numpy, torch or transformers, so a mistake is
-reported at once. Also the one rule for "``--model`` names a local folder"
-(:func:`is_local_model`), which encode, the demo and the SLURM plans share.
+reported at once.
 """
 
 from __future__ import annotations
 
 import numbers
-import os
 from pathlib import Path
 from typing import Optional, Union
 
 from estratos.errors import OptionError
-from estratos.options import (ENCODE_DEVICES, ShardSpec, check_device, parse_states, positive_int,
-                              resolve_shard)
+from estratos.options import (ENCODE_DEVICES, ShardSpec, check_device, is_local_model,
+                              parse_states, positive_int, resolve_shard)
 
 BatchTokens = Union[int, str]
 
@@ -31,21 +29,6 @@ def parse_batch_tokens(value: BatchTokens) -> BatchTokens:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise OptionError(f"--batch-tokens: must be >= 1 or auto, got {value!r}")
     return int(value)
-
-
-def is_local_model(model: Union[str, os.PathLike]) -> bool:
-    """Whether ``--model`` names a local folder rather than a hub id: a path written as one
-    (``/``, ``./``, ``../``, ``~``) or anything that exists on disk. The one rule: a hub id
-    (``org/name``) that is not also a path here is fetched from the hub."""
-    text = os.fspath(model)
-    return text.startswith(("/", "./", "../", "~")) or Path(text).exists()
-
-
-def model_identity(model: Union[str, os.PathLike]) -> str:
-    """What a cache records as its ``model``: a local folder by its absolute resolved path (a
-    rerun from another folder, or through a link, still matches), a hub id as given."""
-    text = os.fspath(model)
-    return str(Path(text).expanduser().resolve()) if is_local_model(text) else text
 
 
 def check_model_folder(model: Optional[str]) -> None:

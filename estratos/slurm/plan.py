@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from estratos.errors import OptionError
-from estratos.options import DEFAULT_SEEDS_TEXT, parse_layers, parse_seeds
+from estratos.options import DEFAULT_SEEDS_TEXT, is_local_model, parse_layers, parse_seeds
 from estratos.probe.estimator import DEFAULT_CLASSIFIER
 from estratos.vocab import CACHE_POOLINGS, DEFAULT_POOLING
 
@@ -147,8 +147,6 @@ def _absolute(path: os.PathLike | str) -> Path:
 
 def _model_argument(model: str) -> str:
     """A local model folder becomes absolute (jobs may start elsewhere); a hub id stays."""
-    from estratos.encode.options import is_local_model
-
     return str(_absolute(model)) if is_local_model(model) else model
 
 
