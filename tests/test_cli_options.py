@@ -82,3 +82,21 @@ def test_cuda_without_a_gpu_driver_fails_at_once(tmp_path, monkeypatch):
         assert ("--device: 'cuda:0' asks for a GPU but CUDA is not available on this machine "
                 "(no GPU driver") in res.output
         assert time.monotonic() - started < 5.0
+
+
+def test_one_rule_for_a_local_model_folder(tmp_path, monkeypatch):
+    """encode, the cache's --expect-model check, the demo and the SLURM plans share one rule
+    (estratos.options.is_local_model) and record a folder by its resolved path."""
+    from estratos.options import is_local_model, model_identity
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "model").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "org" / "model")
+    assert not is_local_model("some-org/some-model")  # a hub id: not on disk here
+    assert model_identity("some-org/some-model") == "some-org/some-model"
+    for written in ("org/model", "./org/model", "~/org/model", str(tmp_path / "link")):
+        assert is_local_model(written)
+        assert model_identity(written) == str((tmp_path / "org" / "model").resolve())
+    assert is_local_model("./not-yet-there")  # written as a path: a folder, even if missing
