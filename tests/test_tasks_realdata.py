@@ -169,7 +169,8 @@ def test_held_out_dev_is_stratified_and_disjoint(loaded):
 def test_describe_counts_match_loaded_sizes(es_dirs, loaded):
     for task_id in ("es-senteval:TASS1", "es-senteval:PAWS", "es-discoeval:BSOthesis",
                     "es-discoeval:SPthesis", "es-senteval:Length", "es-senteval:STS14",
-                    "es-discoeval:RST", "es-senteval:MC"):
+                    "es-discoeval:RST", "es-senteval:MC", "es-senteval:Depth",
+                    "es-senteval:Tense", "es-discoeval:SPwiki"):
         info = describe_task(get_spec(task_id), es_dirs, counts=True)
         assert info["present"], task_id
         sizes = {k: v for k, v in info["sizes"].items() if v is not None}
