@@ -185,7 +185,9 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
         def make() -> Any:
             return template.fresh()
         if control_labels:
-            make = permuted_labels_factory(make, int(seed))  # one seed: fusion is off
+            if isinstance(seed, tuple):  # fusion is off for control cells: one seed each
+                raise ValueError("a control-label cell trains one seed at a time")
+            make = permuted_labels_factory(make, int(seed))
         return (lambda: OneAtATime(make)) if sequential else make
 
     def inputs(seed: Union[int, Tuple[int, ...]]) -> Inputs:
@@ -253,8 +255,11 @@ def _add_online_codes(task: TaskData, protocol: Any, inputs: Inputs, clf: Any, s
     template = clf.fresh()
     if device is not None and "device" in template.get_params():
         template = template.set_params(device=device)
-    codes = online_codes(template, (X, y), (X_dev, y_dev), [o.l2 for o in outcomes], seed,
-                         max(2, len(task.labels)))
+    l2 = [o.l2 for o in outcomes]
+    if any(value is None for value in l2):  # classification protocols always choose one
+        raise ValueError("an online code needs the L2 each cell chose")
+    codes = online_codes(template, (X, y), (X_dev, y_dev), [float(v) for v in l2 if v is not None],
+                         seed, max(2, len(task.labels)))
     for outcome, code in zip(outcomes, codes):
         outcome.extra["mdl"] = code
 
