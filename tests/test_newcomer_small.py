@@ -86,3 +86,39 @@ def test_encode_rate_leaves_out_the_model_load():
         in summary.describe()
     nothing = EncodeSummary("c.h5", 100, 100, 100, 100, 0, 0, 0, 100, 128, 3.0)
     assert nothing.sentences_per_second is None and "sentences/s" not in nothing.describe()
+
+
+FAST_BATCHER = '''
+import numpy as np
+
+def batcher(params, batch):
+    out = np.zeros((len(batch), 3, 4), dtype=np.float32)
+    for i, words in enumerate(batch):
+        out[i, :, 0] = len(words)
+    return out
+'''
+
+
+def test_encode_takes_the_tasks_and_the_task_file(tmp_path):
+    # --task-file "also" encodes its task's sentences when --tasks names another
+    from estratos.cache import open_cache
+    from estratos.tasks import DataDirs, load_task, load_task_file, select_tasks
+
+    (tmp_path / "fast.py").write_text(FAST_BATCHER, encoding="utf-8")
+    synth = tmp_path / "synth"
+    build_synthetic_es(synth, n_per_task=200, tasks=["Tense"])
+    from probe_toys import write_toy_task
+
+    rows = [("pos" if i % 2 else "neg", f"una frase propia número {i}") for i in range(40)]
+    toml = write_toy_task(tmp_path / "custom", {"train": rows[:24], "dev": rows[24:32],
+                                                "test": rows[32:]})
+    cache = tmp_path / "c.h5"
+    code, out = _invoke("encode", "--encoder", f"{tmp_path / 'fast.py'}:batcher", "--tasks",
+                        "synthetic-es:Tense", "--data-dir", f"synthetic-es={synth}",
+                        "--task-file", toml, "--out", cache)
+    assert code == 0, out
+    custom = load_task(load_task_file(toml), DataDirs.parse([]))
+    tense = load_task(select_tasks("synthetic-es:Tense")[0],
+                      DataDirs.parse([f"synthetic-es={synth}"]))
+    with open_cache(cache) as reader:
+        assert reader.n_rows == len(set(custom.sentences) | set(tense.sentences))
