@@ -87,6 +87,8 @@ class _Registered(click.Choice):
         self.role = role
         self._names: Optional[Sequence[str]] = None
 
+    # click.Choice's choices is a plain attribute; a property in its place looks the names up
+    # when first needed
     @property  # type: ignore[override]
     def choices(self) -> Sequence[str]:
         if self._names is None:

@@ -83,7 +83,7 @@ def default_model() -> str:
 
 def _have_matplotlib() -> bool:
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401 - only whether it is installed
     except ImportError:
         return False
     return True

@@ -140,7 +140,7 @@ def _dtype_kwargs(dtype: torch.dtype) -> Dict[str, Any]:
 def check_accelerate() -> None:
     """``--device-map`` needs accelerate, an optional extra: say how to get it."""
     try:
-        import accelerate  # noqa: F401
+        import accelerate  # noqa: F401 - only whether it is installed
     except ImportError as exc:
         raise OptionError(f"--device-map auto needs the accelerate package, which is not "
                           f"installed: {ACCELERATE_HINT}") from exc

@@ -57,6 +57,8 @@ class ProbeRun(Sequence[ResultRecord]):
             return self.records == list(other)
         return NotImplemented
 
+    # compared by value and mutable: unhashable, as a list is (typeshed types __hash__ as a
+    # method, so None needs the ignore)
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:

@@ -34,7 +34,7 @@ import posixpath
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
@@ -233,7 +233,7 @@ class _TqdmProgress:
     """One tqdm byte bar per download label (created on the label's first report)."""
 
     def __init__(self) -> None:
-        self._bars: Dict[str, object] = {}
+        self._bars: Dict[str, Any] = {}
 
     def __call__(self, label: str, done: int, total: Optional[int]) -> None:
         from tqdm import tqdm
@@ -242,9 +242,9 @@ class _TqdmProgress:
         if bar is None:
             bar = self._bars[label] = tqdm(total=total, unit="B", unit_scale=True, desc=label,
                                            leave=False)
-        bar.update(done - bar.n)  # type: ignore[attr-defined]
+        bar.update(done - bar.n)
         if total is not None and done >= total:
-            bar.close()  # type: ignore[attr-defined]
+            bar.close()
 
 
 def sha256_file(path: os.PathLike | str) -> str:

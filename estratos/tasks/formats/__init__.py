@@ -103,5 +103,5 @@ def split_paths(spec: TaskSpec, root: Path, key: str = "splits") -> Dict[str, Pa
     return {split: root / rel for split, rel in table.items()}
 
 
-# formats register themselves on import
+# the formats register themselves on import, so after the registry above they use
 from estratos.tasks.formats import discourse, jsonl, probing, tabular  # noqa: E402,F401
