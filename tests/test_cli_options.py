@@ -63,8 +63,9 @@ def test_ctrl_c_outside_a_runs_own_handler_exits_130_saying_files_are_whole(monk
 
 
 def test_cuda_without_a_gpu_driver_fails_at_once(tmp_path, monkeypatch):
-    # refused before torch is imported (which takes seconds), by encode and probe alike
-    import time
+    """Refused by the pre-torch check, by encode and probe alike: torch is never asked
+    (checked by what is called, not timed, so a loaded machine cannot make it flaky)."""
+    import torch
 
     import estratos.options as options
 
@@ -72,16 +73,15 @@ def test_cuda_without_a_gpu_driver_fails_at_once(tmp_path, monkeypatch):
     sentences.write_text("hola\n", encoding="utf-8")
     runner = CliRunner()
     monkeypatch.setattr(options, "gpu_driver_present", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("torch was asked"))
     for command in (["encode", "--model", str(tmp_path), "--sentences", str(sentences),
                      "--out", str(tmp_path / "c.h5")],
                     ["probe", "--cache", str(tmp_path / "c.h5"), "--tasks",
                      "es-senteval:TASS1", "--out", str(tmp_path / "r.jsonl")]):
-        started = time.monotonic()
         res = runner.invoke(cli, command + ["--device", "cuda:0"])
         assert res.exit_code == 2, res.output
         assert ("--device: 'cuda:0' asks for a GPU but CUDA is not available on this machine "
                 "(no GPU driver") in res.output
-        assert time.monotonic() - started < 5.0
 
 
 def test_one_rule_for_a_local_model_folder(tmp_path, monkeypatch):
