@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
 
     from estratos.results import read_results
-    from estratos.probe.runner import parse_seeds, run_probe
+    from estratos.options import parse_seeds
+    from estratos.probe.runner import run_probe
     from estratos.tasks import DataDirs, select_tasks
 
     cache = Path(args.cache)

@@ -18,9 +18,9 @@ from estratos.errors import EstratosError, Interrupted
 from estratos.options import (DEFAULT_SEEDS_TEXT, ENCODE_DEVICES, PROBE_DEVICES, device_help,
                               parse_baselines, parse_seeds)
 from estratos.probe.estimator import DEFAULT_CLASSIFIER
-from estratos.vocab import (ALL_BASELINES, BOOTSTRAP_SEED, CACHE_POOLINGS, DEFAULT_BASELINE,
-                            DEFAULT_POOLING, DEFAULT_SEED, DEMO_SEEDS, POOLINGS,
-                            SURFACE_BASELINES, SYNTHETIC_N_PER_TASK)
+from estratos.vocab import (ALL_BASELINES, BOOTSTRAP_SEED, CACHE_POOLINGS, CONTROL_KINDS,
+                            DEFAULT_BASELINE, DEFAULT_POOLING, DEFAULT_SEED, DEMO_SEEDS, FEATURES,
+                            POOLINGS, SURFACE_BASELINES, SYNTHETIC_N_PER_TASK)
 
 
 class _UserError(click.ClickException):
@@ -389,25 +389,32 @@ class _OnePooling(click.Choice):
               help="Also skip cells already in these results files (repeatable).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar [default: when stderr is a terminal].")
-@click.option("--control-labels", is_flag=True,
-              help="Control cells: train and early-stop on permuted labels, test on the "
-                   "true ones (kept beside the ordinary cells; the report shows "
-                   "selectivity).")
+@click.option("--features", type=click.Choice(FEATURES), default=None,
+              help="How the probe reads the cached vectors: raw (SentEval's protocol, paper "
+                   "parity) or standardized with the training data's mean and std (both "
+                   "readings live in one results file) [default: the classifier's own: raw "
+                   "for senteval, standardized for lbfgs].")
+@click.option("--control", type=click.Choice(CONTROL_KINDS), default=None,
+              help="Control cells beside the ordinary ones: control-task (labels a fixed "
+                   "random function of each example's words, scored on them: selectivity = "
+                   "score - control; Hewitt & Liang 2019) or label-shuffle (shuffled "
+                   "training labels, tested on the true ones: a majority-rate floor).")
 @click.option("--mdl", is_flag=True,
-              help="Also record each classification cell's online code length and its "
-                   "compression against the uniform code (Voita & Titov 2020).")
+              help="Also record each classification cell's online code length, its "
+                   "compression against the uniform code and against a code of the labels "
+                   "alone (Voita & Titov 2020).")
 def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, seeds, classifier,
                   sequential, jobs, threads, overwrite, expect_model, device, shard,
-                  resume_from, progress, control_labels, mdl) -> None:
+                  resume_from, progress, features, control, mdl) -> None:
     """Train probes for every task x layer x seed (estratos.probe.probe_tasks)."""
     from estratos.probe.command import probe_tasks
 
     run = probe_tasks(cache, tasks, out, data_dir=data_dirs, task_files=task_files,
                       layers=layers, pooling=pooling, seeds=seeds, classifier=classifier,
-                      sequential=sequential, jobs=jobs, overwrite=overwrite,
-                      expect_model=expect_model, threads=threads, device=device,
-                      shard=shard or "auto", resume_from=resume_from, progress=progress,
-                      control_labels=control_labels, mdl=mdl)
+                      features=features, control=control, mdl=mdl, sequential=sequential,
+                      jobs=jobs, overwrite=overwrite, expect_model=expect_model,
+                      threads=threads, device=device, shard=shard or "auto",
+                      resume_from=resume_from, progress=progress)
     click.echo(run.describe())
 
 # ---- report and baseline -----------------------------------------------------------------

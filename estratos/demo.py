@@ -28,7 +28,7 @@ from estratos.errors import OptionError
 from estratos.options import model_identity
 from estratos.tasks.synthetic import (DEFAULT_N_PER_TASK, GENERATOR_VERSION, MAX_PER_TASK,
                                       MIN_PER_TASK, build_synthetic_es)
-from estratos.vocab import DEFAULT_SEED, DEMO_SEEDS
+from estratos.vocab import CONTROL_TASK, DEFAULT_SEED, DEMO_SEEDS
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path, 
         f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} --layers all "
         f"--pooling {DEMO_POOLING} {seed_opts} --out {q(str(results))}",
         f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} --layers all "
-        f"--pooling {DEMO_POOLING} {seed_opts} --control-labels --out {q(str(results))}",
+        f"--pooling {DEMO_POOLING} {seed_opts} --control control-task --out {q(str(results))}",
         f"estratos report {q(str(results))} --out {q(str(report_dir))} "
         f"--format {DEMO_REPORT_FORMATS}" + (" --plot" if plot else ""),
     ]
@@ -196,7 +196,7 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
              progress: Optional[bool] = None,
              say: Optional[Callable[[str], None]] = None) -> DemoSummary:
     """Build synthetic-es, encode it, probe every layer + avg x ``seeds`` (and the same cells
-    on permuted training labels, the control), write the report.
+    on a control task, for selectivity), write the report.
 
     ``out_dir`` receives ``data/``, ``cache.h5``, ``results.jsonl`` and ``report/``
     (``report.md`` and ``report.html``; with matplotlib installed, heatmaps and layer curves
@@ -262,14 +262,15 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
                   seeds=seeds)
     seconds["probe"] = time.perf_counter() - t0
 
-    # the same cells on permuted training labels: what the probe reaches from its capacity
-    # alone, so the report's selectivity (score - control) says how much the layer adds
+    # the same cells on a control task (labels a random function of the words): what the
+    # probe reaches by memorising words, so the report's selectivity (score - control)
+    # says how much of the score is the property rather than the probe
     t0 = time.perf_counter()
-    tell("[4/5] the same probes on permuted training labels (control cells, for the "
+    tell("[4/5] the same probes on a control task (control cells, for the "
          "selectivity table)")
     for spec in tqdm(specs, desc="control", unit="task", disable=disable):
         run_probe(cache, [spec], data_dirs, results, layers="all", pooling=DEMO_POOLING,
-                  seeds=seeds, control_labels=True)
+                  seeds=seeds, control=CONTROL_TASK)
     seconds["control"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

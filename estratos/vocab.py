@@ -59,6 +59,28 @@ CACHE_POOLINGS: Tuple[str, ...] = POOLINGS + (ENCODER_POOLING,)
 #: its weights were never read, and its cells never share an identity with the trained model's
 RANDOM_INIT_PREFIX = "random-init:"
 
+# ---- how a probe reads features, and its controls -------------------------------------------
+#: ``probe --features``: ``raw``, the cached vectors as stored (SentEval's protocol: paper
+#: parity), or ``standardized``, each feature centred and scaled by the mean and standard
+#: deviation of the data the probe is fitted on (dev and test use the training statistics;
+#: a constant feature is zero). Why both: a linear probe trained by SGD on raw features can
+#: miss what a standardized one reads (a few huge dimensions, or vectors that vary little
+#: around a large mean), so a layer is never called empty on the raw reading alone.
+FEATURES: Tuple[str, ...] = ("raw", "standardized")
+RAW_FEATURES, STANDARDIZED_FEATURES = FEATURES
+#: ``probe --control``: a control task in the sense of Hewitt & Liang (2019), labels that are
+#: a fixed random function of the words of each example (estratos.probe.controls), scored
+#: against its own test labels: what selectivity subtracts
+CONTROL_TASK = "control-task"
+#: ``probe --control``: training and dev labels shuffled, tested on the true labels: a floor
+#: at the majority rate whatever the probe's capacity (not a measure of selectivity)
+LABEL_SHUFFLE = "label-shuffle"
+#: the control kinds a cell may be (``ResultRecord.control["kind"]``)
+CONTROL_KINDS: Tuple[str, ...] = (CONTROL_TASK, LABEL_SHUFFLE)
+#: a classification cell whose test predictions fall in one class at least this often is
+#: flagged one-class: its score is (nearly) that class's rate, not what the layer encodes
+ONE_CLASS_SHARE = 0.99
+
 # ---- feature combiners -----------------------------------------------------------------------
 
 

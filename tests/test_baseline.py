@@ -208,7 +208,7 @@ def test_run_baseline_appends_resumes_and_feeds_the_report(tmp_path: Path):
     assert [(r.task, r.seed) for r in written] == [
         ("tiny:S", 1), ("tiny:S", 2), ("tiny:STS", 1), ("tiny:STS", 2)]
     lines = out.read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 4 and json.loads(lines[0])["schema"] == 1
+    assert len(lines) == 4 and json.loads(lines[0])["schema"] == 2
     # a rerun skips every cell, loading each task once only to check its data is the same
     assert run_baseline([cls.spec, sts.spec], None, out, seeds=(1, 2), loader=load) == []
     assert load.calls == ["tiny:S", "tiny:STS"] * 2

@@ -233,7 +233,7 @@ CONTROL = CONTROL_KINDS[0]
 
 
 def test_compare_selects_by_every_part_of_a_cells_identity(tmp_path):
-    # the demo's results: each layer's cell, its permuted-labels control, and a random-init
+    # the demo's results: each layer's cell, its label-shuffle control, and a random-init
     # model's cell, all under one model name
     path = tmp_path / "demo.jsonl"
     cells = []

@@ -61,11 +61,11 @@ def tiny_demo(tiny_bert_dir, tmp_path_factory):
 def test_run_demo_writes_every_output(tiny_demo, tiny_bert_dir):
     out, summary = tiny_demo
     records = read_results(summary.results)
-    # embeddings + 2 layers + avg, one seed; every cell again on permuted labels (control)
+    # embeddings + 2 layers + avg, one seed; every cell again on a control task
     assert len(records) == len(TASKS) * 4 * 2
     controls = [r for r in records if r.control is not None]
     assert len(controls) == len(TASKS) * 4
-    assert {r.control["kind"] for r in controls} == {"permuted-labels"}
+    assert {r.control["kind"] for r in controls} == {"control-task"}
     # the report shows the control next to accuracy: a selectivity table
     assert "selectivity" in summary.table.lower()
     assert {r.name for r in records} == set(TASKS)
@@ -137,5 +137,5 @@ def test_demo_commands_quote_paths(tmp_path):
     assert len(cmds) == 5
     probe = shlex.split(cmds[2])
     assert probe[probe.index("--seeds") + 1] == "1,2"
-    assert shlex.split(cmds[3]) == probe[:-2] + ["--control-labels"] + probe[-2:]
+    assert shlex.split(cmds[3]) == probe[:-2] + ["--control", "control-task"] + probe[-2:]
     assert str(d / "c.h5") in shlex.split(cmds[1])

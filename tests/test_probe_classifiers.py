@@ -275,9 +275,10 @@ def test_a_fit_stopped_at_the_cap_is_recorded_in_the_result():
 
     task = toy_split_task(40)[0]
     system = System(kind="probe", model="m", revision=None)
-    line = cell_record(task, out[0], system, layer=0, pooling="cls", seed=1,
-                       classifier={"name": "lbfgs"}, seconds=1.0)
+    line = cell_record(task, out[0], system, layer=0, pooling="cls", features="standardized",
+                       seed=1, classifier={"name": "lbfgs"}, seconds=1.0)
     assert line.to_json()["capped"] == {"max_iter": 2}
     assert ResultRecord.from_json(line.to_json()).capped == {"max_iter": 2}
-    assert "capped" not in cell_record(task, done[0], system, layer=0, pooling="cls", seed=1,
+    assert "capped" not in cell_record(task, done[0], system, layer=0, pooling="cls",
+                                       features="standardized", seed=1,
                                        classifier={"name": "lbfgs"}, seconds=1.0).to_json()

@@ -1,5 +1,5 @@
-"""The controls, probe side: control labels (``--control-labels``), MDL (``--mdl``) and
-degenerate cells, on toy tasks and through the CLI."""
+"""Probe controls (``--control control-task|label-shuffle``), MDL (``--mdl``) and one-class
+cells, on toy tasks and through the CLI."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from estratos.cli import cli
 from estratos.errors import OptionError
 from estratos.probe.classifiers import SentEvalClassifier
-from estratos.probe.controls import DEV_PART, PermutedLabels, permuted
+from estratos.probe.controls import DEV_PART, ShuffledLabels, permuted
 from estratos.probe.mdl import BLOCK_FRACTIONS, block_ends, code_order, online_code, online_codes
 from estratos.probe.runner import run_probe
 from estratos.results import read_results
@@ -44,7 +44,7 @@ def test_permutation_is_per_seed_and_keeps_the_class_counts():
 def test_control_wrapper_trains_on_permuted_labels_only():
     x, y = blobs(300, 1, (0,))
     make = lambda: SentEvalClassifier(seed=3, max_epoch=20)  # noqa: E731
-    control = PermutedLabels(make, 5).fit(x[:, :200], y[:200], x[:, 200:], y[200:], [1e-4])
+    control = ShuffledLabels(make, 5).fit(x[:, :200], y[:200], x[:, 200:], y[200:], [1e-4])
     alone = make().fit(x[:, :200], permuted(y[:200], 5), x[:, 200:],
                        permuted(y[200:], 5, DEV_PART), [1e-4])
     np.testing.assert_array_equal(control.predict(x[:, 200:]), alone.predict(x[:, 200:]))
@@ -79,16 +79,16 @@ def test_control_labels_sit_at_the_majority_rate(tmp_path, share):
     normal = run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
                        seeds=seeds, threads=1)
     control = run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
-                        seeds=seeds, threads=1, control_labels=True)
+                        seeds=seeds, threads=1, control="label-shuffle")
     assert len(control) == 8 and len(read_results(out)) == 16  # both kinds kept
-    assert [r.control for r in control] == [{"kind": "permuted-labels", "seed": s}
+    assert [r.control for r in control] == [{"kind": "label-shuffle", "seed": s}
                                             for s in seeds]
     majority = control[0].chance["majority"]
     mean_control = np.mean([r.score for r in control])
     assert abs(mean_control - majority) < 6.0, (mean_control, majority)
     assert min(r.score for r in normal) >= 88
     again = run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
-                      seeds=seeds, threads=1, control_labels=True)
+                      seeds=seeds, threads=1, control="label-shuffle")
     assert len(again) == 0  # done: control cells resume like any other
 
 
@@ -97,11 +97,11 @@ def test_control_labels_leave_out_untrained_tasks(tmp_path):
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
     loader = MemoryLoader({sts.spec.id: sts, sick.spec.id: sick})
     records = run_probe(cache, [sts.spec, sick.spec], None, tmp_path / "r.jsonl",
-                        loader=loader, layers="1", threads=1, control_labels=True)
+                        loader=loader, layers="1", threads=1, control="label-shuffle")
     assert {r.task for r in records} == {sick.spec.id}
-    with pytest.raises(OptionError, match="--control-labels: no selected task trains"):
+    with pytest.raises(OptionError, match="--control: no selected task trains"):
         run_probe(cache, [sts.spec], None, tmp_path / "r2.jsonl", loader=loader,
-                  layers="1", threads=1, control_labels=True)
+                  layers="1", threads=1, control="label-shuffle")
 
 
 # ---- MDL ---------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def test_a_cell_that_predicts_one_class_is_marked(tmp_path):
     records = run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", loader=loader,
                         layers="0,1", threads=1)
     by_layer = {r.layer: r for r in records}
-    assert by_layer[0].degenerate == {"class": "pos"}
+    assert by_layer[0].degenerate == {"class": "pos", "share": 1.0}
     assert by_layer[0].score == by_layer[0].chance["majority"]
     assert by_layer[1].degenerate is None
 
@@ -215,10 +215,10 @@ def test_cli_control_labels_and_mdl(tmp_path):
     runner = CliRunner()
     res = runner.invoke(cli, base + ["--mdl"])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(cli, base + ["--control-labels", "--mdl"])
+    res = runner.invoke(cli, base + ["--control", "label-shuffle", "--mdl"])
     assert res.exit_code == 0, res.output
     normal, control = read_results(out)
-    assert normal.control is None and control.control["kind"] == "permuted-labels"
+    assert normal.control is None and control.control["kind"] == "label-shuffle"
     assert normal.mdl["compression"] > 2 * control.mdl["compression"]
     res = runner.invoke(cli, base + ["--mdl", "--classifier", "lbfgs"])
     assert res.exit_code == 2 and "--mdl: the lbfgs classifier" in res.output
@@ -227,15 +227,17 @@ def test_cli_control_labels_and_mdl(tmp_path):
 # ---- report side -------------------------------------------------------------------------
 
 def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
-    """Probe, control-label and MDL cells in one file, a control model (a cache of other
-    vectors with revision random-init:7) in another: `estratos report --control` keeps the
-    control rows apart, shows selectivity, compression, the control model per layer with a
-    paired interval, and marks the one-class cells."""
+    """Probe, control-task, label-shuffle and MDL cells in one file, a control model (a
+    cache of other vectors with revision random-init:7) in another: `estratos report
+    --control` keeps the control rows apart (never ranked), shows selectivity against the
+    control task only, compression over the uniform code and over the floor, the control
+    model per layer with a paired interval, and marks the one-class cells."""
     task, cache, loader = _toy(tmp_path, majority_share=0.75)
     out = tmp_path / "r.jsonl"
     kw = dict(loader=loader, layers="0,1", seeds=(1, 2), threads=1)
     run_probe(cache, [task.spec], None, out, mdl=True, **kw)
-    run_probe(cache, [task.spec], None, out, control_labels=True, **kw)
+    run_probe(cache, [task.spec], None, out, control="label-shuffle", **kw)
+    run_probe(cache, [task.spec], None, out, control="control-task", **kw)
     sentences = list(task.sentences)
     noise = np.random.default_rng(5).normal(size=(len(sentences), 3, 8)).astype(np.float32)
     noise[:, 0] = 1.0  # layer 0 says nothing: every prediction is one class
@@ -255,8 +257,13 @@ def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
         plots = sorted(p.name for p in (report / "plots").iterdir())
         assert any(name.startswith("mdl-compression_") for name in plots)
     md = (report / "report.md").read_text()
-    assert "[permuted-labels]" in md  # control rows apart from the model's
+    assert "[label-shuffle]" in md and "[control-task]" in md  # apart from the model's
     assert "## Controls: selectivity" in md and "## Controls: MDL compression" in md
+    assert "score - control-task score" in md
+    assert "MDL compression over the floor" in md
+    for line in md.splitlines():  # control rows are references: never marked best
+        if "[label-shuffle]" in line or "[control-task]" in line:
+            assert "**" not in line, line
     assert "## Controls: control model" in md
     assert "(one class)" in md  # layer 0 of the random model never leaves one class
     section = md.split("## Controls: control model")[1]

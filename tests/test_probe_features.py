@@ -42,8 +42,9 @@ def test_record_is_built_from_get_params():
     # a linear full-batch model: network and schedule overrides do not apply to it
     assert s.get_params()["l2_grid"] == (1e-9,) and "max_epoch" not in s.get_params()
     assert s.record() == {"name": "lbfgs", "nhid": 0, "optim": "lbfgs", "max_iter": 1000,
-                          "tol": 1e-3, "l2_grid": [1e-9], "features": "standardized",
+                          "tol": 1e-3, "l2_grid": [1e-9],
                           "path": "warm-start, strongest L2 first"}
+    assert s.get_params()["features"] == "standardized"
     clf = resolve_classifier({"max_epoch": 15})
     assert clf.record() == {
         "name": "senteval", "nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5,

@@ -18,7 +18,7 @@ from probe_toys import (MODEL, MemoryLoader, WorkerFailingLoader, single_task, s
                         write_toy_task)
 
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
-                 "pooling", "seed", "protocol", "fallback", "classifier", "metric", "score",
+                 "pooling", "features", "seed", "protocol", "fallback", "classifier", "metric", "score",
                  "l2", "dev", "test", "ci", "sizes", "chance", "epochs", "seconds", "model", "revision",
                  "cache", "estratos_version", "created", "device", "data_digest"}
 
@@ -387,7 +387,7 @@ def test_a_user_error_in_a_worker_reaches_the_caller(tmp_path):
 
 def test_probe_tasks_and_summarize(toml_task, tmp_path):
     from estratos.probe.command import probe_tasks
-    from estratos.probe.runner import summarize
+    from estratos.probe.outcome import summarize
 
     task_file, cache = toml_task
     out = tmp_path / "r.jsonl"

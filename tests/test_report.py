@@ -193,21 +193,19 @@ def test_broken_line_in_the_middle_is_an_error(tmp_path):
         load_results([path])
 
 
-def test_mixed_schema_versions_are_a_clear_error(tmp_path):
+def test_older_schema_lines_are_read_beside_current_ones(tmp_path):
+    """A resumed run appends current lines to a file of an older version: both are read
+    (the older ones migrated)."""
     a = write_lines(tmp_path / "a.jsonl", [record("s:A", "SC", 0, 1, 1.0)])
     b = write_lines(tmp_path / "b.jsonl", [record("s:A", "SC", 1, 1, 1.0),
                                            record("s:A", "SC", 2, 1, 1.0, schema=2)])
-    with pytest.raises(ResultsError) as err:
-        load_results([a, b])
-    msg = str(err.value)
-    assert f"{b}:2: results schema version 2 differs from version 1 of {a}:1" in msg
-    assert "cannot be mixed" in msg
+    assert len(load_results([a, b]).records) == 3
 
 
 def test_unsupported_schema_version(tmp_path):
     path = write_lines(tmp_path / "r.jsonl", [record("s:A", "SC", 0, 1, 1.0, schema=7)])
     with pytest.raises(ResultsError, match=r"r\.jsonl:1: unsupported results schema "
-                                           r"version 7 \(this estratos reads version 1\)"):
+                                           r"version 7 \(this estratos reads versions 1, 2\)"):
         load_results([path])
 
 
@@ -292,7 +290,7 @@ def test_out_must_be_a_folder(fixture_dir):
 
 
 def test_error_leaves_nothing_written(fixture_dir):
-    write_lines(fixture_dir / "v2.jsonl", [record("s:A", "SC", 0, 1, 1.0, schema=2)])
+    write_lines(fixture_dir / "v2.jsonl", [record("s:A", "SC", 0, 1, 1.0, schema=9)])
     with pytest.raises(ResultsError):
         write_report(["results.jsonl", "v2.jsonl"], "out")
     assert not (fixture_dir / "out").exists()
@@ -329,10 +327,10 @@ def test_cli_bad_format_exits_2_with_option_name(fixture_dir):
 
 
 def test_cli_mixed_schema_exits_nonzero(fixture_dir):
-    write_lines(fixture_dir / "v2.jsonl", [record("s:A", "SC", 0, 1, 1.0, schema=2)])
+    write_lines(fixture_dir / "v2.jsonl", [record("s:A", "SC", 0, 1, 1.0, schema=9)])
     result = CliRunner().invoke(cli, ["report", "results.jsonl", "v2.jsonl", "--out", "out"])
     assert result.exit_code == 1
-    assert "v2.jsonl:1: results schema version 2 differs" in result.output
+    assert "v2.jsonl:1: unsupported results schema version 9" in result.output
     assert not (fixture_dir / "out").exists()
 
 

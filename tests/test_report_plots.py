@@ -54,10 +54,10 @@ def test_figure_files_say_what_they_show_and_are_not_blank(fixture_dir):
                            baseline=["baseline.jsonl"])
     plots = sorted(p.name for p in summary.files if p.suffix == ".png")
     assert plots == [
-        "heatmap-scores_org-beto-r1_cls-pooling_senteval-classifier.png",
-        "heatmap-scores_org-mini-r2_cls-pooling_senteval-classifier.png",
-        "heatmap-zscores_org-beto-r1_cls-pooling_senteval-classifier.png",
-        "heatmap-zscores_org-mini-r2_cls-pooling_senteval-classifier.png",
+        "heatmap-scores_org-beto-r1_cls-pooling_senteval-classifier_raw-features.png",
+        "heatmap-scores_org-mini-r2_cls-pooling_senteval-classifier_raw-features.png",
+        "heatmap-zscores_org-beto-r1_cls-pooling_senteval-classifier_raw-features.png",
+        "heatmap-zscores_org-mini-r2_cls-pooling_senteval-classifier_raw-features.png",
         "layer-curves_SC.png", "layer-curves_SP.png", "layer-curves_SPC.png",
         "layer-curves_SS.png"]
     for name in plots:

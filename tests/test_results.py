@@ -216,24 +216,24 @@ def test_new_results_files_respect_the_umask(tmp_path):
     assert (tmp_path / "r.jsonl").stat().st_mode & 0o777 == 0o664
 
 
-# ---- the controls' fields: control cells, MDL, degenerate ----------------------------------------
+# ---- control cells, features, MDL, one-class cells --------------------------------------------
 
 def test_a_control_cell_coexists_with_its_ordinary_cell(tmp_path):
-    control = rec(0).replace(control={"kind": "permuted-labels", "seed": 1111})
+    control = rec(0).replace(control={"kind": "label-shuffle", "seed": 1111})
     assert cell_key(control) != cell_key(rec(0))
-    assert cell_key(rec(0)) == ("toy:A", 0, "cls", 1111, "senteval", "m", "r")
+    assert cell_key(rec(0)) == ("toy:A", 0, "cls", 1111, "senteval", None, "m", "r")
     store = ResultsStore(tmp_path / "r.jsonl")
     assert len(store.append([rec(0), control])) == 2
     assert store.append([control]) == []  # done: the control's identity includes its kind
     back = read_results(tmp_path / "r.jsonl")
-    assert [r.control_kind for r in back] == [None, "permuted-labels"]
+    assert [r.control_kind for r in back] == [None, "label-shuffle"]
 
 
 def test_new_fields_round_trip_and_are_left_out_when_unset():
     mdl = {"online_bits": 10.5, "uniform_bits": 100.0, "compression": 9.52,
            "blocks": [1, 2], "block_bits": [1.0, 9.5], "order_seed": 1111}
     r = rec(0).replace(mdl=mdl, degenerate={"class": "pos"},
-                       control={"kind": "permuted-labels", "seed": 7})
+                       control={"kind": "label-shuffle", "seed": 7})
     obj = json.loads(json.dumps(r.to_json()))
     assert ResultRecord.from_json(obj) == r
     plain = rec(0).to_json()
@@ -241,7 +241,7 @@ def test_new_fields_round_trip_and_are_left_out_when_unset():
 
 
 def test_a_results_line_written_before_the_new_fields_loads(tmp_path):
-    """A schema-1 line without the controls' fields (no control/mdl/degenerate)."""
+    """A schema-1 line without the optional fields: a raw-features probe cell."""
     old = {"schema": 1, "kind": "probe", "task": "es-senteval:TASS1", "suite": "es-senteval",
            "name": "TASS1", "group": "SC", "language": "es", "layer": 3, "pooling": "cls",
            "seed": 1111, "protocol": "split", "fallback": None,
@@ -254,7 +254,30 @@ def test_a_results_line_written_before_the_new_fields_loads(tmp_path):
     path.write_text(json.dumps(old) + "\n")
     (r,) = read_results(path)
     assert r.control is None and r.mdl is None and r.degenerate is None
-    assert r.key == ("es-senteval:TASS1", 3, "cls", 1111, "senteval", "m", "r")
+    assert r.features == "raw"
+    assert r.key == ("es-senteval:TASS1", 3, "cls", 1111, "senteval", "raw", "m", "r")
+    assert r.predictions_key == ("es-senteval:TASS1", 3, "cls", 1111, "senteval", "m", "r")
+
+
+def test_schema_1_lines_are_migrated(tmp_path):
+    """lbfgs recorded its standardized features in its classifier object; the label-shuffle
+    control was called permuted-labels; a one-class mark meant every prediction. A resumed
+    run appends current lines after them in the same file."""
+    base = rec(0).to_json()
+    base["schema"] = 1
+    del base["features"]
+    lbfgs = {**base, "classifier": {"name": "lbfgs", "features": "standardized"}}
+    shuffled = {**base, "control": {"kind": "permuted-labels", "seed": 3},
+                "degenerate": {"class": "pos"}}
+    path = tmp_path / "old.jsonl"
+    path.write_text("".join(json.dumps(o) + "\n" for o in (lbfgs, shuffled)))
+    ResultsStore(path).append([rec(1).replace(features="standardized")])
+    a, b, c = read_results(path)
+    assert (a.features, a.schema) == ("standardized", 1)
+    assert b.control == {"kind": "label-shuffle", "seed": 3}
+    assert b.degenerate == {"class": "pos", "share": 1.0}
+    assert b.predictions_key[-1] == "permuted-labels"  # where its predictions were filed
+    assert (c.features, c.schema) == ("standardized", 2)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -264,6 +287,7 @@ def test_a_results_line_written_before_the_new_fields_loads(tmp_path):
     ("mdl", {"online_bits": 1.0, "uniform_bits": 2.0, "compression": "inf"},
      "'compression' must be a finite"),
     ("degenerate", True, "'degenerate' must be an object"),
+    ("features", "whitened", "'features': unknown value 'whitened'"),
 ])
 def test_bad_new_fields_name_file_and_line(tmp_path, field, value, message):
     obj = rec(0).to_json()

@@ -15,7 +15,8 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "run_probe": "runner", "probe_tasks": "command", "summarize": "runner",
+    "run_probe": "runner", "probe_tasks": "command", "summarize": "outcome",
+    "ProbeConfig": "config",
     "resolve_classifier": "settings", "evaluate_cells": "cells", "classifier_record": "cells",
     "resolve_probe_device": "cells",
     "SentEvalClassifier": "classifiers", "LBFGSClassifier": "classifiers",

@@ -374,7 +374,8 @@ def _evaluate(data: TaskData, seed: int, l2_grid: Sequence[float], baseline: Sur
     with threadpool_limits(limits=1):
         outcome = evaluate_outcome(data, estimator, seed, baseline.name)
     seconds = time.perf_counter() - start
-    record = cell_record(data, outcome, baseline.system, layer=None, pooling=None, seed=seed,
+    record = cell_record(data, outcome, baseline.system, layer=None, pooling=None,
+                         features=None, seed=seed,
                          classifier=classifier_record(data, estimator), seconds=seconds,
                          chance=chance_levels(data))
     log.info("baseline %s on %s seed %d: %s %s (%.1fs)", baseline.name, spec.id, seed,

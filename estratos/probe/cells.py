@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from estratos.options import PROBE_DEVICES, resolve_device
+from estratos.probe.config import Classifier
 from estratos.probe.estimator import RecordedEstimator
-from estratos.probe.controls import DEV_PART, permuted, permuted_labels_factory
+from estratos.probe.controls import DEV_PART, permuted, shuffled_labels_factory
 from estratos.probe.features import AVG, build_features, layer_matrix, slot_vectors
 from estratos.probe.mdl import online_codes
 from estratos.probe.settings import resolve_classifier, resolve_regressor
@@ -58,14 +59,18 @@ def resolve_probe_device(text: Union[str, "torch.device", None]) -> "torch.devic
 #: and the seconds they took (fused seeds: an equal share of their program's)
 SeedSink = Callable[[int, List[CellOutcome], float], None]
 
-#: ``--classifier``: a registered name, or an estimator whose parameters start each task's
-Classifier = Union[str, RecordedEstimator]
-
-
 def _classifier(task: TaskData, classifier: Classifier, **params: Any) -> RecordedEstimator:
     spec = task.spec
     return resolve_classifier(spec.classifier, classifier=classifier, task=spec.id,
                               n_classes=max(1, len(task.labels)), **params)
+
+
+def _with_features(params: Dict[str, Any], features: Optional[str],
+                   accepted: Any) -> Dict[str, Any]:
+    """``params`` plus ``features`` where the estimator takes that parameter."""
+    if features is not None and "features" in accepted:
+        return {**params, "features": features}
+    return params
 
 
 def classifier_record(task: TaskData, classifier: Classifier) -> Dict[str, Any]:
@@ -99,9 +104,9 @@ def chance_levels(task: TaskData) -> Optional[Dict[str, Any]]:
 
 def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePosition],
                    seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
-                   device: Union[str, "torch.device"] = "cpu", control_labels: bool = False,
-                   mdl: bool = False, on_seed: Optional[SeedSink] = None
-                   ) -> List[List[CellOutcome]]:
+                   device: Union[str, "torch.device"] = "cpu", features: Optional[str] = None,
+                   shuffle_labels: bool = False, mdl: bool = False,
+                   on_seed: Optional[SeedSink] = None) -> List[List[CellOutcome]]:
     """Train and evaluate the cells (layer spec x seed) of one task; outer list: seeds,
     inner: ``states`` in order.
 
@@ -115,14 +120,14 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
     seeds of a protocol whose seeds share the data (``split``, ``relatedness``) train as one
     program (layer specs x L2 values x seeds); on the CPU they train one after the other, so
     a cell's numbers never depend on which other seeds ran (docs/probe.md, "Devices").
-    ``control_labels``, ``mdl`` and ``on_seed``: see :func:`evaluate_groups`.
+    ``features``, ``shuffle_labels``, ``mdl`` and ``on_seed``: see :func:`evaluate_groups`.
     """
     spec = task.spec
     torch_device = resolve_probe_device(device)
     states = list(states)
     built: Dict[Tuple[str, str], Any] = {}
 
-    def features(split: str) -> np.ndarray:
+    def group_features(split: str) -> np.ndarray:
         key = ("features", split)
         if key not in built:
             built[key] = build_features(vectors, states, task.splits[split], spec.combiner)
@@ -137,32 +142,36 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
                                for refs in slots[:2])
         return built[key]
 
-    return evaluate_groups(task, features, pairs, len(states), seeds, classifier,
-                           sequential=sequential, device=torch_device,
-                           control_labels=control_labels, mdl=mdl, on_seed=on_seed)
+    return evaluate_groups(task, group_features, pairs, len(states), seeds, classifier,
+                           sequential=sequential, device=torch_device, features=features,
+                           shuffle_labels=shuffle_labels, mdl=mdl, on_seed=on_seed)
 
 
-def evaluate_groups(task: TaskData, features: Callable[[str], Any],
+def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
                     pairs: Callable[[str], Tuple[Any, Any]], n_groups: int,
                     seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
-                    device: Optional["torch.device"] = None, control_labels: bool = False,
-                    mdl: bool = False, on_seed: Optional[SeedSink] = None
-                    ) -> List[List[CellOutcome]]:
+                    device: Optional["torch.device"] = None, features: Optional[str] = None,
+                    shuffle_labels: bool = False, mdl: bool = False,
+                    on_seed: Optional[SeedSink] = None) -> List[List[CellOutcome]]:
     """The cells of one task over ``n_groups`` feature groups (outer list: seeds, inner:
-    groups), whatever the features are: ``features(split)`` gives the G groups of a split's
+    groups), whatever the features are: ``group_features(split)`` gives the G groups of a split's
     examples (a ``(G, n, F)`` stack or a list of G matrices, sparse ones included),
     ``pairs(split)`` the two slots' groups (similarity protocols). ``device``: a resolved
     torch device for estimators that take one (None: they run where they run, and torch is
     not imported). A relatedness task trains the regressor only if the estimator
     ``trains_regressor``; otherwise the protocol scores the untrained cosine.
 
-    ``control_labels``: every model trains on permuted training and dev labels
-    (:mod:`estratos.probe.controls`; seeds then train one after the other, each with its
-    own permutation). ``mdl``: each classification outcome gets ``extra["mdl"]``, the online
-    code of its training labels (:mod:`estratos.probe.mdl`). ``on_seed(seed, outcomes,
-    seconds)`` hears each seed's final outcomes as soon as they are (seeds that train one
-    after the other: each in turn; fused seeds: all at the end, each with an equal share of
-    the time), so a caller can store them before the next seed trains.
+    ``features``: how trained estimators read the features (``raw`` or ``standardized``,
+    :mod:`estratos.probe.scaling`; None: the estimator's default). ``shuffle_labels``:
+    every model trains on shuffled training and dev labels (the label-shuffle control,
+    :mod:`estratos.probe.controls`; seeds then train one after the other, each with its
+    own permutation). A control task is a task of its own
+    (:func:`estratos.probe.controls.control_task`), evaluated like any other. ``mdl``: each
+    classification outcome gets ``extra["mdl"]``, the online code of its training labels
+    (:mod:`estratos.probe.mdl`). ``on_seed(seed, outcomes, seconds)`` hears each seed's
+    final outcomes as soon as they are (seeds that train one after the other: each in turn;
+    fused seeds: all at the end, each with an equal share of the time), so a caller can
+    store them before the next seed trains.
     """
     report = on_seed or (lambda seed, outcomes, seconds: None)
     protocol = get_protocol(task.protocol)
@@ -175,6 +184,7 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
         return np.asarray(task.splits[split].labels, dtype=label_dtype)
 
     clf = _classifier(task, classifier)
+    clf = clf.set_params(**_with_features({}, features, clf.get_params()))
     params = clf.get_params()
     positive = positive_class(spec.id, spec.metric, spec.extra_metrics, task.labels)
     trains = protocol.trains
@@ -184,10 +194,10 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
     def factory(template: Any, seed: Union[int, Tuple[int, ...]]) -> Callable[[], Any]:
         def make() -> Any:
             return template.fresh()
-        if control_labels:
+        if shuffle_labels:
             if isinstance(seed, tuple):  # fusion is off for control cells: one seed each
-                raise ValueError("a control-label cell trains one seed at a time")
-            make = permuted_labels_factory(make, int(seed))
+                raise ValueError("a label-shuffle cell trains one seed at a time")
+            make = shuffled_labels_factory(make, int(seed))
         return (lambda: OneAtATime(make)) if sequential else make
 
     def inputs(seed: Union[int, Tuple[int, ...]]) -> Inputs:
@@ -196,10 +206,12 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
             on["device"] = device
         clf_on = {k: v for k, v in on.items() if k in params}  # lbfgs runs on the CPU
         return Inputs(
-            labels=labels, splits=tuple(task.splits), features=features, pairs=pairs,
+            labels=labels, splits=tuple(task.splits), features=group_features, pairs=pairs,
             classifier=(factory(clf.fresh(**clf_on), seed)
                         if trains == "classifier" else None),
-            regressor=(factory(resolve_regressor(spec.score_range, **on), seed)
+            regressor=(factory(resolve_regressor(spec.score_range,
+                                                 **_with_features(on, features, ("features",))),
+                               seed)
                        if trains == "regressor" else None),
             seed=int(seed if isinstance(seed, int) else seed[0]),
             l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
@@ -216,14 +228,14 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
         return out
     seeds = [int(s) for s in seeds]
     fuse = (protocol.seeds_share_data and not sequential and len(seeds) > 1
-            and not control_labels and device is not None
+            and not shuffle_labels and device is not None
             and device.type in FUSED_SEED_DEVICES
             and (trains == "regressor" or "device" in params))
     def finish(seed: int, outcomes: List[CellOutcome], seconds: float) -> List[CellOutcome]:
         t0 = time.perf_counter()
         if mdl and trains == "classifier":
             _add_online_codes(task, protocol, inputs(seed), clf, seed, outcomes,
-                              control_labels, device)
+                              shuffle_labels, device)
         report(seed, outcomes, seconds + time.perf_counter() - t0)
         return outcomes
 
@@ -242,15 +254,16 @@ def evaluate_groups(task: TaskData, features: Callable[[str], Any],
 
 
 def _add_online_codes(task: TaskData, protocol: Any, inputs: Inputs, clf: Any, seed: int,
-                      outcomes: List[CellOutcome], control_labels: bool,
+                      outcomes: List[CellOutcome], shuffle_labels: bool,
                       device: Optional["torch.device"]) -> None:
     """``extra["mdl"]`` of each outcome: the online code of the protocol's training labels
-    (permuted ones for a control cell) with the cell's probe and chosen L2."""
+    (shuffled ones for a label-shuffle cell) with the cell's probe, its features and its
+    chosen L2."""
     data = protocol.code_data(inputs)
     if data is None:
         return
     (X, y), (X_dev, y_dev) = data
-    if control_labels:  # the control task's labels, as its probe was trained on them
+    if shuffle_labels:  # the labels the cell's probe was trained on
         y, y_dev = permuted(y, seed), permuted(y_dev, seed, DEV_PART)
     template = clf.fresh()
     if device is not None and "device" in template.get_params():
@@ -264,6 +277,6 @@ def _add_online_codes(task: TaskData, protocol: Any, inputs: Inputs, clf: Any, s
         outcome.extra["mdl"] = code
 
 
-__all__ = ["AVG", "StatePosition", "chance_levels", "classifier_record", "evaluate_cells",
-           "evaluate_groups", "resolve_probe_device"]
+__all__ = ["AVG", "Classifier", "StatePosition", "chance_levels", "classifier_record",
+           "evaluate_cells", "evaluate_groups", "resolve_probe_device"]
 

@@ -19,15 +19,17 @@ import contextlib
 import logging
 import math
 from importlib import import_module
-from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type,
+from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Type,
                     Union)
 
 import numpy as np
 
 from estratos.probe.estimator import (DEFAULT_CLASSIFIER, RecordedEstimator, estimator_names,
                                       get_estimator, register_estimator)
+from estratos.probe.scaling import scaled, scaler_for
 from estratos.stats.metrics import pearson_rows
-from estratos.vocab import DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, VALIDATION_SPLIT
+from estratos.vocab import (DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, RAW_FEATURES,
+                            STANDARDIZED_FEATURES, VALIDATION_SPLIT)
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,9 @@ class SentEvalClassifier(RecordedEstimator):
     (``nhid``, ``dropout``), the optimiser and schedule (``optim``, ``lr``, ``batch_size``,
     ``tenacity``, ``epoch_size``, ``max_epoch``) and what the protocols read from it
     (``l2_grid``, ``kfold``, ``validation_split``). ``n_classes`` None: from the labels.
-    ``device``: where the tensor program runs (``cpu``, ``cuda:N``).
+    ``device``: where the tensor program runs (``cpu``, ``cuda:N``). ``features``: ``raw``
+    (SentEval's protocol) or ``standardized`` with the statistics of the data ``fit`` gets
+    (:mod:`estratos.probe.scaling`).
     """
 
     name = "senteval"
@@ -115,7 +119,8 @@ class SentEvalClassifier(RecordedEstimator):
                  l2_grid: Sequence[float] = DEFAULT_L2_GRID, kfold: int = DEFAULT_KFOLD,
                  validation_split: float = VALIDATION_SPLIT,
                  seed: Union[int, Sequence[int]] = DEFAULT_SEED, lr: float = 1e-3,
-                 device: Union[str, "torch.device"] = "cpu") -> None:
+                 device: Union[str, "torch.device"] = "cpu",
+                 features: str = RAW_FEATURES) -> None:
         self.n_classes = n_classes
         self.nhid = nhid
         self.dropout = dropout
@@ -130,6 +135,7 @@ class SentEvalClassifier(RecordedEstimator):
         self.seed = seed
         self.lr = lr
         self.device = device
+        self.features = features
 
     def cost_per_example(self, n_features: int, n_classes: int) -> float:
         hidden = int(self.nhid)
@@ -172,7 +178,8 @@ class SentEvalClassifier(RecordedEstimator):
         from estratos.probe.training import (StackedNet, as_groups, cross_entropy_grad,
                                              torch_device, train_stacked)
 
-        x, x_dev = as_groups(X), as_groups(X_dev)
+        self.scale_ = scaler_for(self.features, X)
+        x, x_dev = as_groups(scaled(X, self.scale_)), as_groups(scaled(X_dev, self.scale_))
         device = torch_device(self.device)
         y = np.asarray(y, dtype=np.int64)
         y_dev_t = torch.from_numpy(np.asarray(y_dev, dtype=np.int64)).to(device)
@@ -208,7 +215,7 @@ class SentEvalClassifier(RecordedEstimator):
 
         net = self._state.net
         groups = None if len(net.seeds) == 1 else net.stream_group
-        return net.logits(as_groups(X), self._state.best, groups)
+        return net.logits(as_groups(scaled(X, self.scale_)), self._state.best, groups)
 
     def predict(self, X) -> np.ndarray:
         """Labels ``(G', R, n)`` of every model's best weights."""
@@ -237,7 +244,8 @@ class RelatednessRegressor(RecordedEstimator):
     stop after ``tenacity`` (3) non-improving rounds (cumulative count, checked as in the
     classifier) or ``max_epoch`` (1000) passes. ``predict(X)`` -> expected scores ``(G, n)``.
     Results record it under the ``--classifier`` name asked for (the run's cells belong to
-    that classifier), with its fixed facts: linear, Adam, no dropout, no L2.
+    that classifier), with its fixed facts: linear, Adam, no dropout, no L2. ``features``:
+    as for :class:`SentEvalClassifier`.
     """
 
     name = "senteval-relatedness"
@@ -250,7 +258,8 @@ class RelatednessRegressor(RecordedEstimator):
     def __init__(self, n_classes: int = 5, batch_size: int = 64, tenacity: int = 3,
                  epoch_size: int = 50, max_epoch: int = 1000,
                  seed: Union[int, Sequence[int]] = DEFAULT_SEED, lr: float = 1e-3,
-                 device: Union[str, "torch.device"] = "cpu") -> None:
+                 device: Union[str, "torch.device"] = "cpu",
+                 features: str = RAW_FEATURES) -> None:
         self.n_classes = n_classes
         self.batch_size = batch_size
         self.tenacity = tenacity
@@ -259,6 +268,7 @@ class RelatednessRegressor(RecordedEstimator):
         self.seed = seed
         self.lr = lr
         self.device = device
+        self.features = features
 
     def cost_per_example(self, n_features: int, n_classes: int) -> float:
         passes = min(int(self.max_epoch), int(self.epoch_size) * (int(self.tenacity) + 2))
@@ -273,7 +283,8 @@ class RelatednessRegressor(RecordedEstimator):
         from estratos.probe.training import (StackedNet, as_groups, seed_list, soft_mse_grad,
                                              torch_device, train_stacked)
 
-        x, x_dev = as_groups(X), as_groups(X_dev)
+        self.scale_ = scaler_for(self.features, X)
+        x, x_dev = as_groups(scaled(X, self.scale_)), as_groups(scaled(X_dev, self.scale_))
         device = torch_device(self.device)
         seeds = seed_list(self.seed)
         target = torch.from_numpy(score_distribution(scores, self.n_classes).astype(np.float32))
@@ -305,7 +316,7 @@ class RelatednessRegressor(RecordedEstimator):
 
         net = self._state.net
         groups = None if len(net.seeds) == 1 else net.stream_group
-        logits = net.logits(as_groups(X), self._state.best, groups)[:, :, 0]
+        logits = net.logits(as_groups(scaled(X, self.scale_)), self._state.best, groups)[:, :, 0]
         levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64, device=net.device)
         return (torch.softmax(logits.to(torch.float64), dim=-1) @ levels).cpu().numpy()
 
@@ -345,8 +356,9 @@ class LogisticGrid(RecordedEstimator):
 
     #: scikit-learn's solver
     solver = "lbfgs"
-    #: standardize (dense) features with the training part's mean and standard deviation
-    standardize = False
+    #: ``raw``, or ``standardized`` (dense features only) with the training part's mean and
+    #: standard deviation (:mod:`estratos.probe.scaling`); subclasses may take it as a parameter
+    features = RAW_FEATURES
     #: fit the L2 values from the strongest to the weakest, each from the previous solution
     warm_path = False
     # set by the subclasses' constructors
@@ -383,11 +395,11 @@ class LogisticGrid(RecordedEstimator):
             self._constant = int(classes[0]) if len(classes) else 0
             self.dev_score_[:] = (y_dev == self._constant).mean() if len(y_dev) else 0.0
             return self
-        self.scale_ = [_standardizer(x[g]) if self.standardize else None for g in range(G)]
+        self.scale_ = [scaler_for(self.features, x[g]) for g in range(G)]
         with self._blas_limit():
             for g in range(G):
-                xg = _standardize(x[g], self.scale_[g])
-                xg_dev = _standardize(x_dev[g], self.scale_[g]) if len(y_dev) else None
+                xg = scaled(x[g], self.scale_[g], np.float64)
+                xg_dev = scaled(x_dev[g], self.scale_[g], np.float64) if len(y_dev) else None
                 order = (sorted(range(R), key=lambda r: -table[g, r]) if self.warm_path
                          else range(R))
                 start: Any = None
@@ -417,7 +429,8 @@ class LogisticGrid(RecordedEstimator):
         G, R = self.dev_score_.shape
         if self._constant is not None:
             return np.full((G, R, x[0].shape[0]), self._constant, dtype=np.int64)
-        return np.stack([np.stack([self.models_[g][r].predict(_standardize(x[g], self.scale_[g]))
+        return np.stack([np.stack([self.models_[g][r].predict(
+            scaled(x[g], self.scale_[g], np.float64))
                                    for r in range(R)])
                          for g in range(G)]).astype(np.int64)
 
@@ -457,16 +470,15 @@ class LBFGSClassifier(LogisticGrid):
     name = "lbfgs"
     summary = "full-batch logistic regression, for fast exploration"
     solver = "lbfgs"
-    standardize = True
     warm_path = True
-    _recorded = ("nhid", "optim", "max_iter", "tol", "l2_grid", "features", "path")
-    _facts: Mapping[str, Any] = {"nhid": 0, "optim": "lbfgs", "features": "standardized",
+    _recorded = ("nhid", "optim", "max_iter", "tol", "l2_grid", "path")
+    _facts: Mapping[str, Any] = {"nhid": 0, "optim": "lbfgs",
                                  "path": "warm-start, strongest L2 first"}
 
     def __init__(self, n_classes: Optional[int] = None, max_iter: int = LBFGS_MAX_ITER,
                  tol: float = LBFGS_TOL, l2_grid: Sequence[float] = DEFAULT_L2_GRID,
                  kfold: int = DEFAULT_KFOLD, validation_split: float = VALIDATION_SPLIT,
-                 seed: int = DEFAULT_SEED) -> None:
+                 seed: int = DEFAULT_SEED, features: str = STANDARDIZED_FEATURES) -> None:
         self.n_classes = n_classes
         self.max_iter = max_iter
         self.tol = tol
@@ -474,6 +486,7 @@ class LBFGSClassifier(LogisticGrid):
         self.kfold = kfold
         self.validation_split = validation_split
         self.seed = seed
+        self.features = features
 
     def cost_per_example(self, n_features: int, n_classes: int) -> float:
         return 2.0 * n_features * n_classes * LBFGS_ITERATIONS  # full-batch BLAS: no step cost
@@ -486,21 +499,6 @@ class LBFGSClassifier(LogisticGrid):
         from threadpoolctl import threadpool_limits
 
         return threadpool_limits(limits=torch.get_num_threads())
-
-
-def _standardizer(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation of each feature (float64); a constant feature keeps a
-    scale of 1 (it is only centred), so no division by zero can occur."""
-    mean = x.mean(axis=0, dtype=np.float64)
-    std = x.std(axis=0, dtype=np.float64)
-    std[~(std > 1e-12 * max(1.0, float(np.abs(mean).max(initial=0.0))))] = 1.0
-    return mean, std
-
-
-def _standardize(x: Any, scale: Optional[Tuple[np.ndarray, np.ndarray]]) -> Any:
-    """``x`` standardized by ``scale`` (:func:`_standardizer`); as is when ``scale`` is None
-    (sparse features, or an estimator that does not standardize)."""
-    return x if scale is None else (x - scale[0]) / scale[1]
 
 
 #: ``--classifier`` name -> estimator class (the registry's classifiers; kept for callers of

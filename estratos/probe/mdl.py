@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -51,12 +51,28 @@ def code_order(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng((int(seed), MDL_STREAM)).permutation(n)
 
 
-def online_code(ends: Sequence[int], n_classes: int,
-                block_bits: Sequence[float]) -> Dict[str, Any]:
+def label_code_bits(labels: Sequence[int], ends: Sequence[int], n_classes: int) -> float:
+    """The online code length of ``labels`` (in transmission order) that ignores the
+    features: the first block uniform, each later block with the add-one label frequencies
+    of the labels sent before it (the MDL floor, module docstring)."""
+    y = np.asarray(labels, dtype=np.int64)
+    k = max(2, int(n_classes))
+    bits = ends[0] * math.log2(k) if n_classes > 1 else 0.0
+    for start, stop in itertools.pairwise(ends):
+        counts = np.bincount(y[:start], minlength=k).astype(np.float64)
+        p = (counts + 1.0) / (start + k)
+        bits -= float(np.log2(p[y[start:stop]]).sum())
+    return bits
+
+
+def online_code(ends: Sequence[int], n_classes: int, block_bits: Sequence[float],
+                floor_bits: Optional[float] = None) -> Dict[str, Any]:
     """The record's ``mdl`` object from the bits of each later block.
 
     ``block_bits[i]`` is the code length of examples ``ends[i]..ends[i+1]`` under the model
-    trained on the first ``ends[i]``; the first block is sent uniformly."""
+    trained on the first ``ends[i]``; the first block is sent uniformly. ``floor_bits``: the
+    labels-only code length (:func:`label_code_bits`), recorded with the compression over it
+    when given."""
     if len(block_bits) != len(ends) - 1:
         raise ValueError("one code length per block after the first")
     per_label = math.log2(n_classes) if n_classes > 1 else 0.0
@@ -64,9 +80,16 @@ def online_code(ends: Sequence[int], n_classes: int,
     bits = [first] + [float(b) for b in block_bits]
     online = float(sum(bits))
     uniform = ends[-1] * per_label
-    return {"online_bits": round(online, 3), "uniform_bits": round(uniform, 3),
-            "compression": round(uniform / online, 4) if online > 0 else 1.0,
-            "blocks": [int(e) for e in ends], "block_bits": [round(b, 3) for b in bits]}
+    out: Dict[str, Any] = {
+        "online_bits": round(online, 3), "uniform_bits": round(uniform, 3),
+        "compression": round(uniform / online, 4) if online > 0 else 1.0}
+    if floor_bits is not None:
+        out["floor_bits"] = round(float(floor_bits), 3)
+        out["floor_compression"] = (round(float(floor_bits) / online, 4) if online > 0
+                                    else 1.0)
+    out["blocks"] = [int(e) for e in ends]
+    out["block_bits"] = [round(b, 3) for b in bits]
+    return out
 
 
 def online_codes(template: Any, train: Any, dev: Any, l2: Sequence[float], seed: int,
@@ -85,8 +108,9 @@ def online_codes(template: Any, train: Any, dev: Any, l2: Sequence[float], seed:
     ends = block_ends(n)
     order = code_order(n, seed)
     models = ends[:-1]
+    floor = label_code_bits(y[order], ends, n_classes)
     if not models:  # a single example: nothing is coded by a model
-        return [online_code(ends, n_classes, []) for _ in range(G)]
+        return [online_code(ends, n_classes, [], floor) for _ in range(G)]
     est = template.fresh(seed=int(seed), n_classes=n_classes)
     subsets = [order[:e] for e in reversed(models)]  # longest first
     est.fit_subsets(X, y, X_dev, y_dev, np.asarray(l2, dtype=np.float64)[:, None], subsets,
@@ -100,7 +124,7 @@ def online_codes(template: Any, train: Any, dev: Any, l2: Sequence[float], seed:
             row = (len(models) - 1 - i) * G + g
             nats = -log_p[row, np.arange(start, stop), y_ord[start:stop]].sum()
             bits.append(float(nats) / _LN2)
-        record = online_code(ends, n_classes, bits)
+        record = online_code(ends, n_classes, bits, floor)
         record["order_seed"] = int(seed)
         out.append(record)
     return out

@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterator, List, Sequence
 
 from estratos.probe.grid import WorkUnit
 from estratos.results import ResultRecord
+from estratos.vocab import RAW_FEATURES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,22 +82,45 @@ def summarize(records: Sequence[ResultRecord], out: os.PathLike | str) -> str:
     """A few lines for the terminal: cells written, and each task's best layer spec.
 
     A cell whose score is undefined (null, e.g. a correlation of constant cosines) is left
-    out of the best-layer mean; a task with no defined score says so."""
+    out of the best-layer mean; a task with no defined score says so. A layer spec where a
+    seed's probe predicted one class for at least 99 % of the test examples is never called
+    best; the summary names those layers and, for raw features, says the probe could not
+    read them and how to read them standardized."""
     if not records:
         return f"nothing to do: every cell is already in {out} (use --overwrite to redo)"
     lines = [f"wrote {len(records)} cell(s) to {out}"]
     by_task: Dict[str, Dict[Any, List[float]]] = {}
+    one_class: Dict[str, Dict[Any, None]] = {}
+    raw_one_class = 0
     for r in records:
         scores = by_task.setdefault(r.task, {}).setdefault(r.layer, [])
         if r.score is not None:
             scores.append(float(r.score))
+        if r.degenerate:
+            one_class.setdefault(r.task, {})[r.layer] = None
+            raw_one_class += r.features == RAW_FEATURES and r.control is None
     for task, layers in by_task.items():
-        means = {layer: sum(v) / len(v) for layer, v in layers.items() if v}
+        flagged = one_class.get(task, {})
+        means = {layer: sum(v) / len(v) for layer, v in layers.items()
+                 if v and layer not in flagged}
+        note = ""
+        if flagged:
+            note += f"; one class at layer {', '.join(map(str, flagged))}"
+        undefined = [str(layer) for layer, v in layers.items() if not v]
+        if undefined:
+            note += f"; undefined at layer {', '.join(undefined)}"
+        kind = {k for r in records if r.task == task and (k := r.control_kind)}
+        what = f" ({', '.join(sorted(kind))})" if kind else ""
         if not means:
-            lines.append(f"  {task}: every score undefined")
+            lines.append(f"  {task}{what}: no layer read by the probe{note}")
             continue
         best = max(means, key=lambda k: means[k])
-        undefined = [str(layer) for layer, v in layers.items() if not v]
-        note = f"; undefined at layer {', '.join(undefined)}" if undefined else ""
-        lines.append(f"  {task}: best layer {best} ({means[best]:.2f}, mean over seeds){note}")
+        lines.append(f"  {task}{what}: best layer {best} ({means[best]:.2f}, mean over "
+                     f"seeds){note}")
+    if raw_one_class:
+        lines.append(f"{raw_one_class} cell(s) on raw features predicted one class for at "
+                     "least 99 % of the test examples: the probe could not read those "
+                     "features, which does not mean the layer is empty. Run the same "
+                     "command with --features standardized (same --out: both readings are "
+                     "kept) before concluding.")
     return "\n".join(lines)

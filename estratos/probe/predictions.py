@@ -8,6 +8,7 @@ so the baseline does not load torch for it.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from estratos.protocols import CellOutcome, get_protocol
 from estratos.results.predictions import CellPredictions
 from estratos.tasks.types import TaskData
+from estratos.vocab import ONE_CLASS_SHARE
 
 
 def outcome_predictions(task: TaskData, outcome: CellOutcome) -> Optional[CellPredictions]:
@@ -28,15 +30,21 @@ def outcome_predictions(task: TaskData, outcome: CellOutcome) -> Optional[CellPr
 
 
 def degenerate(task: TaskData, outcome: CellOutcome) -> Optional[Dict[str, Any]]:
-    """``{"class": LABEL}`` when every test prediction of a classification cell is one class
-    (the probe never left it, e.g. the majority), else None. Why: such a cell's score is the
-    class rate, not something the layer encodes; reports show it apart
-    (``ResultRecord.degenerate``)."""
+    """``{"class": LABEL, "share": S}`` when a share S >= :data:`ONE_CLASS_SHARE` of a
+    classification cell's test predictions is one class (the probe barely left it, e.g. the
+    majority), else None. Why: such a cell's score is (nearly) that class's rate, not
+    something the layer encodes; one prediction in 4,906 off the top class is no reading
+    either. Reports show it apart and never mark it best (``ResultRecord.degenerate``)."""
     if get_protocol(task.protocol).scores or outcome.predictions is None:
         return None
-    predicted = np.asarray(outcome.predictions)
-    if predicted.size < 2 or not np.all(predicted == predicted.flat[0]):
+    predicted = np.asarray(outcome.predictions).astype(np.int64, copy=False).ravel()
+    if predicted.size < 2 or predicted.min() < 0:
         return None
-    index = int(predicted.flat[0])
+    counts = np.bincount(predicted)
+    index = int(counts.argmax())
+    share = float(counts[index]) / predicted.size
+    if share < ONE_CLASS_SHARE:
+        return None
     labels = list(task.labels)
-    return {"class": str(labels[index]) if 0 <= index < len(labels) else index}
+    return {"class": str(labels[index]) if 0 <= index < len(labels) else index,
+            "share": math.floor(share * 1e4) / 1e4}  # never rounded up to "every one"

@@ -53,27 +53,32 @@ class System:
                    random_init=identity.get("random_init"))
 
     def key(self, task: str, layer: Layer, pooling: Optional[str], seed: int,
-            classifier: Optional[str], control: Optional[str] = None) -> CellKey:
+            classifier: Optional[str], control: Optional[str] = None,
+            features: Optional[str] = None) -> CellKey:
         """The identity of one of this system's cells (``classifier``: its name;
-        ``control``: the control kind of a control cell)."""
+        ``control``: the control kind of a control cell; ``features``: how a probe read
+        them)."""
         return cell_key(task, layer, pooling, seed, classifier, self.model, self.revision,
-                        control)
+                        control, features)
 
 
 def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: Layer,
-                pooling: Optional[str], seed: int, classifier: Mapping[str, Any],
+                pooling: Optional[str], features: Optional[str], seed: int,
+                classifier: Mapping[str, Any],
                 seconds: float, chance: Optional[Mapping[str, Any]] = None,
                 **extra: Any) -> ResultRecord:
     """The results line of one cell: ``outcome`` of ``task`` at ``layer``/``pooling``/
-    ``seed``, trained by ``classifier`` (its record object), for ``system``. ``chance``:
+    ``seed``, trained by ``classifier`` (its record object) on ``features`` (None: a
+    baseline's own), for ``system``. ``chance``:
     the task's chance levels (classification protocols). ``extra``: further optional
-    fields of :class:`ResultRecord` (e.g. ``control``). A one-class outcome is marked
-    ``degenerate`` and an outcome's online code (``extra["mdl"]``) becomes ``mdl``, for
+    fields of :class:`ResultRecord` (e.g. ``control``). A (nearly) one-class outcome is
+    marked ``degenerate`` and an outcome's online code (``extra["mdl"]``) becomes ``mdl``, for
     probe and baseline alike."""
     spec = task.spec
     return ResultRecord(
         kind=system.kind, task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
-        language=spec.language, layer=layer, pooling=pooling, seed=int(seed),
+        language=spec.language, layer=layer, pooling=pooling, features=features,
+        seed=int(seed),
         protocol=task.protocol, fallback=task.fallback, classifier=dict(classifier),
         metric=spec.metric, score=primary_score(spec.metric, outcome.test),
         l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=dict(task.sizes),

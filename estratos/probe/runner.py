@@ -26,30 +26,29 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from dataclasses import dataclass
+
 from estratos import errors as _errors
 from estratos.errors import EstratosError, MissingSentences, OptionError
-from estratos.options import (available_cores, check_output_file, parse_layers, parse_seeds,
-                              positive_int, resolve_shard)
-from estratos.probe.cells import FUSED_SEED_DEVICES, Classifier, resolve_probe_device
-from estratos.probe.estimator import DEFAULT_CLASSIFIER, get_estimator
+from estratos.options import available_cores, check_output_file, parse_layers
+from estratos.probe.cells import FUSED_SEED_DEVICES, resolve_probe_device
+from estratos.probe.config import ProbeConfig
 from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
                                  shard_path)
-from estratos.probe.outcome import ProbeRun, UnitStat, summarize
+from estratos.probe.outcome import ProbeRun, UnitStat
 from estratos.probe.progress import GridProgress
 from estratos.probe.records import System
 from estratos.probe.scheduler import make_executor
-from estratos.probe.settings import check_classifier, task_estimator
+from estratos.probe.settings import task_estimator
 from estratos.probe.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
 from estratos.results import ResultRecord
 from estratos.results.provenance import check_done_cells
 from estratos.results.reader import done_keys, expand_paths
-from estratos.results.record import PERMUTED_LABELS
-from estratos.vocab import DEFAULT_POOLING, DEFAULT_SEED, LayerSpec
+from estratos.vocab import RAW_FEATURES, LayerSpec
 
 log = logging.getLogger(__name__)
 
-#: names that moved to their own modules and are still imported from here
-__all__ = ["GridContext", "ProbeRun", "UnitRunner", "UnitStat", "run_probe", "summarize"]
+__all__ = ["ProbeRun", "RunPlan", "plan_run", "run_probe"]
 
 
 def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: Any) -> str:
@@ -100,40 +99,59 @@ def _raise_failures(failures: List[Tuple[str, EstratosError]]) -> None:
     raise exc.in_context(task, f"(also failed: {', '.join(others)})" if others else "")
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will do, decided before any process starts: the checked configuration
+    (pooling resolved against the cache), the tasks, the layer specs, where results go, the
+    cache's identity and the cells still to do (task -> seed -> layer specs)."""
+
+    config: ProbeConfig
+    cache_path: Path
+    out: Path
+    specs: Tuple[Any, ...]
+    layers: Tuple[LayerSpec, ...]
+    system: System
+    model: Any
+    done: Set[tuple]
+    pending: Dict[str, Dict[int, List[LayerSpec]]]
+    estimators: Dict[str, Any]
+
+    @property
+    def ids(self) -> List[str]:
+        return [spec.id for spec in self.specs]
+
+    def key(self, task: str, layer: LayerSpec, seed: int) -> tuple:
+        """The identity of one of this run's cells."""
+        c = self.config
+        return self.system.key(task, layer, c.pooling, seed, c.classifier_name, c.control,
+                               c.features)
+
+    @property
+    def grid_cells(self) -> int:
+        return len(self.specs) * len(self.layers) * len(self.config.seeds)
+
+
 def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: Any,
-              out: os.PathLike | str, *, layers: Union[str, Sequence[LayerSpec]] = "all",
-              pooling: Optional[str] = DEFAULT_POOLING,
-              seeds: Sequence[int] = (DEFAULT_SEED,),
-              classifier: Classifier = DEFAULT_CLASSIFIER, sequential: bool = False,
-              jobs: int = 1,
-              overwrite: bool = False, expect_model: Optional[str] = None,
-              threads: Optional[int] = None,
+              out: os.PathLike | str, config: Optional[ProbeConfig] = None, *,
+              expect_model: Optional[str] = None,
               loader: Optional[Callable[[Any, Any], Any]] = None,
-              device: Optional[str] = "auto",
-              shard: Union[str, Tuple[int, int], None] = None,
               resume_from: Sequence[Union[str, os.PathLike]] = (),
-              progress: Optional[bool] = False, control_labels: bool = False,
-              mdl: bool = False) -> ProbeRun:
+              progress: Optional[bool] = False, **options: Any) -> ProbeRun:
     """Probe every (task, layer spec, pooling, seed) cell; returns the records written as a
     :class:`ProbeRun` (a sequence of :class:`ResultRecord`, with timing).
 
-    ``control_labels``: the run's cells are control cells, trained on permuted training
-    and dev labels (:mod:`estratos.probe.controls`); they are other cells than the ordinary
-    ones (same results file, both kept). Tasks whose protocol trains nothing (cosine
-    similarity) have no control and are left out with a warning. ``mdl``: every
-    classification cell also records its online code length (:mod:`estratos.probe.mdl`;
-    estimators with ``fit_subsets``, e.g. senteval).
+    ``config``: the run's :class:`ProbeConfig`, or its fields as keywords (``layers``,
+    ``pooling``, ``seeds``, ``classifier``, ``features``, ``control``, ``mdl``,
+    ``sequential``, ``jobs``, ``threads``, ``device``, ``shard``, ``overwrite``), checked by
+    :meth:`ProbeConfig.build`. Control cells (``control``) are other cells than the
+    ordinary ones (same results file, both kept); tasks whose protocol trains nothing
+    (cosine similarity) have no control and no standardized reading and are left out of
+    such runs with a warning.
 
-    ``layers``: ``"all"`` (every hidden state + ``avg``) or a comma list / sequence of
-    indices and ``"avg"``. ``jobs``: processes kept busy with work units, each pinned to
-    ``threads`` torch threads (default 1: the probes are small, so extra threads gain little
-    and lose a lot on shared cores). ``device``: ``cpu``, ``auto`` or ``cuda[:N]``.
-    ``shard``: ``"I/N"``, ``(I, N)`` or ``"auto"`` (SLURM array variables): only this
-    shard's cells, written to ``<stem>.shard-I-of-N<suffix>``. Cells already in the results
-    file, or in ``resume_from`` files (paths or globs), are skipped unless ``overwrite``.
-    ``progress``: a bar on stderr (None: when stderr is a terminal). ``pooling`` None: the
-    cache's first pooling (cls for an encoder's default cache, last for a decoder's); cls on
-    a decoder-only model's cache is refused (:func:`estratos.encode.pooling.cls_refusal`).
+    Cells already in the results file, or in ``resume_from`` files (paths or globs), are
+    skipped unless ``overwrite``. ``progress``: a bar on stderr (None: when stderr is a
+    terminal). ``pooling`` None: the cache's first pooling; cls on a decoder-only model's
+    cache is refused (:func:`estratos.encode.pooling.cls_refusal`).
 
     Raises :class:`OptionError`, :class:`CacheError` (incomplete cache),
     :class:`MissingSentences` (with the ``estratos encode`` command that adds them) or
@@ -142,74 +160,87 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     ``loader(spec, data_dirs) -> TaskData`` replaces :func:`estratos.tasks.load_task` (for
     data built in memory; with ``jobs > 1`` it must be picklable).
     """
+    t_start = time.monotonic()
+    if config is None:
+        config = ProbeConfig.build(**options)
+    elif options:
+        raise TypeError(f"run_probe: give a ProbeConfig or its options, not both "
+                        f"({', '.join(sorted(options))})")
+    plan = plan_run(cache_path, specs, out, config, expect_model=expect_model,
+                    data_dirs=data_dirs, loader=loader,
+                    resume_from=resume_from)
+    if not plan.pending:
+        return ProbeRun([], plan.out, time.monotonic() - t_start,
+                        str(resolve_probe_device(config.device)), 0, plan.grid_cells)
+    records, stats, failures, ran = _execute(plan, data_dirs, loader, progress)
+    return _collect(plan, records, stats, failures, ran, time.monotonic() - t_start)
+
+
+def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLike | str,
+             config: ProbeConfig, *, expect_model: Optional[str] = None,
+             resume_from: Sequence[Union[str, os.PathLike]] = (), data_dirs: Any = None,
+             loader: Optional[Callable[[Any, Any], Any]] = None) -> RunPlan:
+    """Check the tasks, the cache and the results file against ``config`` and find the
+    cells still to do; a stored cell computed on other data than the task's now is refused
+    (:func:`estratos.results.provenance.check_done_cells`), never skipped silently."""
     from estratos.cache import open_cache
     from estratos.encode.pooling import cache_is_decoder, cls_refusal
     from estratos.protocols import get_protocol
 
-    t_start = time.monotonic()
-    seeds_t = parse_seeds(seeds)
-    jobs = positive_int("--jobs", jobs)
-    threads = positive_int("--threads", threads, allow_none=True)
     specs = list(specs)
     if not specs:
         raise OptionError("--tasks: no task selected")
-    if control_labels:
-        specs = _controllable(specs)
+    if config.control is not None:
+        specs = _trained_only(specs, "--control", "has no control")
+    elif config.features != RAW_FEATURES:
+        specs = _trained_only(specs, "--features", "reads raw vectors")
     ids = [spec.id for spec in specs]
     if len(set(ids)) != len(ids):
         raise OptionError(f"--tasks: a task is selected twice ({', '.join(ids)})")
-    classifier_name = check_classifier(classifier)
-    if mdl and not hasattr(get_estimator(classifier) if isinstance(classifier, str)
-                           else classifier, "fit_subsets"):
-        raise OptionError(f"--mdl: the {classifier_name} classifier cannot train MDL's block "
-                          "models; use --classifier senteval")
     # bad task overrides fail before any reading; the estimators feed the cost estimates
-    estimators = {spec.id: task_estimator(spec, get_protocol(spec.protocol), classifier)
+    estimators = {spec.id: task_estimator(spec, get_protocol(spec.protocol), config.classifier)
                   for spec in specs}
-    where = resolve_shard(shard)
     cache_path = Path(cache_path)
-    out_path = shard_path(out, where)
+    out_path = shard_path(out, config.shard)
     check_output_file(out_path)  # before any training, not after the first unit
     expect = {"model": expect_model} if expect_model else None
     with open_cache(cache_path, expect=expect) as cache:
-        if pooling is None:
-            pooling = cache.poolings[0]
+        pooling = config.pooling or cache.poolings[0]
         if pooling == "cls" and cache_is_decoder(cache.attrs):
             raise cls_refusal(str(cache.attrs.get("model")))
         if pooling not in cache.poolings:
             raise OptionError(f"--pooling: {pooling!r} is not in the cache {cache_path} "
                               f"(it has {', '.join(cache.poolings)})")
-        layer_specs = parse_layers(layers, cache.n_states, cache.states)
+        layer_specs = tuple(parse_layers(config.layers, cache.n_states, cache.states))
         identity = cache.identity()
         model_name = cache.attrs.get("model")
     done: Set[tuple] = set()
-    if not overwrite:
-        done = done_keys([out_path] + expand_paths(list(resume_from)) if resume_from
-                         else [out_path])
-
-    system = System.of_cache(identity)
-
-    control = PERMUTED_LABELS if control_labels else None
-
-    def key(task: str, layer: LayerSpec, seed: int) -> tuple:
-        return system.key(task, layer, pooling, seed, classifier_name, control)
-
-    if done:  # a cell computed on other data than the task's now is not skipped silently
-        grid = {key(t, layer, s) for t in ids for layer in layer_specs for s in seeds_t}
-        files: List[Union[str, Path]] = [out_path]
-        files += expand_paths(list(resume_from)) if resume_from else []
+    if not config.overwrite:
+        done = done_keys([str(out_path), *expand_paths(list(resume_from))])
+    plan = RunPlan(config=config.replace(pooling=pooling), cache_path=cache_path, out=out_path,
+                   specs=tuple(specs), layers=layer_specs, system=System.of_cache(identity),
+                   model=model_name, done=done, pending={}, estimators=estimators)
+    if done:
+        grid = {plan.key(t, layer, s) for t in ids for layer in layer_specs
+                for s in config.seeds}
+        files: List[Union[str, Path]] = [out_path, *expand_paths(list(resume_from))]
         check_done_cells(files, specs, data_dirs, grid.__contains__, loader)
-    pending = _pending_cells(ids, layer_specs, seeds_t, key, done)
-    grid_cells = len(ids) * len(layer_specs) * len(seeds_t)
-    if not pending:
-        return ProbeRun([], out_path, time.monotonic() - t_start,
-                        str(resolve_probe_device(device)), 0, grid_cells)
+    plan.pending.update(_pending_cells(ids, layer_specs, config.seeds, plan.key, done))
+    return plan
+
+
+def _execute(plan: RunPlan, data_dirs: Any, loader: Optional[Callable[[Any, Any], Any]],
+             progress: Optional[bool]) -> Tuple[List[ResultRecord], List[UnitStat],
+                                                List[Tuple[str, EstratosError]], RunStats]:
+    """Survey the tasks, plan the units and run them on the configured processes."""
+    config, ids = plan.config, plan.ids
+    where = config.shard
+    pending = plan.pending
     # a shard must know the whole grid's costs; an unsharded run only its pending tasks'
     to_survey = ids if where is not None else list(pending)
     n_cells = sum(len(v) for by_seed in pending.values() for v in by_seed.values())
-    processes = max(1, min(jobs, n_cells))
-    if threads is None:
-        threads = 1
+    processes = max(1, min(config.jobs, n_cells))
+    threads = config.threads or 1
     if threads * processes > available_cores():
         log.warning("--jobs %d x --threads %d exceeds the %d available cores; expect "
                     "slow-downs", processes, threads, available_cores())
@@ -217,79 +248,106 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     stats: List[UnitStat] = []
     failures: List[Tuple[str, EstratosError]] = []
     bar: Optional[GridProgress] = None
-    todo = n_cells
+    ran = RunStats(device="cpu", processes=processes, todo=n_cells,
+                   grid_cells=plan.grid_cells)
     try:
         # the workers start now and import torch while this process does the same below
         # (resolving the device, building its own runner): the imports overlap
         with make_executor(processes, preload=WORKER_PRELOAD) as executor:
-            device_name = str(resolve_probe_device(device))
-            context = GridContext(str(cache_path), str(out_path), pooling, classifier,
-                                  bool(sequential), bool(overwrite), threads, device_name,
-                                  {spec.id: spec_state(spec) for spec in specs}, data_dirs,
-                                  loader, bool(control_labels), bool(mdl))
+            ran.device = str(resolve_probe_device(config.device))
+            context = GridContext(config.replace(device=ran.device, threads=threads),
+                                  str(plan.cache_path), str(plan.out),
+                                  {spec.id: spec_state(spec) for spec in plan.specs},
+                                  data_dirs, loader)
             executor.start(UnitRunner, context)
             shapes = _survey(executor, to_survey)
-            missing = {t: shapes[t].missing for t in to_survey if shapes[t].missing}
-            if missing:
-                total = sum(missing.values())
-                short = [s for s in specs if s.id in missing]
-                detail = ", ".join(f"{k}: {v}" for k, v in missing.items())
-                raise MissingSentences(
-                    f"{cache_path}: {total} sentence(s) the tasks need are not in the cache "
-                    f"({detail}); add them with: "
-                    f"{_encode_hint(cache_path, model_name, short, data_dirs)}",
-                    missing=total)
-            cost = {t: cell_cost(shapes[t], estimators[t]) for t in to_survey}
+            _check_missing(plan, shapes, to_survey, data_dirs)
+            cost = {t: cell_cost(shapes[t], plan.estimators[t]) for t in to_survey}
             if where is not None:
-                owned = shard_cells(ids, layer_specs, seeds_t, cost, where)
-                pending = _pending_cells(ids, layer_specs, seeds_t, key, done, owned)
+                owned = shard_cells(ids, plan.layers, config.seeds, cost, where)
+                pending = _pending_cells(ids, plan.layers, config.seeds, plan.key, plan.done,
+                                         owned)
+                ran.grid_cells = len(owned)
             units = plan_units(pending, cost, executor.processes,
-                               seeds_apart=resolve_probe_device(device_name).type
+                               seeds_apart=resolve_probe_device(ran.device).type
                                not in FUSED_SEED_DEVICES)
-            todo = sum(u.n_cells for u in units)
-            if where is not None:
-                grid_cells = len(owned)
-            log.info("%d cell(s) in %d unit(s) on %d process(es)",
-                     sum(u.n_cells for u in units), len(units), executor.processes)
+            ran.todo = sum(u.n_cells for u in units)
+            log.info("%d cell(s) in %d unit(s) on %d process(es)", ran.todo, len(units),
+                     executor.processes)
             show = sys.stderr.isatty() if progress is None else bool(progress)
             bar = GridProgress(units, executor.processes, show,
                                lines=progress is None and not show)
             failures = _run_units(executor, units, records, stats, bar)
-            processes = executor.processes
+            ran.processes = executor.processes
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()
         # the workers are stopped: what the file holds now is what was kept
-        planned = {key(t, layer, s) for t, by_seed in pending.items()
+        planned = {plan.key(t, layer, s) for t, by_seed in pending.items()
                    for s, layers in by_seed.items() for layer in layers}
-        kept = len(planned & done_keys([out_path]))
-        raise _interrupted(out_path, kept, len(planned) - kept) from None
+        kept = len(planned & done_keys([plan.out]))
+        raise _interrupted(plan.out, kept, len(planned) - kept) from None
     finally:
         if bar is not None:
             bar.close()
-    order = {t: i for i, t in enumerate(ids)}
-    layer_order = {layer: i for i, layer in enumerate(layer_specs)}
-    seed_order = {s: i for i, s in enumerate(seeds_t)}
-    records.sort(key=lambda r: (order[r.task], seed_order[r.seed], layer_order[r.layer]))
+    return records, stats, failures, ran
+
+
+@dataclass
+class RunStats:
+    """What :func:`_execute` learnt while running: the device, the processes, the cells it
+    planned and the size of the grid (this shard's, when sharded)."""
+
+    device: str
+    processes: int
+    todo: int
+    grid_cells: int
+
+
+def _check_missing(plan: RunPlan, shapes: Dict[str, TaskShape], surveyed: Sequence[str],
+                   data_dirs: Any) -> None:
+    """Stop before any training when the cache lacks sentences the tasks need, with the
+    ``estratos encode`` command that adds them."""
+    missing = {t: shapes[t].missing for t in surveyed if shapes[t].missing}
+    if not missing:
+        return
+    total = sum(missing.values())
+    short = [s for s in plan.specs if s.id in missing]
+    detail = ", ".join(f"{k}: {v}" for k, v in missing.items())
+    raise MissingSentences(
+        f"{plan.cache_path}: {total} sentence(s) the tasks need are not in the cache "
+        f"({detail}); add them with: "
+        f"{_encode_hint(plan.cache_path, plan.model, short, data_dirs)}", missing=total)
+
+
+def _collect(plan: RunPlan, records: List[ResultRecord], stats: List[UnitStat],
+             failures: List[Tuple[str, EstratosError]], ran: RunStats,
+             seconds: float) -> ProbeRun:
+    """The run's records in grid order (task, seed, layer spec), or its first failure."""
+    order = {t: i for i, t in enumerate(plan.ids)}
+    layer_order: Dict[Any, int] = {layer: i for i, layer in enumerate(plan.layers)}
+    seed_order = {s: i for i, s in enumerate(plan.config.seeds)}
+    records.sort(key=lambda r: (order[r.task], seed_order[r.seed],
+                                layer_order.get(r.layer, len(layer_order))))
     _raise_failures(failures)
-    return ProbeRun(records, out_path, time.monotonic() - t_start, device_name, processes,
-                    grid_cells - todo, stats)
+    return ProbeRun(records, plan.out, seconds, ran.device, ran.processes,
+                    ran.grid_cells - ran.todo, stats)
 
 
-def _controllable(specs: Sequence[Any]) -> List[Any]:
-    """The tasks that can have control-label cells: those whose protocol trains a model
-    (a cosine similarity has nothing to permute); the others are named in a warning."""
+def _trained_only(specs: Sequence[Any], option: str, why: str) -> List[Any]:
+    """The tasks whose protocol trains a model, for options that only apply to a trained
+    probe (``--control``, ``--features standardized``); the others (an untrained cosine)
+    are named in a warning, or an :class:`OptionError` when none is left."""
     from estratos.protocols import get_protocol
 
     kept = [s for s in specs if get_protocol(s.protocol).trains is not None]
     left = [s.id for s in specs if s not in kept]
     if left and not kept:
-        raise OptionError(f"--control-labels: no selected task trains a probe "
-                          f"({', '.join(left)} {'scores' if len(left) == 1 else 'score'} an "
-                          "untrained cosine)")
+        raise OptionError(f"{option}: no selected task trains a probe ({', '.join(left)}: "
+                          f"scored by an untrained cosine, which {why})")
     if left:
-        log.warning("--control-labels: no control for %s (an untrained cosine: nothing to "
-                    "permute)", ", ".join(left))
+        log.warning("%s: left out %s (scored by an untrained cosine, which %s)", option,
+                    ", ".join(left), why)
     return kept
 
 

@@ -20,12 +20,14 @@ import numpy as np
 
 from estratos.errors import CacheError, MissingSentences
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
-from estratos.probe.controls import control_record
+from estratos.probe.config import ProbeConfig
+from estratos.probe.controls import control_record, control_task
 from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
 from estratos.probe.grid import TaskShape, WorkUnit
 from estratos.probe.records import System, cell_record, store_cells
 from estratos.probe.runtime import torch_runtime
 from estratos.results import ResultRecord, ResultsStore
+from estratos.vocab import CONTROL_TASK, LABEL_SHUFFLE
 
 log = logging.getLogger(__name__)
 
@@ -45,21 +47,15 @@ WORKER_PRELOAD = ("torch", "estratos.probe.training", "estratos.protocols")
 @dataclasses.dataclass(frozen=True)
 class GridContext:
     """What every process of a run needs to survey tasks and run units (picklable: it is
-    sent to each worker once)."""
+    sent to each worker once): the run's configuration with its pooling, threads and device
+    resolved, and where the cache, results and tasks are."""
 
+    config: ProbeConfig
     cache_path: str
     out: str
-    pooling: str
-    classifier: Any  # a registered name or an estimator (estratos.probe.cells.Classifier)
-    sequential: bool
-    overwrite: bool
-    threads: int
-    device: str
-    specs: Mapping[str, Dict[str, Any]]  # task id -> TaskSpec fields (see _spec_state)
+    specs: Mapping[str, Dict[str, Any]]  # task id -> TaskSpec fields (see spec_state)
     data_dirs: Any
-    loader: Optional[Callable[[Any, Any], Any]]
-    control_labels: bool = False  # control cells (probe --control-labels)
-    mdl: bool = False  # online codes (probe --mdl)
+    loader: Optional[Callable[[Any, Any], Any]] = None
 
 
 def _check_vectors(cache_path: Path, spec_id: str, vectors: np.ndarray,
@@ -117,7 +113,7 @@ class UnitRunner:
         # TASS1 15% slower (7.4 s against 6.4 s for 16 cells, same scores)
         for name in WORKER_PRELOAD:
             importlib.import_module(name)
-        runtime = torch_runtime(self.context.threads)
+        runtime = torch_runtime(self.context.config.threads or 1)
         runtime.__enter__()
         self._stack.append(runtime)
         self.cache_cm = open_cache(self.context.cache_path)
@@ -173,17 +169,17 @@ class UnitRunner:
         (read from the cache for these layers only) and each layer spec's position along
         their second axis. ``avg`` is the stored mean over all hidden states; a cache
         written before encode stored it gets every state read and averaged (``"avg"``)."""
-        ctx = self.context
+        ctx, pooling = self.context, self.context.config.pooling
         ints = sorted({int(layer) for layer in layers if layer != AVG})
         if AVG in layers and not self.cache.has_avg:
             states: List[Any] = list(self.cache.states)
         else:
             states = ints + ([AVG] if AVG in layers else [])
         t0 = time.perf_counter()
-        vectors = self.cache.read(rows, ctx.pooling, states)
+        vectors = self.cache.read(rows, str(pooling), states)
         log.info("%s: read %d rows x %d states in %.2fs", task_id, len(rows), len(states),
                  time.perf_counter() - t0)
-        _check_vectors(Path(ctx.cache_path), task_id, vectors, sentences, ctx.pooling)
+        _check_vectors(Path(ctx.cache_path), task_id, vectors, sentences, str(pooling))
         position: Dict[Any, Any] = {s: i for i, s in enumerate(states)}
         if not self.cache.has_avg:
             position[AVG] = AVG  # evaluate_cells averages every state read
@@ -193,40 +189,52 @@ class UnitRunner:
         """Train every cell of ``unit``; each program's records are appended to the results
         file, then passed to ``report``. Returns the seconds the unit took."""
         t_start = time.perf_counter()
-        ctx = self.context
+        ctx, config = self.context, self.context.config
         spec, task = self._load(unit.task)
         rows = self._rows(unit.task)
-        classifier = classifier_record(task, ctx.classifier)
+        classifier = classifier_record(task, config.classifier)
         results = ResultsStore(ctx.out)
-        system = System.of_cache(self.identity, ctx.device)
-        chance = chance_levels(task)
+        system = System.of_cache(self.identity, config.device)
         n_examples = sum(len(s) for s in task.splits.values())
         n_features = COMBINER_WIDTH[spec.combiner] * self.cache.dim
+        # a control task is a task of its own per seed (its labels are drawn from the seed)
+        runs = ([(control_task(task, seed), (seed,)) for seed in unit.seeds]
+                if config.control == CONTROL_TASK else [(task, tuple(unit.seeds))])
         # one chunk of layer specs at a time, its vectors read for it alone: the features of a
         # program (and the vectors behind them) stay under FEATURE_BUDGET_BYTES whatever the
         # width and the number of hidden states (docs/probe.md, "Memory")
         for chunk in _layer_chunks(list(unit.layers), n_examples, n_features):
             vectors, positions = self._vectors(unit.task, rows, chunk, task.sentences)
-
-            def store(seed: int, outcomes: List[Any], took: float,
-                      chunk: List[LayerSpec] = chunk) -> None:
-                # each seed's cells as soon as they are final: a killed run keeps them
-                seconds = took / len(chunk)
-                records = [cell_record(task, o, system,
-                                       layer=layer if layer == AVG else int(layer),
-                                       pooling=ctx.pooling, seed=seed, classifier=classifier,
-                                       seconds=seconds, chance=chance,
-                                       control=control_record(seed) if ctx.control_labels
-                                       else None)
-                           for layer, o in zip(chunk, outcomes)]
-                written = store_cells(ctx.out, task, records, list(outcomes),
-                                      overwrite=ctx.overwrite, store=results)
-                log.info("%s layers %s seed %d: %d cell(s) in %.1fs", unit.task,
-                         ",".join(map(str, chunk)), seed, len(records), took)
-                report(written)
-
-            evaluate_cells(task, vectors, positions, unit.seeds, ctx.classifier,
-                           sequential=ctx.sequential, device=ctx.device,
-                           control_labels=ctx.control_labels, mdl=ctx.mdl, on_seed=store)
+            for labelled, seeds in runs:
+                self._evaluate(labelled, vectors, positions, seeds, chunk, system, classifier,
+                               results, report)
             del vectors
         return time.perf_counter() - t_start
+
+    def _evaluate(self, task: Any, vectors: np.ndarray, positions: List[Any],
+                  seeds: Sequence[int], chunk: List[LayerSpec], system: System,
+                  classifier: Mapping[str, Any], results: ResultsStore,
+                  report: Callable[[List[ResultRecord]], None]) -> None:
+        """Train the cells of ``chunk`` x ``seeds`` and store each seed's as soon as final."""
+        ctx, config = self.context, self.context.config
+        chance = chance_levels(task)
+
+        def store(seed: int, outcomes: List[Any], took: float) -> None:
+            # each seed's cells as soon as they are final: a killed run keeps them
+            seconds = took / len(chunk)
+            records = [cell_record(task, o, system, layer=layer if layer == AVG else int(layer),
+                                   pooling=config.pooling, features=config.features,
+                                   seed=seed, classifier=classifier, seconds=seconds,
+                                   chance=chance, control=control_record(config.control, seed))
+                       for layer, o in zip(chunk, outcomes)]
+            written = store_cells(ctx.out, task, records, list(outcomes),
+                                  overwrite=config.overwrite, store=results)
+            log.info("%s layers %s seed %d: %d cell(s) in %.1fs", task.spec.id,
+                     ",".join(map(str, chunk)), seed, len(records), took)
+            report(written)
+
+        evaluate_cells(task, vectors, positions, seeds, config.classifier,
+                       sequential=config.sequential, device=config.device,
+                       features=config.features,
+                       shuffle_labels=config.control == LABEL_SHUFFLE, mdl=config.mdl,
+                       on_seed=store)

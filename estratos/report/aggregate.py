@@ -1,9 +1,9 @@
 """Aggregating result cells over seeds: rows (system x layer), datasets, groups.
 
 :class:`Aggregate` turns validated records into mean +- std over seeds per (row, dataset)
-and per (row, group); a row is one system (model, revision, pooling, classifier) at one layer
-spec. The display tables (:mod:`~estratos.report.tables`), the ODESIA measures and the
-csv/json writers all read numbers from here, so every output agrees.
+and per (row, group); a row is one system (model, revision, pooling, classifier, features,
+control kind) at one layer spec. The display tables (:mod:`~estratos.report.tables`), the
+ODESIA measures and the csv/json writers all read numbers from here, so every output agrees.
 
 Choices written down here because the paper does not fix them:
 - std is the sample standard deviation (ddof=1) over seeds, omitted for one seed;
@@ -29,7 +29,7 @@ from estratos.errors import ResultsError
 from estratos.results import Located
 from estratos.results.record import Layer
 from estratos.tasks.types import GROUPS
-from estratos.vocab import RANDOM_INIT_PREFIX
+from estratos.vocab import RANDOM_INIT_PREFIX, RAW_FEATURES
 
 #: extra per-dataset metrics the csv/json outputs carry beside ``score``, read from a
 #: record's ``test`` (PAWS F1, STS/SICK-R Spearman); correlations are stored in [-1, 1]
@@ -48,13 +48,21 @@ class System:
     classifier: Optional[str]
     #: the control kind of control cells (``ResultRecord.control``), None for ordinary ones
     control: Optional[str] = None
+    #: how the probe read the features (``ResultRecord.features``; None: a baseline)
+    features: Optional[str] = None
+
+    @property
+    def is_control(self) -> bool:
+        """A control row: its numbers are a reference for another row, never a result to
+        rank (no best marks, no significance, no Delta, no heatmap of its own)."""
+        return self.control is not None
 
     @property
     def label(self) -> str:
         """Short display name: a local model folder shows its last two path parts, a
         revision its first 8 characters (after any ``sha256:`` prefix; a control model's
         ``random-init:SEED`` in full); csv/json keep both in full. Control cells say so
-        ("[permuted-labels]")."""
+        ("[control-task]", "[label-shuffle]")."""
         model = self.model
         if model.startswith(("/", "./", "../", "~")) or "\\" in model:
             model = "/".join(re.split(r"[\\/]+", model.rstrip("/\\"))[-2:])
@@ -69,13 +77,14 @@ class System:
     @property
     def slug(self) -> str:
         """A file-name-safe identifier (for plot files)."""
-        parts = [self.label, self.pooling or "", self.classifier or ""]
+        parts = [self.label, self.pooling or "", self.classifier or "",
+                 self.features if self.features not in (None, RAW_FEATURES) else ""]
         text = "_".join(p for p in parts if p)
         return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")[:120] or "system"
 
     def sort_key(self) -> Tuple[str, ...]:
         return (self.model, self.revision or "", self.pooling or "", self.classifier or "",
-                self.kind, self.control or "")
+                self.features or "", self.kind, self.control or "")
 
     @property
     def identity(self) -> str:
@@ -220,10 +229,12 @@ def sample_std(values: Union[Sequence[float], np.ndarray]) -> Optional[float]:
 
 @dataclass(frozen=True)
 class GroupStat(Stat):
-    """A group cell: ``n_datasets`` of the group's ``n_total`` datasets were present."""
+    """A group cell: ``n_datasets`` of the group's ``n_total`` datasets were present, and
+    ``one_class`` of them had a seed whose probe predicted (nearly) one class."""
 
     n_datasets: int = 0
     n_total: int = 0
+    one_class: int = 0
 
     @property
     def partial(self) -> bool:
@@ -272,10 +283,12 @@ class Aggregate:
     #: cells whose every seed has an undefined score (e.g. a correlation of constant
     #: cosines): shown as undefined, never averaged as 0
     undefined: set = field(default_factory=set)
-    #: (row, task) -> the seeds whose test predictions were all one class (degenerate)
+    #: (row, task) -> the seeds whose test predictions were (nearly) one class (degenerate)
     degenerate: Dict[Tuple[Row, str], set] = field(default_factory=dict)
     #: (row, task) -> seed -> MDL compression (``ResultRecord.mdl``), cells that have it
     compression: Dict[Tuple[Row, str], Dict[int, float]] = field(default_factory=dict)
+    #: (row, task) -> seed -> MDL compression over the labels-only code (``floor_compression``)
+    floor_compression: Dict[Tuple[Row, str], Dict[int, float]] = field(default_factory=dict)
 
     @property
     def systems(self) -> List[System]:
@@ -289,7 +302,20 @@ class Aggregate:
         """The model's display name in this report (tables, figures); see
         :func:`display_names`. :meth:`identities` gives each in full for captions."""
         name = self._names.get(system) or display_names([system])[system]
+        if system.features not in (None, RAW_FEATURES) and self.mixed_features:
+            name += f" ({system.features})"
         return f"{name} [{system.control}]" if system.control else name  # a control row
+
+    @cached_property
+    def mixed_features(self) -> bool:
+        """Whether the report holds more than one features reading of probe rows (names
+        then say which)."""
+        return len({s.features for s in self.systems if s.features is not None}) > 1
+
+    @property
+    def ranked_rows(self) -> List[Row]:
+        """The rows whose numbers are results to rank (every row but controls')."""
+        return [r for r in self.rows if not r.system.is_control]
 
     def identities(self) -> str:
         """What each display name leaves out, for captions: 'NAME = full model at revision
@@ -324,9 +350,10 @@ class Aggregate:
         return (len(self.degenerate.get((row, task), ())),
                 len(self.seeds.get((row, task), {})))
 
-    def mdl_cell(self, row: Row, task: str) -> Optional[Stat]:
-        """MDL compression mean +- std over the seeds that recorded it."""
-        values = self.compression.get((row, task))
+    def mdl_cell(self, row: Row, task: str, over_floor: bool = False) -> Optional[Stat]:
+        """MDL compression mean +- std over the seeds that recorded it: over the uniform code,
+        or with ``over_floor`` over the labels-only code (``floor_compression``)."""
+        values = (self.floor_compression if over_floor else self.compression).get((row, task))
         return Stat.of([values[s] for s in sorted(values)]) if values else None
 
     def extra(self, row: Row, task: str, metric: str) -> Optional[Stat]:
@@ -342,7 +369,9 @@ class Aggregate:
         common = sorted(set.intersection(*(set(v) for v in present)))
         std = sample_std([float(np.mean([v[s] for v in present])) for s in common])
         n = len(common) if common else min(len(v) for v in present)
-        return GroupStat(mean, std, n, n_datasets=len(present), n_total=len(members))
+        flagged = sum(1 for d in members if self.degenerate.get((row, d.task)))
+        return GroupStat(mean, std, n, n_datasets=len(present), n_total=len(members),
+                         one_class=flagged)
 
     def row_seed_counts(self, row: Row) -> List[int]:
         return [len(v) for (r, _), v in self.seeds.items() if r == row]
@@ -354,7 +383,8 @@ class Aggregate:
 def row_of(record: Any) -> Row:
     """The report row of a result record (its system at its layer spec)."""
     return Row(System(record.kind, record.model, record.revision, record.pooling,
-                      record.classifier_name, record.control_kind), record.layer)
+                      record.classifier_name, record.control_kind, record.features),
+               record.layer)
 
 
 def aggregate(records: Iterable[Located]) -> Aggregate:
@@ -366,6 +396,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     undefined: set = set()
     degenerate: Dict[Tuple[Row, str], set] = {}
     compression: Dict[Tuple[Row, str], Dict[int, float]] = {}
+    floor_compression: Dict[Tuple[Row, str], Dict[int, float]] = {}
     facts: Dict[str, Dict[str, Any]] = {}
     chances: Dict[str, Mapping[str, Any]] = {}
     fallbacks: Dict[str, Dict[str, None]] = {}
@@ -391,6 +422,9 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
                 degenerate.setdefault((row, task), set()).add(d.seed)
         if d.mdl:
             compression.setdefault((row, task), {})[d.seed] = float(d.mdl["compression"])
+            if d.mdl.get("floor_compression") is not None:
+                floor_compression.setdefault((row, task), {})[d.seed] = float(
+                    d.mdl["floor_compression"])
         if d.fallback:
             fallbacks.setdefault(task, {})[str(d.fallback)] = None
         if d.chance:
@@ -416,4 +450,5 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     datasets.sort(key=lambda ds: (group_order(ds.group), natural_key(ds.label), ds.task))
     groups = sorted({ds.group for ds in datasets}, key=group_order)
     rows = sorted({row for row, _ in seeds} | {row for row, _ in undefined}, key=Row.sort_key)
-    return Aggregate(rows, datasets, groups, seeds, extras, undefined, degenerate, compression)
+    return Aggregate(rows, datasets, groups, seeds, extras, undefined, degenerate, compression,
+                     floor_compression)

@@ -3,11 +3,13 @@
 Why a section of its own: a per-layer accuracy says how well a probe does, not how much of
 it the layer knows. Three controls answer that, each read from results alone:
 
-- control-label cells (``probe --control-labels``, rows marked ``[permuted-labels]``):
-  *selectivity* = the layer's score - its control's score, per (dataset, layer), the mean of
-  the per-seed differences over the seeds both have;
-- MDL (``probe --mdl``): the compression (uniform / online code length) per (dataset,
-  layer), mean +- std over seeds;
+- control-task cells (``probe --control control-task``, rows marked ``[control-task]``):
+  *selectivity* = the layer's score - its control task's score (Hewitt & Liang 2019), per
+  (dataset, layer), the mean of the per-seed differences over the seeds both have.
+  Label-shuffle cells (``[label-shuffle]``) are a majority-rate floor, shown as rows of
+  their own and never turned into selectivity;
+- MDL (``probe --mdl``): the compression over the uniform code and over the labels-only
+  code (the floor), per (dataset, layer), mean +- std over seeds, three decimals;
 - a control model (``report --control CONTROL.jsonl``, e.g. ``encode --random-init``): per
   layer, the model's score, the control's, and the difference model - control with its
   paired bootstrap interval over test examples (:func:`estratos.stats.paired_bootstrap` on
@@ -27,22 +29,30 @@ import numpy as np
 
 from estratos.report.aggregate import Aggregate, Row, Stat, System, layer_label, row_of
 from estratos.report.intervals import RowSample, Samples
-from estratos.report.tables import Cell, Footnotes, Table, mark_cells
+from estratos.report.tables import Cell, Footnotes, Table, mark_cells, system_title
 from estratos.results import Located
 from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, Sample,
                             paired_bootstrap)
 from estratos.stats.bootstrap import same_test_set
+from estratos.vocab import CONTROL_TASK
 
 SELECTIVITY_INTRO = (
-    "Selectivity = score - control score: the control is the same probe, protocol and early "
-    "stopping trained on permuted training and dev labels and tested on the true test labels "
-    "(probe --control-labels); it is the part of the score the layer, not the probe's "
-    "capacity or the label prior, accounts for. Mean ± sample std over the seeds both have.")
+    "Selectivity = score - control-task score (Hewitt & Liang 2019): the control task gives "
+    "each example a label that is a fixed random function of its words, with the task's "
+    "label distribution, and the same probe, protocol and early stopping are trained and "
+    "scored on it (probe --control control-task). A probe that reaches its control task well "
+    "is memorising words; high selectivity says the score reflects the property. Mean ± "
+    "sample std over the seeds both have. Label-shuffle rows are not used here: shuffled "
+    "labels cap a probe at the majority rate whatever its capacity.")
 MDL_INTRO = (
-    "MDL compression = uniform code length / online code length of the training labels "
-    "(Voita & Titov 2020; blocks of 0.1 ... 100 % of the training data, each block model the "
-    "cell's probe early-stopping on dev likelihood). 1 = the labels are no cheaper to send "
-    "given the layer than without it; higher = fewer examples suffice.")
+    "MDL: online code length of the training labels (Voita & Titov 2020; blocks of 0.1 ... "
+    "100 % of the training data, each block model the cell's probe, on the cell's features, "
+    "early-stopping on dev likelihood). Compression = uniform code / online code; over the "
+    "floor = labels-only code / online code, where the labels-only code learns just the "
+    "label frequencies block by block: 1 = the layer adds nothing to the label prior, below "
+    "1 = the probe does worse than the prior. Best per row on the unrounded values.")
+#: decimals of MDL compression cells (their differences between layers are small)
+MDL_DECIMALS = 3
 CONTROL_INTRO = (
     "Control model {control}: the same architecture and tokenizer with untrained weights "
     "(or another control given with --control). Difference = model - control per layer, "
@@ -56,7 +66,8 @@ def _paired_seeds(agg: Aggregate, a: Row, b: Row, task: str) -> List[Tuple[float
 
 
 def _layer_table(key: str, title: str, agg: Aggregate, system: System,
-                 value: Callable[[Row, str], Cell], caption: str) -> Optional[Table]:
+                 value: Callable[[Row, str], Cell], caption: str,
+                 exact: bool = False) -> Optional[Table]:
     rows = [r for r in agg.layers_of(system) if r.layer is not None]
     body = []
     for ds in agg.datasets:
@@ -67,17 +78,17 @@ def _layer_table(key: str, title: str, agg: Aggregate, system: System,
     if not body:
         return None
     header = ["Group", "Dataset"] + [layer_label(r.layer) for r in rows]
-    mark_cells(body, range(2, len(header)), by="row")
+    mark_cells(body, range(2, len(header)), by="row", exact=exact)
     return Table(key, title, header, [()] * len(header), body, caption=caption)
 
 
 def selectivity_tables(agg: Aggregate) -> List[Table]:
-    """Per system with control-label rows: datasets x layers of score - control score."""
+    """Per system with control-task rows: datasets x layers of score - control score."""
     tables = []
     for system in agg.systems:
         if system.control is not None:
             continue
-        twin = next((s for s in agg.systems if s.control is not None
+        twin = next((s for s in agg.systems if s.control == CONTROL_TASK
                      and s.without_control() == system), None)
         if twin is None:
             continue
@@ -90,24 +101,31 @@ def selectivity_tables(agg: Aggregate) -> List[Table]:
                 return Cell()
             return Cell(stat=Stat.of([a - b for a, b in pairs]))
 
-        table = _layer_table(f"selectivity-{system.slug}", f"Selectivity: {agg.name(system)}",
-                             agg, system, value, "score - permuted-label control, per layer")
+        table = _layer_table(f"selectivity-{system.slug}",
+                             f"Selectivity: {agg.name(system)}{system_title(system)}",
+                             agg, system, value, "score - control-task score, per layer")
         if table is not None:
             tables.append(table)
     return tables
 
 
 def mdl_tables(agg: Aggregate) -> List[Table]:
-    """Per system with MDL: datasets x layers of the compression."""
+    """Per system with MDL: datasets x layers of the compression over the uniform code, then
+    over the labels-only floor (three decimals, best on unrounded values)."""
     tables = []
     for system in agg.systems:
-        def value(row: Row, task: str) -> Cell:
-            return Cell(stat=agg.mdl_cell(row, task))
+        for over_floor, key, what, caption in (
+                (False, "mdl", "MDL compression", "uniform / online code length, per layer"),
+                (True, "mdl-floor", "MDL compression over the floor",
+                 "labels-only / online code length, per layer (1 = no information)")):
+            def value(row: Row, task: str, over_floor: bool = over_floor) -> Cell:
+                return Cell(stat=agg.mdl_cell(row, task, over_floor), decimals=MDL_DECIMALS)
 
-        table = _layer_table(f"mdl-{system.slug}", f"MDL compression: {agg.name(system)}", agg,
-                             system, value, "uniform / online code length, per layer")
-        if table is not None:
-            tables.append(table)
+            table = _layer_table(f"{key}-{system.slug}",
+                                 f"{what}: {agg.name(system)}{system_title(system)}", agg,
+                                 system, value, caption, exact=True)
+            if table is not None:
+                tables.append(table)
     return tables
 
 
@@ -131,8 +149,8 @@ def control_model_tables(agg: Aggregate, records: Sequence[Located],
     for control in control_systems:
         for system in agg.systems:
             if system in control_systems or system.kind != control.kind or \
-                    (system.pooling, system.classifier, system.control) != \
-                    (control.pooling, control.classifier, control.control):
+                    (system.pooling, system.classifier, system.features, system.control) != \
+                    (control.pooling, control.classifier, control.features, control.control):
                 continue
             table = _control_table(agg, system, control, samples, notes, resamples, level, seed)
             if table is not None:

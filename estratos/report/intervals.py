@@ -128,6 +128,8 @@ def best_layer_marks(agg: Aggregate, samples: Samples, *, correction: str = "hol
     marks: Dict[CellId, BestMark] = {}
     missing: Dict[CellId, str] = {}
     for system in agg.systems:
+        if system.is_control:  # a reference, not a result: no best layer, no daggers
+            continue
         rows = [r for r in agg.layers_of(system) if r.layer is not None]
         for ds in agg.datasets:
             means = {r: cell.mean for r in rows if (cell := agg.cell(r, ds.task)) is not None}

@@ -171,17 +171,19 @@ def calibrations(agg: Aggregate, baselines: Mapping[str, float],
 def delta_aggregate(agg: Aggregate, calib: Mapping[str, Calibration]) -> Aggregate:
     """The same rows and datasets with every seed's score replaced by its Delta.
 
-    Baseline rows are left out (their Delta is 0 by definition); cells whose Delta is
-    undefined, or whose dataset has no baseline, are absent (shown as missing).
+    Baseline rows are left out (their Delta is 0 by definition), and so are control rows
+    (a reference for another row, not a result); cells whose Delta is undefined, or whose
+    dataset has no baseline, are absent (shown as missing).
     """
     seeds: Dict[Tuple[Row, str], Dict[int, float]] = {}
     for (row, task), values in agg.seeds.items():
         cal = calib.get(task)
-        if row.system.kind == "baseline" or cal is None or cal.undefined:
+        if row.system.kind == "baseline" or row.system.is_control or cal is None \
+                or cal.undefined:
             continue
         # defined for every seed: a calibration without a reference point is undefined
         seeds[(row, task)] = {s: d for s, v in values.items() if (d := cal.delta(v)) is not None}
-    rows = [r for r in agg.rows if r.system.kind != "baseline"]
+    rows = [r for r in agg.rows if r.system.kind != "baseline" and not r.system.is_control]
     return Aggregate(rows, list(agg.datasets), list(agg.groups), seeds)
 
 
@@ -330,7 +332,7 @@ def compute_gap(en: Aggregate, es: Aggregate, pairs: Sequence[Pair],
 
 
 def _best(agg: Aggregate, task: str) -> Optional[Tuple[Row, Stat]]:
-    found = [(row, stat) for row in agg.rows if (stat := agg.cell(row, task)) is not None]
+    found = [(row, stat) for row in agg.ranked_rows if (stat := agg.cell(row, task)) is not None]
     return max(found, key=lambda rs: rs[1].mean) if found else None
 
 

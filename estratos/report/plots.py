@@ -32,6 +32,7 @@ import numpy as np
 from estratos.atomic import write_atomic
 from estratos.errors import EstratosError
 from estratos.report.aggregate import Aggregate, Dataset, Row, Stat, System, layer_label
+from estratos.vocab import AVG, RAW_FEATURES
 
 log = logging.getLogger(__name__)
 
@@ -142,15 +143,21 @@ def system_file_part(system: System) -> str:
         parts.append(f"{clean(system.pooling)}-pooling")
     if system.classifier:
         parts.append(f"{clean(system.classifier)}-classifier")
+    if system.features:
+        parts.append(f"{clean(system.features)}-features")
+    if system.control:
+        parts.append(clean(system.control))
     return "_".join(parts)
 
 
 def system_title(system: System, name: str) -> str:
-    """'NAME, mean pooling, senteval classifier': ``name`` is the report's display name of
-    the model (:meth:`Aggregate.name`); the full identity goes into the figure's caption."""
+    """'NAME, mean pooling, senteval classifier, raw features': ``name`` is the report's
+    display name of the model (:meth:`Aggregate.name`); the full identity goes into the
+    figure's caption."""
     pooling = f", {system.pooling} pooling" if system.pooling else ""
     clf = f", {system.classifier} classifier" if system.classifier else ""
-    return f"{name}{pooling}{clf}"
+    features = f", {system.features} features" if system.features else ""
+    return f"{name}{pooling}{clf}{features}"
 
 
 # --------------------------------------------------------------------------- drawing
@@ -310,31 +317,51 @@ def zscore_plot(agg: Aggregate, system: System) -> Any:
 
 
 def compression_plot(agg: Aggregate, system: System) -> Any:
-    """MDL compression (uniform / online code length) vs layer, one line per task, mean over
-    seeds with a +- 1 std band (a matplotlib Figure, or None without MDL results)."""
+    """MDL compression vs layer, one line per task, mean over seeds with a +- 1 std band, the
+    ``avg`` spec as a diamond after the last layer: over the uniform code (left) and over
+    the labels-only floor (right, when recorded). A matplotlib Figure, or None without MDL
+    results."""
     Figure, _ = require_matplotlib()
-    rows = [r for r in _layer_rows(agg, system) if isinstance(r.layer, int)]
-    lines = []
-    for ds in agg.datasets:
-        points = [(r.layer, st) for r in rows if (st := agg.mdl_cell(r, ds.task)) is not None]
-        if points:
-            lines.append((ds, points))
-    if not lines:
+    rows = _layer_rows(agg, system)
+    last = max((r.layer for r in rows if isinstance(r.layer, int)), default=-1)
+    panels = []
+    for over_floor, label, line in ((False, "compression (uniform / online bits)",
+                                     "uniform code (1)"),
+                                    (True, "over the floor (labels-only / online bits)",
+                                     "labels alone (1 = no information)")):
+        lines = []
+        for ds in agg.datasets:
+            points = [(r.layer, st) for r in rows
+                      if (st := agg.mdl_cell(r, ds.task, over_floor)) is not None]
+            if points:
+                lines.append((ds, points))
+        if lines:
+            panels.append((label, line, lines))
+    if not panels:
         return None
-    fig = Figure(figsize=(6.5, 3.6))
-    ax = fig.add_subplot(1, 1, 1)
-    for ds, points in lines:
-        xs = np.array([x for x, _ in points], dtype=float)
-        ys = np.array([st.mean for _, st in points])
-        sd = np.array([st.std or 0.0 for _, st in points])
-        ax.plot(xs, ys, marker="o", markersize=3, label=ds.label)
-        ax.fill_between(xs, ys - sd, ys + sd, alpha=0.2, linewidth=0)
-    ax.axhline(1.0, linestyle="--", linewidth=1, color="0.3", label="uniform code (1)")
-    ax.set_xlabel("layer", fontsize=7)
-    ax.set_ylabel("compression (uniform / online bits)", fontsize=7)
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, frameon=False)
+    fig = Figure(figsize=(6.5 * len(panels), 3.6))
+    for i, (label, reference, lines) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        for ds, points in lines:
+            layers = [(x, st) for x, st in points if isinstance(x, int)]
+            xs = np.array([x for x, _ in layers], dtype=float)
+            ys = np.array([st.mean for _, st in layers])
+            sd = np.array([st.std or 0.0 for _, st in layers])
+            (drawn,) = ax.plot(xs, ys, marker="o", markersize=3, label=ds.label)
+            ax.fill_between(xs, ys - sd, ys + sd, alpha=0.2, linewidth=0)
+            for x, st in points:
+                if x == AVG:
+                    ax.errorbar([last + 1], [st.mean], yerr=[st.std or 0.0], marker="D",
+                                markersize=4, color=drawn.get_color(), capsize=2)
+        ax.axhline(1.0, linestyle="--", linewidth=1, color="0.3", label=reference)
+        ticks = list(range(last + 1)) + [last + 1]
+        if len(ticks) <= 40:
+            ax.set_xticks(ticks, [str(t) for t in ticks[:-1]] + [AVG], fontsize=7)
+        ax.set_xlabel("layer (diamond: avg)", fontsize=7)
+        ax.set_ylabel(label, fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, frameon=False)
     fig.suptitle(f"{system_title(system, agg.name(system))}\nMDL compression vs layer, mean "
                  "over seeds", fontsize=9)
     fig.tight_layout()
@@ -471,6 +498,20 @@ def curves_plot(agg: Aggregate, group: str) -> Any:
 
 # --------------------------------------------------------------------------- files
 
+def _one_class_caption(agg: Aggregate, system: System) -> str:
+    """What a heatmap's caption adds when some of its cells are hatched one-class cells."""
+    if not any(agg.degenerate_seeds(row, ds.task)[0] for row in _layer_rows(agg, system)
+               for ds in agg.datasets):
+        return ""
+    text = (" Hatched '1 class': the probe predicted one class for at least 99 % of the test "
+            "examples of every seed (a class rate, not a score).")
+    if system.features == RAW_FEATURES:
+        text += (" On raw features this usually means the probe could not read them, not "
+                 "that the layer is empty: run the same estratos probe command with "
+                 "--features standardized before concluding.")
+    return text
+
+
 def render_figures(agg: Aggregate) -> List[RenderedFigure]:
     """Every figure of a report, drawn in memory (heatmaps per system, curves per group)."""
     _, Canvas = require_matplotlib()
@@ -482,6 +523,8 @@ def render_figures(agg: Aggregate) -> List[RenderedFigure]:
             figures.append(RenderedFigure(name, caption, _png(fig, Canvas)))
 
     for system in agg.systems:
+        if system.is_control:  # a reference for another row: no figures of its own
+            continue
         title, part = system_title(system, agg.name(system)), system_file_part(system)
         if agg.name(system) != system.identity:
             title += f" (model: {system.identity})"
@@ -491,12 +534,12 @@ def render_figures(agg: Aggregate) -> List[RenderedFigure]:
             f"{title}: mean test score over seeds of each task (rows) at each layer "
             f"(columns), one colour scale per metric ({metrics}), from the lowest "
             "majority-class floor of its tasks (0 for correlations) to 100, so a small "
-            "spread stays a small change of colour.")
+            "spread stays a small change of colour." + _one_class_caption(agg, system))
         add(compression_plot(agg, system),
             f"mdl-compression_{part}.png",
-            f"{title}: MDL compression (uniform / online code length of the training "
-            "labels) of each task at each layer; dashed: 1, no better than the uniform "
-            "code.")
+            f"{title}: MDL compression of each task at each layer (diamond: avg): uniform / "
+            "online code length of the training labels, and labels-only / online code "
+            "length (over the floor: 1 = the layer adds nothing to the label prior).")
         add(zscore_plot(agg, system),
             f"heatmap-zscores_{part}.png",
             f"{title}: each task's mean score standardized across layers 0..L (the avg "

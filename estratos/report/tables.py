@@ -4,17 +4,19 @@ The ``*_table`` functions turn an :class:`~estratos.report.aggregate.Aggregate` 
 :class:`Table` objects (cells plus best / runner-up marks and footnote numbers) that
 :mod:`~estratos.report.writers` renders as Markdown or LaTeX, so both formats always
 show the same numbers. Best / runner-up are decided on the values as displayed (one
-decimal), ties share a mark, a lone value takes none, and partial group means take none
-(they average other datasets).
+decimal; tables of finer quantities, e.g. MDL compression, on the unrounded values), ties
+share a mark, a lone value takes none, and partial group means take none (they average other
+datasets); neither do one-class cells (the probe barely left one class: no reading of the
+layer) nor control rows (a reference for another row, not a result).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
-from estratos.report.aggregate import Aggregate, Dataset, Row, Stat, layer_label
+from estratos.report.aggregate import Aggregate, Dataset, Row, Stat, System, layer_label
 
 #: decimals shown in md/LaTeX (csv/json keep 4)
 DECIMALS = 1
@@ -32,13 +34,22 @@ class Cell:
     notes: Tuple[int, ...] = ()      # footnote numbers attached to this cell
     ci: Optional[Tuple[float, float]] = None  # bootstrap interval over test examples
     not_worse: bool = False          # not significantly worse than the best layer (†)
-    #: (seeds whose test predictions were all one class, seeds) when the first is > 0
+    #: (seeds whose test predictions were (nearly) one class, seeds) when the first is > 0
     degenerate: Optional[Tuple[int, int]] = None
+    #: a group cell: (its datasets with a one-class seed, its datasets) when the first is > 0
+    one_class_datasets: Optional[Tuple[int, int]] = None
+    #: decimals the number is shown with
+    decimals: int = DECIMALS
 
     @property
     def all_degenerate(self) -> bool:
         """Every seed predicted one class: the number is a class rate, not a score."""
         return self.degenerate is not None and self.degenerate[0] == self.degenerate[1]
+
+    @property
+    def one_class(self) -> bool:
+        """Some seed (or, for a group, some dataset) predicted one class: never ranked."""
+        return self.degenerate is not None or self.one_class_datasets is not None
 
     @property
     def is_value(self) -> bool:
@@ -70,8 +81,10 @@ class Footnotes:
         return [(n, t) for t, n in self._texts.items()]
 
 
-def _rounded(stat: Optional[Stat]) -> Optional[float]:
-    return None if stat is None else round(stat.mean, DECIMALS)
+def _rounded(stat: Optional[Stat], decimals: Optional[int] = DECIMALS) -> Optional[float]:
+    if stat is None:
+        return None
+    return stat.mean if decimals is None else round(stat.mean, decimals)
 
 
 def value_cell(agg: Aggregate, row: Row, task: str) -> Cell:
@@ -82,23 +95,29 @@ def value_cell(agg: Aggregate, row: Row, task: str) -> Cell:
                 degenerate=(k, n) if k else None)
 
 
-def mark_cells(cells: List[List[Cell]], columns: Sequence[int], by: str = "column") -> None:
-    """Set best / runner-up marks per column (``by="column"``) or per row, in place."""
+def mark_cells(cells: List[List[Cell]], columns: Sequence[int], by: str = "column", *,
+               exclude_rows: Collection[int] = (), exact: bool = False) -> None:
+    """Set best / runner-up marks per column (``by="column"``) or per row, in place.
+    ``exclude_rows``: rows never marked nor compared (control rows); ``exact``: compare
+    the unrounded values (else the values as displayed)."""
     lines: List[List[Tuple[int, int]]]
+    ranked = [r for r in range(len(cells)) if r not in set(exclude_rows)]
     if by == "column":
-        lines = [[(r, c) for r in range(len(cells))] for c in columns]
+        lines = [[(r, c) for r in ranked] for c in columns]
     else:
-        lines = [[(r, c) for c in columns] for r in range(len(cells))]
+        lines = [[(r, c) for c in columns] for r in ranked]
+    decimals = None if exact else DECIMALS
     for line in lines:
         # partial means and one-class cells are not comparable scores
         line = [(r, c) for r, c in line
-                if not cells[r][c].partial and not cells[r][c].all_degenerate]
-        present = [v for r, c in line if (v := _rounded(cells[r][c].stat)) is not None]
+                if not cells[r][c].partial and not cells[r][c].one_class]
+        present = [v for r, c in line
+                   if (v := _rounded(cells[r][c].stat, decimals)) is not None]
         if len(present) < 2:  # a lone value is not "best" of anything
             continue
         values = sorted(set(present), reverse=True)
         for r, c in line:
-            v = _rounded(cells[r][c].stat)
+            v = _rounded(cells[r][c].stat, decimals)
             if v is None:
                 continue
             mark = "best" if v == values[0] else "second" if len(values) > 1 and \
@@ -110,7 +129,8 @@ def mark_cells(cells: List[List[Cell]], columns: Sequence[int], by: str = "colum
 
 def _row_label_header(agg: Aggregate) -> Tuple[List[str], bool]:
     show_clf = len({r.system.classifier for r in agg.rows}) > 1
-    header = ["Model", "Pooling"] + (["Classifier"] if show_clf else []) + ["Layer", "Seeds"]
+    header = (["Model", "Pooling"] + (["Classifier"] if show_clf else [])
+              + (["Features"] if agg.mixed_features else []) + ["Layer", "Seeds"])
     return header, show_clf
 
 
@@ -120,7 +140,25 @@ def _row_label_cells(agg: Aggregate, row: Row, show_clf: bool) -> List[Cell]:
     cells = [Cell(agg.name(row.system)), Cell(row.system.pooling or "n/a")]
     if show_clf:
         cells.append(Cell(row.system.classifier or "n/a"))
+    if agg.mixed_features:
+        cells.append(Cell(row.system.features or "n/a"))
     return cells + [Cell(layer_label(row.layer)), Cell(seeds)]
+
+
+def control_rows(agg: Aggregate, rows: Sequence[Row]) -> List[int]:
+    """Indices of the control rows among ``rows`` (never ranked)."""
+    return [i for i, row in enumerate(rows) if row.system.is_control]
+
+
+def system_title(system: "System") -> str:
+    """What a system's per-layer tables say after its name: ', cls pooling, standardized
+    features' (the pooling and features that tell its tables apart)."""
+    parts = []
+    if system.pooling:
+        parts.append(f"{system.pooling} pooling")
+    if system.features:
+        parts.append(f"{system.features} features")
+    return "".join(f", {p}" for p in parts)
 
 
 def dataset_notes(ds: Dataset, notes: Footnotes) -> Tuple[int, ...]:
@@ -180,9 +218,11 @@ def group_table(agg: Aggregate, notes: Footnotes, *,
                 cells.append(cell_fn(row, group))
             else:
                 stat = agg.group_cell(row, group)
-                cells.append(Cell(stat=stat, partial=bool(stat and stat.partial)))
+                flagged = (stat.one_class, stat.n_datasets) if stat and stat.one_class else None
+                cells.append(Cell(stat=stat, partial=bool(stat and stat.partial),
+                                  one_class_datasets=flagged))
         rows.append(cells)
-    mark_cells(rows, range(n_labels, len(header)))
+    mark_cells(rows, range(n_labels, len(header)), exclude_rows=control_rows(agg, agg.rows))
     models = agg.identities()
     composition = "Datasets averaged per group: " + ", ".join(sizes) + "."
     return Table(key, title, header, header_notes, rows,
@@ -216,6 +256,7 @@ def dataset_tables(agg: Aggregate, notes: Footnotes, *,
             header.append(ds.label)
             header_notes.append(dataset_notes(ds, notes))
         rows = []
+        shown: List[Row] = []
         for row in agg.rows:
             if not any(agg.has_cell(row, ds.task) for ds in members):
                 continue
@@ -224,7 +265,8 @@ def dataset_tables(agg: Aggregate, notes: Footnotes, *,
                 cells.append(cell_fn(row, ds) if cell_fn is not None
                              else decorate(row, ds.task, value_cell(agg, row, ds.task)))
             rows.append(cells)
-        mark_cells(rows, range(n_labels, len(header)))
+            shown.append(row)
+        mark_cells(rows, range(n_labels, len(header)), exclude_rows=control_rows(agg, shown))
         metrics = ", ".join(f"{d.label} {d.metric}" for d in members)
         tables.append(Table(f"{key}-{group}", f"{title}: {group}", header, header_notes, rows,
                             caption=f"Metrics: {metrics}" + (f". {caption}" if caption else "")))
@@ -249,11 +291,11 @@ def layer_tables(agg: Aggregate, notes: Footnotes, *, decorate: Decorate = _plai
             cells = [Cell(ds.group), Cell(ds.label)]
             body.append(cells + [decorate(r, ds.task, value_cell(agg, r, ds.task))
                                  for r in rows])
-        mark_cells(body, range(2, len(header)), by="row")
-        pooling = f", {system.pooling} pooling" if system.pooling else ""
+        if not system.is_control:  # a control's layers are references, not results
+            mark_cells(body, range(2, len(header)), by="row")
         name = agg.name(system)
         model = f"Model: {system.identity}. " if name != system.identity else ""
-        tables.append(Table(f"layers-{system.slug}", f"Per layer: {name}{pooling}",
+        tables.append(Table(f"layers-{system.slug}", f"Per layer: {name}{system_title(system)}",
                             header, header_notes, body,
                             caption=f"{model}Rows: datasets; columns: layer spec (0 = embedding "
                                     "output, avg = mean of all hidden states)"

@@ -30,9 +30,13 @@ LEGEND = ("Scores on the paper's scale: accuracy and F1 in %, correlations (SS) 
           "gives their number. Best per column in bold, runner-up underlined; {missing} = no "
           "result; * = mean over fewer datasets than the group has in this report.")
 #: the note under a table holding degenerate cells
-ONE_CLASS_NOTE = ("(one class) = the probe predicted one class for every test example (the "
-                  "number is that class's rate, not something the layer encodes; never marked "
-                  "best); (one class: k/n seeds) = so did k of the n seeds.")
+ONE_CLASS_NOTE = ("(one class) = the probe predicted one class for at least 99 % of the test "
+                  "examples (the number is about that class's rate, not something the layer "
+                  "encodes; never marked best); (one class: k/n seeds) = so did k of the n "
+                  "seeds; a group cell says in how many of its datasets. On raw features this "
+                  "usually means the probe could not read the features, not that the layer "
+                  "is empty: run the same `estratos probe` command with --features "
+                  "standardized (same --out: both readings are kept) before concluding.")
 DELTA_LEGEND = ("Delta = (s - b) / |b - r| x 100 against the baseline {baseline}; r is the "
                 "metric's {rule}. {undefined} = undefined (b = r or unbounded metric).")
 
@@ -66,8 +70,8 @@ class ReportContent:
 
 # --------------------------------------------------------------------------- cell text
 
-def _num(x: float) -> str:
-    text = f"{x:.{DECIMALS}f}"
+def _num(x: float, decimals: int = DECIMALS) -> str:
+    text = f"{x:.{decimals}f}"
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
@@ -78,17 +82,21 @@ def value_text(cell: Cell, pm: str) -> str:
         return UNDEFINED
     if cell.stat is None:
         return MISSING
-    text = _num(cell.stat.mean)
+    d = cell.decimals
+    text = _num(cell.stat.mean, d)
     if cell.stat.std is not None and not cell.stat.constant:
-        text += f"{pm}{_num(cell.stat.std)}"
+        text += f"{pm}{_num(cell.stat.std, d)}"
     if cell.ci is not None:
-        text += f" [{_num(cell.ci[0])}, {_num(cell.ci[1])}]"
+        text += f" [{_num(cell.ci[0], d)}, {_num(cell.ci[1], d)}]"
     return text + ("*" if cell.partial else "") + degenerate_text(cell)
 
 
 def degenerate_text(cell: Cell) -> str:
-    """What follows a cell some of whose seeds predicted one class for every test example:
-    ' (one class)' or ' (one class: 2/3 seeds)'."""
+    """What follows a cell some of whose seeds predicted (nearly) one class: ' (one class)'
+    or ' (one class: 2/3 seeds)'; a group cell: ' (one class in 1/5 datasets)'."""
+    if cell.one_class_datasets is not None:
+        k, n = cell.one_class_datasets
+        return f" {ONE_CLASS[:-1]} in {k}/{n} datasets)"
     if cell.degenerate is None:
         return ""
     k, n = cell.degenerate
@@ -97,7 +105,7 @@ def degenerate_text(cell: Cell) -> str:
 
 def has_one_class(table: Table) -> bool:
     """Whether a table shows a degenerate cell (its note is then added below it)."""
-    return any(c.degenerate for row in table.rows for c in row)
+    return any(c.one_class for row in table.rows for c in row)
 
 
 def _table_notes(table: Table) -> List[int]:
@@ -243,7 +251,7 @@ def _r(x: Optional[float]) -> Optional[float]:
 def _row_fields(row: Row) -> Dict[str, Any]:
     s = row.system
     return {"kind": s.kind, "model": s.model, "revision": s.revision, "pooling": s.pooling,
-            "classifier": s.classifier, "layer": row.layer}
+            "classifier": s.classifier, "features": s.features, "layer": row.layer}
 
 
 def _stat_fields(prefix: str, stat: Optional[Stat]) -> Dict[str, Any]:
@@ -253,9 +261,9 @@ def _stat_fields(prefix: str, stat: Optional[Stat]) -> Dict[str, Any]:
 
 
 def _control_fields(agg: Aggregate, row: Row, task: str) -> Dict[str, Any]:
-    """The controls' columns, present only in reports whose results have them (so reports of
-    other results keep their layout): the control kind, the seeds that predicted one class,
-    the MDL compression."""
+    """Columns present only in reports whose results have them (so reports of other
+    results keep their layout): the control kind, the seeds that predicted one class, the
+    MDL compression over the uniform code and over the labels-only floor."""
     out: Dict[str, Any] = {}
     if any(r.system.control for r in agg.rows):
         out["control"] = row.system.control
@@ -263,6 +271,8 @@ def _control_fields(agg: Aggregate, row: Row, task: str) -> Dict[str, Any]:
         out["one_class_seeds"] = agg.degenerate_seeds(row, task)[0]
     if agg.compression:
         out |= _stat_fields("compression_", agg.mdl_cell(row, task))
+    if agg.floor_compression:
+        out |= _stat_fields("floor_compression_", agg.mdl_cell(row, task, True))
     return out
 
 

@@ -234,14 +234,14 @@ def _write_test(h5: Any, digest: str, preds: CellPredictions) -> None:
 
 def _write_cell(h5: Any, record: ResultRecord, preds: CellPredictions) -> None:
     cells = h5.require_group("cells")
-    name = cell_id(record.key)
+    name = cell_id(record.predictions_key)
     if name in cells:
         del cells[name]  # the same cell twice in one write: the last copy is meant
     g = cells.create_group(name)
     pred = preds.predicted
     g.create_dataset("predicted", data=pred.astype(np.float64) if pred.dtype.kind == "f"
                      else pred.astype(np.int32))
-    g.attrs["key"] = json.dumps(list(record.key))
+    g.attrs["key"] = json.dumps(list(record.predictions_key))
     g.attrs["test"] = preds.test_digest()
     g.attrs["created"] = record.created or ""
     g.attrs["score"] = np.nan if record.score is None else float(record.score)
@@ -489,7 +489,7 @@ class PredictionsReader:
         stored = self._load(os.fspath(results_path))
         if stored is None:
             return Found(None, self._problems[os.fspath(results_path)])
-        copies = stored.cells.get(cell_id(record.key))
+        copies = stored.cells.get(cell_id(record.predictions_key))
         if not copies:
             return Found(None, f"no predictions for this cell beside {results_path}")
         for attrs, predicted in reversed(copies):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 from estratos.errors import ResultsError, ResultsFileError
-from estratos.results.record import SCHEMA_VERSION, CellKey, ResultRecord
+from estratos.results.record import READABLE_SCHEMAS, CellKey, ResultRecord
 
 log = logging.getLogger(__name__)
 
@@ -109,17 +109,10 @@ def parse_results(path: PathLike, data: bytes, first: Optional[Located] = None, 
             if not out.records and not lines_before:
                 raise _not_results(spath, line, exc) from None
             raise ResultsFileError(f"not a JSON line ({exc})", spath, line) from None
-        if isinstance(obj, dict) and "schema" in obj and obj["schema"] != SCHEMA_VERSION:
-            first = first or (out.records[0] if out.records else None)
-            if first is not None:
-                raise ResultsError(
-                    f"{spath}:{line}: results schema version {obj['schema']!r} differs from "
-                    f"version {first.record.schema} of {first.path}:{first.line}; results "
-                    "written by different estratos versions cannot be mixed in one report "
-                    "(re-run the probes with one version)")
+        if isinstance(obj, dict) and "schema" in obj and obj["schema"] not in READABLE_SCHEMAS:
             raise ResultsError(f"{spath}:{line}: unsupported results schema version "
-                               f"{obj['schema']!r} (this estratos reads version "
-                               f"{SCHEMA_VERSION})")
+                               f"{obj['schema']!r} (this estratos reads versions "
+                               f"{', '.join(map(str, READABLE_SCHEMAS))})")
         out.records.append(Located(ResultRecord.from_json(obj, spath, line), spath, line))
         out.good_end = min(offset, len(data))
     return out

@@ -15,22 +15,23 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from estratos.errors import ResultsFileError
 # utc_now: re-exported from its old home
-from estratos.vocab import METRIC_INFO, SCORE_DECIMALS, utc_now  # noqa: F401
+from estratos.vocab import (CONTROL_KINDS, FEATURES, LABEL_SHUFFLE, METRIC_INFO,  # noqa: F401
+                            RAW_FEATURES, SCORE_DECIMALS, utc_now)
 
-#: the results schema version this estratos writes and reads (docs/contracts.md)
-SCHEMA_VERSION = 1
+#: the results schema version this estratos writes (docs/contracts.md); older lines are read
+#: through :func:`migrate` (version 1: no ``features``, label-shuffle controls called
+#: ``permuted-labels``, one-class marks without their share)
+SCHEMA_VERSION = 2
+#: the versions this estratos reads (older ones migrated on reading; one file may hold
+#: lines of several: a resumed run appends current lines to an older file)
+READABLE_SCHEMAS: Tuple[int, ...] = (1, SCHEMA_VERSION)
 #: what produced a record: a probe on cached vectors, or the TF-IDF baseline
 KINDS = ("probe", "baseline")
 
 Layer = Union[int, str, None]
-#: (task, layer, pooling, seed, classifier name, model, revision), plus the control kind
-#: for a control cell (:func:`control_kind`)
+#: (task, layer, pooling, seed, classifier name, features, model, revision), plus the
+#: control kind for a control cell (:func:`control_kind`)
 CellKey = Tuple[Any, ...]
-
-#: ``control.kind`` of a cell trained on permuted training labels (``probe --control-labels``)
-PERMUTED_LABELS = "permuted-labels"
-#: the control kinds a record may carry
-CONTROL_KINDS = (PERMUTED_LABELS,)
 
 
 def primary_score(metric: str, test: Mapping[str, Any]) -> Optional[float]:
@@ -55,13 +56,50 @@ def classifier_name(classifier: Any) -> Optional[str]:
 
 def cell_key(task: str, layer: Layer, pooling: Optional[str], seed: int,
              classifier: Optional[str], model: str, revision: Optional[str],
-             control: Optional[str] = None) -> CellKey:
-    """The identity of a cell (what resume, sharding and de-duplication compare), from its
-    parts: the one definition, used by :attr:`ResultRecord.key` and by writers that skip
-    done cells before building a record. ``classifier``: its name; ``control``: the control
-    kind (None: an ordinary cell, which keeps the 7-tuple its predictions are filed under)."""
-    base = (task, layer, pooling, seed, classifier, model, revision)
+             control: Optional[str] = None, features: Optional[str] = None) -> CellKey:
+    """The identity of a cell (what resume, sharding, de-duplication and the predictions
+    store compare), from its parts: the one definition, used by :attr:`ResultRecord.key`
+    and by writers that skip done cells before building a record. ``classifier``: its name;
+    ``features``: how the probe read them (None: no probe features, the baseline);
+    ``control``: the control kind (None: an ordinary cell)."""
+    base = (task, layer, pooling, seed, classifier, features, model, revision)
     return base if control is None else base + (control,)
+
+
+def legacy_key(task: str, layer: Layer, pooling: Optional[str], seed: int,
+               classifier: Optional[str], model: str, revision: Optional[str],
+               control: Optional[str] = None) -> CellKey:
+    """The key a results line of schema version 1 had (no ``features``; a label-shuffle
+    control was ``permuted-labels``): what its predictions were filed under."""
+    base = (task, layer, pooling, seed, classifier, model, revision)
+    return base if control is None else base + (
+        _LEGACY_CONTROL_NAMES.get(control, control),)
+
+
+#: control kinds of schema version 1 -> their names now, and back
+_CONTROL_RENAMED = {"permuted-labels": LABEL_SHUFFLE}
+_LEGACY_CONTROL_NAMES = {v: k for k, v in _CONTROL_RENAMED.items()}
+
+
+def migrate(obj: Dict[str, Any]) -> Dict[str, Any]:
+    """A decoded results line of an older schema version as the current version reads it
+    (a new dict; the one place that knows older layouts). Version 1: ``features`` from
+    the classifier's record (``lbfgs`` recorded ``standardized`` there) or ``raw`` for a
+    probe, none for a baseline; ``permuted-labels`` controls are ``label-shuffle``; a
+    one-class mark meant every prediction (``share`` 1.0)."""
+    obj = dict(obj)
+    if obj.get("schema") == 1:
+        classifier = obj.get("classifier")
+        if obj.get("kind") == "probe":
+            named = classifier.get("features") if isinstance(classifier, Mapping) else None
+            obj["features"] = named if named in FEATURES else RAW_FEATURES
+        control = obj.get("control")
+        if isinstance(control, Mapping) and control.get("kind") in _CONTROL_RENAMED:
+            obj["control"] = {**control, "kind": _CONTROL_RENAMED[control["kind"]]}
+        one = obj.get("degenerate")
+        if isinstance(one, Mapping) and "share" not in one:
+            obj["degenerate"] = {**one, "share": 1.0}
+    return obj
 
 
 def control_kind(control: Any) -> Optional[str]:
@@ -86,17 +124,23 @@ class ResultRecord:
     predictions). ``random_init`` is the seed of a control model's random weights (``encode
     --random-init``; its ``revision`` is then ``random-init:SEED``), None for trained weights.
 
-    The controls' optional fields (all left out of the JSON when unset, so files without
-    them load unchanged): ``control`` marks a control cell, ``{"kind": "permuted-labels",
-    "seed": S}`` (trained on training labels permuted with a permutation drawn from seed S,
-    tested on the true labels); it is part of :attr:`key`, so a control cell and the
-    ordinary cell of the same (task, layer, seed...) coexist in one file. ``mdl`` is the
-    online code of the cell's labels (:mod:`estratos.probe.mdl`): ``{"online_bits",
-    "uniform_bits", "compression", "blocks", "block_bits", "order_seed"}``. ``degenerate``
-    is ``{"class": LABEL}`` when every test prediction is that one class (the probe never
-    left it), so reports show the cell as degenerate instead of as a score like any other.
-    ``capped`` is ``{"max_iter": N}`` when the model behind the test predictions stopped at
-    its iteration cap N instead of converging (``lbfgs``), left out otherwise.
+    ``features`` is how the probe read the cached vectors (``raw`` or ``standardized``,
+    :mod:`estratos.probe.scaling`; None for a baseline, whose features are its own); it is
+    part of :attr:`key`, so both readings of a cell live in one file.
+
+    Optional fields (left out of the JSON when unset): ``control`` marks a control cell,
+    ``{"kind": KIND, "seed": S}``: ``control-task`` (trained and scored on a control task's
+    labels drawn from seed S, :mod:`estratos.probe.controls`) or ``label-shuffle`` (trained
+    on training and dev labels shuffled with seed S, tested on the true labels); it is part
+    of :attr:`key`, so a control cell and the ordinary cell of the same (task, layer,
+    seed...) coexist in one file. ``mdl`` is the online code of the cell's labels
+    (:mod:`estratos.probe.mdl`): ``{"online_bits", "uniform_bits", "compression",
+    "floor_bits", "floor_compression", "blocks", "block_bits", "order_seed"}``.
+    ``degenerate`` is ``{"class": LABEL, "share": S}`` when a share S of at least
+    :data:`estratos.vocab.ONE_CLASS_SHARE` of the test predictions is that one class (the
+    probe barely left it), so reports show the cell as one-class instead of as a score like
+    any other. ``capped`` is ``{"max_iter": N}`` when the model behind the test predictions
+    stopped at its iteration cap N instead of converging (``lbfgs``), left out otherwise.
     ``data_digest`` fingerprints the task's loaded examples the cell was computed on
     (:attr:`estratos.tasks.types.TaskData.digest`, like a dataset revision): resume, report
     and compare tell cells of other data apart with it (None: not recorded).
@@ -110,6 +154,7 @@ class ResultRecord:
     language: Optional[str] = None
     layer: Layer
     pooling: Optional[str] = None
+    features: Optional[str] = None
     seed: int
     protocol: Optional[str] = None
     fallback: Optional[str] = None
@@ -147,12 +192,22 @@ class ResultRecord:
         return {"task": self.task, "layer": self.layer, "pooling": self.pooling,
                 "seed": self.seed, "classifier": classifier_name(self.classifier),
                 "model": self.model, "revision": self.revision,
-                "control": control_kind(self.control)}
+                "control": control_kind(self.control), "features": self.features}
 
     @property
     def key(self) -> CellKey:
         """The identity of a cell: what resume, sharding and de-duplication compare."""
         return cell_key(**self.identity)
+
+    @property
+    def predictions_key(self) -> CellKey:
+        """The key this cell's predictions are filed under: :attr:`key`, or for a line of
+        schema version 1 the key it had then (:func:`legacy_key`)."""
+        if self.schema == 1:
+            return legacy_key(self.task, self.layer, self.pooling, self.seed,
+                              classifier_name(self.classifier), self.model, self.revision,
+                              control_kind(self.control))
+        return self.key
 
     @property
     def control_kind(self) -> Optional[str]:
@@ -185,6 +240,7 @@ class ResultRecord:
         if "schema" not in obj:
             raise ResultsFileError("missing field 'schema' (not an estratos results line?)",
                              path, line)
+        obj = migrate(obj)
         for key, types in _REQUIRED.items():
             if key not in obj:
                 raise ResultsFileError(f"missing field {key!r}", path, line)
@@ -224,6 +280,9 @@ class ResultRecord:
         for key in ("test", "dev", "chance", "ci", "control", "mdl", "degenerate", "capped"):
             if obj.get(key) is not None and not isinstance(obj[key], dict):
                 raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
+        if obj.get("features") is not None and obj["features"] not in FEATURES:
+            raise ResultsFileError(f"field 'features': unknown value {obj['features']!r} "
+                                   f"(expected one of {', '.join(FEATURES)})", path, line)
         control = obj.get("control")
         if control is not None and control.get("kind") not in CONTROL_KINDS:
             raise ResultsFileError(f"field 'control': unknown kind {control.get('kind')!r} "
@@ -251,7 +310,7 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "model": (str,), "seed": (int,),
 }
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device",
-                 "data_digest")
+                 "data_digest", "features")
 _OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "control", "mdl", "degenerate",
                       "capped", "data_digest")
 

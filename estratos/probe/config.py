@@ -1,0 +1,135 @@
+"""A probe run's configuration: one frozen, typed object built once by the option checks.
+
+Why one object: a probe run is configured by a dozen choices (which layers and seeds, the
+classifier and how it reads features, controls, MDL, where and how parallel it runs).
+:meth:`ProbeConfig.build` checks every one of them without torch or the cache (so a mistake
+is reported at once, naming its option) and everything below it (the runner, each worker's
+:class:`~estratos.probe.units.GridContext`, the cell pipeline) reads the same object instead
+of re-checking loose arguments. Light imports only (no numpy until the syntax checks have
+passed): the CLI builds it before torch loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+from estratos.errors import OptionError
+from estratos.options import (PROBE_DEVICES, ShardSpec, check_device, parse_layers, parse_seeds,
+                              positive_int, resolve_shard)
+from estratos.probe.estimator import DEFAULT_CLASSIFIER, RecordedEstimator
+from estratos.vocab import (CACHE_POOLINGS, CONTROL_KINDS, DEFAULT_POOLING, DEFAULT_SEED,
+                            FEATURES, LayerSpec)
+
+#: ``--classifier``: a registered name, or an estimator whose parameters start each task's
+Classifier = Union[str, RecordedEstimator]
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """Every choice of a probe run, checked (:meth:`build`).
+
+    - ``layers``: ``"all"`` or layer specs (indices and ``"avg"``; checked against the
+      cache by the runner); ``pooling``: the cached vectors (None: the cache's first);
+      ``seeds``: one cell per seed.
+    - ``classifier``: a registered estimator name or an estimator; ``features``: ``raw`` or
+      ``standardized`` (:mod:`estratos.probe.scaling`), resolved from the classifier's own
+      default when not given (``senteval``: raw, ``lbfgs``: standardized).
+    - ``control``: None (ordinary cells), ``"control-task"`` or ``"label-shuffle"``
+      (:mod:`estratos.probe.controls`); ``mdl``: also record online code lengths.
+    - ``sequential``: train every model alone; ``device``: ``auto``, ``cpu``, ``cuda[:N]``;
+      ``jobs``: processes; ``threads``: torch threads per process (None: 1); ``shard``:
+      ``(I, N)`` or None; ``overwrite``: redo cells already stored.
+    """
+
+    layers: Union[str, Tuple[LayerSpec, ...]] = "all"
+    pooling: Optional[str] = DEFAULT_POOLING
+    seeds: Tuple[int, ...] = (DEFAULT_SEED,)
+    classifier: Classifier = DEFAULT_CLASSIFIER
+    features: str = "raw"
+    control: Optional[str] = None
+    mdl: bool = False
+    sequential: bool = False
+    device: str = "auto"
+    jobs: int = 1
+    threads: Optional[int] = None
+    shard: Optional[Tuple[int, int]] = None
+    overwrite: bool = False
+
+    @classmethod
+    def build(cls, *, layers: Union[str, Sequence[LayerSpec]] = "all",
+              pooling: Optional[str] = DEFAULT_POOLING,
+              seeds: Union[str, int, Sequence[int]] = (DEFAULT_SEED,),
+              classifier: Optional[Classifier] = None, features: Optional[str] = None,
+              control: Optional[str] = None, mdl: bool = False, sequential: bool = False,
+              device: Optional[str] = "auto", jobs: int = 1, threads: Optional[int] = None,
+              shard: ShardSpec = None, overwrite: bool = False) -> "ProbeConfig":
+        """Check every option (an :class:`OptionError` names the first bad one) and return
+        the configuration. Needs neither torch nor the cache."""
+        seeds_t = parse_seeds(seeds)
+        jobs_n = int(positive_int("--jobs", jobs) or 1)
+        threads_n = positive_int("--threads", threads, allow_none=True)
+        parse_layers(layers)  # syntax (indices are checked against the cache by the runner)
+        if pooling is not None and pooling not in CACHE_POOLINGS:
+            raise OptionError(f"--pooling: {pooling!r} is not one of "
+                              f"{', '.join(CACHE_POOLINGS)}")
+        if features is not None:
+            check_features(features)
+        if control is not None and control not in CONTROL_KINDS:
+            raise OptionError(f"--control: {control!r} is not one of "
+                              f"{', '.join(CONTROL_KINDS)}")
+        device_t = check_device(device, kinds=PROBE_DEVICES)
+        shard_t = resolve_shard(shard)
+        # the estimator registry imports numpy: after the checks that need none
+        from estratos.probe.classifiers import get_estimator
+
+        if classifier is None:
+            classifier = DEFAULT_CLASSIFIER
+        estimator = get_estimator(classifier) if isinstance(classifier, str) else classifier
+        if features is None:
+            features = _default_features(estimator)
+        if mdl and not hasattr(estimator, "fit_subsets"):
+            raise OptionError(f"--mdl: the {estimator.name} classifier cannot train MDL's "
+                              "block models; use --classifier senteval")
+        return cls(layers=layers if isinstance(layers, str) else tuple(layers),
+                   pooling=pooling, seeds=seeds_t, classifier=classifier, features=features,
+                   control=control, mdl=bool(mdl), sequential=bool(sequential),
+                   device=device_t, jobs=jobs_n, threads=threads_n, shard=shard_t,
+                   overwrite=bool(overwrite))
+
+    @property
+    def classifier_name(self) -> str:
+        """The classifier's registered name (what results record and cell keys hold)."""
+        return self.classifier if isinstance(self.classifier, str) else self.classifier.name
+
+    def replace(self, **changes: Any) -> "ProbeConfig":
+        return dataclasses.replace(self, **changes)
+
+    def options(self) -> Dict[str, Any]:
+        """The fields as :meth:`build`'s keywords."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def check_features(value: Any, option: str = "--features") -> str:
+    """``value`` if it is a features mode (:data:`estratos.vocab.FEATURES`), else an
+    :class:`OptionError` naming ``option``."""
+    if value not in FEATURES:
+        raise OptionError(f"{option}: {value!r} is not one of {', '.join(FEATURES)}")
+    return str(value)
+
+
+def _default_features(estimator: Any) -> str:
+    """The features mode an estimator (class or instance) reads when none is asked for: its
+    ``features`` parameter's default (or value), raw when it has none."""
+    if not isinstance(estimator, type):
+        return str(getattr(estimator, "features", "raw"))
+    import inspect
+
+    param = inspect.signature(estimator).parameters.get("features")
+    if param is None or param.default is inspect.Parameter.empty:
+        return str(getattr(estimator, "features", "raw"))
+    return str(param.default)
+
+
+__all__ = ["Classifier", "ProbeConfig", "check_features"]
