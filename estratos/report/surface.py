@@ -10,8 +10,8 @@ dataset, the best layer, the best surface baseline, the floor (majority-class ra
 correlations), their scores and best layer - best baseline.
 
 "Best" is the highest mean over seeds, unrounded; a cell whose every seed predicted one class
-is never best (its number is a class rate). Control rows (``[control-task]``, ``[label-shuffle]``) are not
-probed systems here. Every number comes from :class:`~estratos.report.aggregate.Aggregate`.
+is never best (its number is a class rate). Control rows (``[control-task]``,
+``[label-shuffle]``) are not probed systems here. Every number comes from :class:`~estratos.report.aggregate.Aggregate`.
 """
 
 from __future__ import annotations
