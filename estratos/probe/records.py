@@ -66,14 +66,15 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: 
                 pooling: Optional[str], features: Optional[str], seed: int,
                 classifier: Mapping[str, Any],
                 seconds: float, chance: Optional[Mapping[str, Any]] = None,
-                **extra: Any) -> ResultRecord:
+                data_digest: Optional[str] = None, **extra: Any) -> ResultRecord:
     """The results line of one cell: ``outcome`` of ``task`` at ``layer``/``pooling``/
     ``seed``, trained by ``classifier`` (its record object) on ``features`` (None: a
     baseline's own), for ``system``. ``chance``:
     the task's chance levels (classification protocols). ``extra``: further optional
     fields of :class:`ResultRecord` (e.g. ``control``). A (nearly) one-class outcome is
     marked ``degenerate`` and an outcome's online code (``extra["mdl"]``) becomes ``mdl``, for
-    probe and baseline alike."""
+    probe and baseline alike. ``data_digest``: the digest of the data the task was derived
+    from (a control task's source task; default: ``task``'s own)."""
     spec = task.spec
     return ResultRecord(
         kind=system.kind, task=spec.id, suite=spec.suite, name=spec.name, group=spec.group,
@@ -88,7 +89,7 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: 
         estratos_version=__version__, created=utc_now(), device=system.device,
         capped=None if outcome.capped is None else {"max_iter": int(outcome.capped)},
         mdl=outcome.extra.get("mdl"), degenerate=degenerate(task, outcome),
-        data_digest=task.digest, **extra)
+        data_digest=data_digest or task.digest, **extra)
 
 
 def store_cells(out: Union[str, os.PathLike], task: TaskData,

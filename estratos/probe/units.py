@@ -207,15 +207,16 @@ class UnitRunner:
             vectors, positions = self._vectors(unit.task, rows, chunk, task.sentences)
             for labelled, seeds in runs:
                 self._evaluate(labelled, vectors, positions, seeds, chunk, system, classifier,
-                               results, report)
+                               results, report, task.digest)
             del vectors
         return time.perf_counter() - t_start
 
     def _evaluate(self, task: Any, vectors: np.ndarray, positions: List[Any],
                   seeds: Sequence[int], chunk: List[LayerSpec], system: System,
                   classifier: Mapping[str, Any], results: ResultsStore,
-                  report: Callable[[List[ResultRecord]], None]) -> None:
-        """Train the cells of ``chunk`` x ``seeds`` and store each seed's as soon as final."""
+                  report: Callable[[List[ResultRecord]], None], data_digest: str) -> None:
+        """Train the cells of ``chunk`` x ``seeds`` and store each seed's as soon as final
+        (``data_digest``: of the task's data, a control task's source included)."""
         ctx, config = self.context, self.context.config
         chance = chance_levels(task)
 
@@ -225,7 +226,8 @@ class UnitRunner:
             records = [cell_record(task, o, system, layer=layer if layer == AVG else int(layer),
                                    pooling=config.pooling, features=config.features,
                                    seed=seed, classifier=classifier, seconds=seconds,
-                                   chance=chance, control=control_record(config.control, seed))
+                                   chance=chance, data_digest=data_digest,
+                                   control=control_record(config.control, seed))
                        for layer, o in zip(chunk, outcomes)]
             written = store_cells(ctx.out, task, records, list(outcomes),
                                   overwrite=config.overwrite, store=results)

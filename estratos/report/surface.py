@@ -11,7 +11,8 @@ correlations), their scores and best layer - best baseline.
 
 "Best" is the highest mean over seeds, unrounded; a cell whose every seed predicted one class
 is never best (its number is a class rate). Control rows (``[control-task]``,
-``[label-shuffle]``) are not probed systems here. Every number comes from :class:`~estratos.report.aggregate.Aggregate`.
+``[label-shuffle]``) are not probed systems here. Every number comes from
+:class:`~estratos.report.aggregate.Aggregate`.
 """
 
 from __future__ import annotations
