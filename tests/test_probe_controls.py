@@ -122,6 +122,47 @@ def test_online_code_equals_a_hand_computation():
     assert code["block_bits"] == [4.0, 3.0, 0.0]
 
 
+def test_label_code_equals_a_hand_computation():
+    """The floor: 2 classes, blocks ending at 1, 2 and 4; labels 0, 0, 1, 0. The first label
+    costs 1 bit; the second is sent with add-one counts after (0): p(0) = 2/3; the third and
+    fourth after (0, 0): p(1) = 1/4, p(0) = 3/4."""
+    from estratos.probe.mdl import label_code_bits
+
+    bits = label_code_bits([0, 0, 1, 0], [1, 2, 4], 2)
+    expected = 1.0 - math.log2(2 / 3) - math.log2(1 / 4) - math.log2(3 / 4)
+    assert bits == pytest.approx(expected)
+    code = online_code([1, 2, 4], 2, [0.5, 1.0], floor_bits=bits)
+    assert code["floor_compression"] == round(bits / 2.5, 4)
+
+
+def test_online_codes_equal_a_straightforward_implementation():
+    """The online code of a toy problem computed the plain way (each block model trained
+    alone on its prefix, its next block's labels coded with its probabilities) equals the
+    batched implementation's, for a layer that carries the labels and one that does not;
+    the informative layer beats its floor, the uninformative one does not."""
+    from estratos.probe.mdl import label_code_bits
+
+    x, y = blobs(400, 2, (0,), seed=8)
+    x_dev, y_dev = blobs(100, 2, (0,), seed=9)
+    seed, l2 = 5, 1e-4
+    template = SentEvalClassifier()
+    codes = online_codes(template, (x, y), (x_dev, y_dev), [l2, l2], seed, 2)
+    ends, order = block_ends(len(y)), code_order(len(y), seed)
+    for g in range(2):
+        bits = ends[0] * 1.0
+        for start, stop in zip(ends[:-1], ends[1:]):
+            model = template.fresh(seed=seed, n_classes=2).fit_subsets(
+                x[g:g + 1], y, x_dev[g:g + 1], y_dev, np.array([[l2]]), [order[:start]],
+                stop_on="likelihood")
+            log_p = model.log_proba(x[g:g + 1][:, order[start:stop]])[0, 0]
+            bits -= float(log_p[np.arange(stop - start), y[order[start:stop]]].sum()) / math.log(2)
+        assert codes[g]["online_bits"] == pytest.approx(bits, rel=1e-4)
+        assert codes[g]["floor_bits"] == pytest.approx(label_code_bits(y[order], ends, 2),
+                                                       abs=1e-3)
+    assert codes[0]["floor_compression"] > 1.2
+    assert codes[1]["floor_compression"] < 1.05
+
+
 @pytest.mark.parametrize("nhid,dropout", [(0, 0.0), (16, 0.3)])
 def test_subset_streams_equal_each_subset_trained_alone(nhid, dropout):
     """Block models as streams of one program: each has the epochs and predictions of the
@@ -222,6 +263,14 @@ def test_cli_control_labels_and_mdl(tmp_path):
     assert normal.mdl["compression"] > 2 * control.mdl["compression"]
     res = runner.invoke(cli, base + ["--mdl", "--classifier", "lbfgs"])
     assert res.exit_code == 2 and "--mdl: the lbfgs classifier" in res.output
+    # the control task and the standardized reading, each cells of their own
+    res = runner.invoke(cli, base + ["--control", "control-task", "--features",
+                                     "standardized", "--mdl"])
+    assert res.exit_code == 0, res.output
+    task_cell = read_results(out)[-1]
+    assert task_cell.control["kind"] == "control-task" and task_cell.features == "standardized"
+    assert {"floor_bits", "floor_compression"} <= set(task_cell.mdl)
+    assert normal.mdl["floor_compression"] > 1.5  # layer 1 carries the labels
 
 
 # ---- report side -------------------------------------------------------------------------
@@ -281,3 +330,73 @@ def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
                                    "--control", str(other)])
     assert res.exit_code == 2 and "--control: no cell of" in res.output
     assert not (tmp_path / "r2").exists()
+
+
+# ---- the control task ----------------------------------------------------------------------
+
+def test_control_task_is_a_fixed_function_of_the_words_with_the_task_distribution(tmp_path):
+    """Same words -> same control label (word order and case do not matter), the training
+    split keeps the task's class shares, dev and test follow the same cut points, and the
+    labels change with the seed; the record keeps the source task's data digest."""
+    from estratos.probe.controls import control_task
+
+    task, cache, loader = _toy(tmp_path, majority_share=0.75)
+    a, b = control_task(task, 1), control_task(task, 2)
+    assert np.array_equal(a.splits["train"].labels, control_task(task, 1).splits["train"].labels)
+    assert not np.array_equal(a.splits["train"].labels, b.splits["train"].labels)
+    true_counts = np.bincount(task.splits["train"].labels, minlength=2)
+    ctrl_counts = np.bincount(a.splits["train"].labels, minlength=2)
+    assert abs(int(ctrl_counts[0]) - int(true_counts[0])) <= 1
+    assert a.sentences == task.sentences and a.sizes == task.sizes
+    # a function of the bag of words: a reordered, upper-cased copy gets the same label
+    from estratos.probe.controls import example_scores, word_scores
+
+    sums, counts = word_scores(["el perro come", "COME el Perro", "la casa"], seed=3)
+    assert sums[0] == pytest.approx(sums[1]) and counts[0] == counts[1] == 3
+    out = tmp_path / "r.jsonl"
+    records = run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
+                        seeds=(1,), threads=1, control="control-task")
+    normal = run_probe(cache, [task.spec], None, out, loader=loader, layers="1", seeds=(1,),
+                       threads=1)
+    assert records[0].control == {"kind": "control-task", "seed": 1}
+    assert records[0].data_digest == normal[0].data_digest == task.digest
+    # resuming the control run finds its cells done (not refused as other data)
+    assert len(run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
+                         seeds=(1,), threads=1, control="control-task")) == 0
+    del example_scores
+
+
+def test_standardized_features_read_what_raw_ones_miss(tmp_path):
+    """Layer 1's vectors vary little around a large mean (as a mean-trained encoder's [CLS]
+    does): SentEval's probe on raw features stays at one class (flagged, with the hint), the
+    same probe on standardized features reads the classes; both readings are cells of one
+    results file, told apart by ``features``."""
+    task, cache, loader = _toy(tmp_path, majority_share=0.75)
+    import h5py
+
+    with h5py.File(cache, "r+") as f:
+        for name in f["vectors"]:
+            v = f["vectors"][name][...].astype(np.float32)
+            v[:, 1, :] = 100.0 + 0.01 * v[:, 1, :]
+            f["vectors"][name][...] = v
+    out = tmp_path / "r.jsonl"
+    kw = dict(loader=loader, layers="1", seeds=(1, 2), threads=1)
+    raw = run_probe(cache, [task.spec], None, out, **kw)
+    std = run_probe(cache, [task.spec], None, out, features="standardized", **kw)
+    assert {r.features for r in raw} == {"raw"} and {r.features for r in std} == {"standardized"}
+    assert len(read_results(out)) == 4
+    assert min(r.score for r in std) > max(r.score for r in raw) + 10
+    assert all(r.degenerate for r in raw) and not any(r.degenerate for r in std)
+    assert "--features standardized" in raw.describe()
+    assert "--features standardized" not in std.describe()
+
+
+def test_cli_features_and_control_options(tmp_path):
+    """--features and --control through the CLI: an unknown value is an option error (exit 2)
+    naming the option, before anything is written."""
+    runner = CliRunner()
+    for option, value in (("--features", "whitened"), ("--control", "permuted-labels")):
+        res = runner.invoke(cli, ["probe", "--cache", str(tmp_path / "none.h5"), "--tasks",
+                                  "x", "--out", str(tmp_path / "r.jsonl"), option, value])
+        assert res.exit_code == 2 and option in res.output, res.output
+        assert not (tmp_path / "r.jsonl").exists()
