@@ -65,15 +65,16 @@ def test_bench_tasks_takes_help_and_names_a_wrong_folder(tmp_path):
     assert done.returncode == 2 and "no senteval/ folder here" in done.stderr
 
 
-def test_control_labels_on_one_cosine_task_reads_well(tmp_path):
+def test_a_control_on_one_cosine_task_reads_well(tmp_path):
     from estratos.errors import OptionError
-    from estratos.probe.runner import _controllable
+    from estratos.probe.runner import _trained_only
     from estratos.tasks import get_spec
 
     try:
-        _controllable([get_spec("es-senteval:STS14")])
+        _trained_only([get_spec("es-senteval:STS14")], "--control", "has no control")
     except OptionError as exc:
-        assert "(es-senteval:STS14 scores an untrained cosine)" in str(exc)
+        assert ("--control: no selected task trains a probe (es-senteval:STS14: scored by an "
+                "untrained cosine, which has no control)") in str(exc)
     else:
         raise AssertionError("a cosine task alone has no control")
 
