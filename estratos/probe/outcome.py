@@ -105,7 +105,8 @@ def summarize(records: Sequence[ResultRecord], out: os.PathLike | str) -> str:
                  if v and layer not in flagged}
         note = ""
         if flagged:
-            note += f"; one class at layer {', '.join(map(str, flagged))}"
+            ordered = sorted(flagged, key=lambda x: (not isinstance(x, int), str(x).zfill(4)))
+            note += f"; one class at layer {', '.join(map(str, ordered))}"
         undefined = [str(layer) for layer, v in layers.items() if not v]
         if undefined:
             note += f"; undefined at layer {', '.join(undefined)}"
