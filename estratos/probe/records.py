@@ -48,7 +48,8 @@ class System:
                  ) -> "System":
         """A probe on a cache: its model and revision, and the cache fields results record
         (``CacheReader.identity()``)."""
-        return cls(kind="probe", model=identity.get("model"), revision=identity.get("revision"),
+        return cls(kind="probe", model=str(identity.get("model") or ""),
+                   revision=identity.get("revision"),
                    cache={k: identity.get(k) for k in CACHE_FIELDS}, device=device,
                    random_init=identity.get("random_init"))
 

@@ -38,7 +38,7 @@ from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, sha
 from estratos.probe.outcome import ProbeRun, UnitStat
 from estratos.probe.progress import GridProgress
 from estratos.probe.records import System
-from estratos.probe.scheduler import make_executor
+from estratos.probe.scheduler import Event, make_executor
 from estratos.probe.settings import task_estimator
 from estratos.probe.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
 from estratos.results import ResultRecord
@@ -357,15 +357,15 @@ def _survey(executor: Any, task_ids: Sequence[str]) -> Dict[str, TaskShape]:
     shapes: Dict[str, TaskShape] = {}
     failures: List[Tuple[str, EstratosError]] = []
 
-    def on_event(kind: str, key: Any, value: Any) -> None:
-        if kind == "survey":
+    def on_event(kind: Event, key: Any, value: Any) -> None:
+        if kind == Event.SURVEY:
             shapes[key] = value
-        elif kind == "error":
+        elif kind == Event.ERROR:
             failures.append((key, value))
-        elif kind == "bug":
+        elif kind == Event.BUG:
             raise RuntimeError(f"probe worker failed while reading {key}:\n{value}")
 
-    executor.run([("survey", t, t) for t in task_ids], on_event)
+    executor.run([(Event.SURVEY, t, t) for t in task_ids], on_event)
     _raise_failures(failures)
     return shapes
 
@@ -378,24 +378,24 @@ def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRec
     written: Dict[int, int] = {}
     failures: List[Tuple[str, EstratosError]] = []
 
-    def on_event(kind: str, key: Any, value: Any) -> None:
+    def on_event(kind: Event, key: Any, value: Any) -> None:
         unit = by_index[key]
-        if kind == "start":
+        if kind == Event.START:
             bar.started(unit)
-        elif kind == "cells":
+        elif kind == Event.CELLS:
             records.extend(value)
             written[key] = written.get(key, 0) + len(value)
             bar.update(unit, len(value))
-        elif kind == "done":
+        elif kind == Event.DONE:
             stats.append(UnitStat(unit, float(value), written.get(key, 0)))
             bar.finished(unit, float(value))
-        elif kind == "error":
+        elif kind == Event.ERROR:
             log.error("%s: %s", unit.describe(), value)
             failures.append((unit.task, value))
-        elif kind == "bug":
+        elif kind == Event.BUG:
             raise RuntimeError(f"probe worker failed on {unit.describe()}:\n{value}")
 
-    executor.run([("unit", u.index, u) for u in units], on_event)
+    executor.run([(Event.UNIT, u.index, u) for u in units], on_event)
     return failures
 
 

@@ -9,10 +9,11 @@ unit of a worker that died (e.g. killed for memory), naming its task, while the 
 
 A *runner* does the work: ``factory(context)`` builds it (in each worker, or once here); it is
 a context manager with ``survey(payload) -> value`` and ``run(payload, report) -> seconds``,
-where ``report(value)`` forwards partial results. A unit starts with a ``"start"`` event
-(for the ETA); every job ends in exactly one event besides the ``"start"`` and ``"cells"``
-reports: ``"survey"``, ``"done"``, ``"error"`` (the :class:`EstratosError` itself: errors
-pickle with their fields) or ``"bug"`` (any other exception, as its traceback text).
+where ``report(value)`` forwards partial results. Events are :class:`Event` members. A unit
+starts with ``START`` (for the ETA); every job ends in exactly one event besides the
+``START`` and ``CELLS`` reports: ``SURVEY``, ``DONE``, ``ERROR`` (the :class:`EstratosError`
+itself: errors pickle with their fields) or ``BUG`` (any other exception, as its traceback
+text).
 
 Start-up: a spawned worker needs seconds to start Python and import torch before it can take
 a job, and ``--jobs 2`` must not lose that against ``--jobs 1``. So:
@@ -21,17 +22,18 @@ a job, and ``--jobs 2`` must not lose that against ``--jobs 1``. So:
   the ``preload`` modules while the parent still checks options and imports the same
   libraries itself: the two imports overlap instead of following each other;
   :meth:`WorkerPool.start` then hands every worker the runner's factory and context (a
-  worker says ``"hello"`` once its imports are done and is sent them then, so the parent
+  worker says ``HELLO`` once its imports are done and is sent them then, so the parent
   never blocks on a pipe a busy importer does not read);
 - the parent is one of the ``jobs`` processes: it spawns ``jobs - 1`` workers and takes jobs
   from the same queue itself (the first, longest one at once), while a thread of it feeds
-  the workers. Workers say ``"ready"`` once their runner is built, and only ready workers
+  the workers. Workers say ``READY`` once their runner is built, and only ready workers
   are sent jobs, so no job waits on a worker that is still importing while the parent could
   run it.
 """
 
 from __future__ import annotations
 
+import enum
 import importlib
 import logging
 import os
@@ -50,26 +52,46 @@ from estratos.errors import EstratosError
 
 log = logging.getLogger(__name__)
 
-#: (kind, key, payload): kind is "survey" or "unit"; key names the job in events
-Job = Tuple[str, Any, Any]
+
+
+class Event(str, enum.Enum):
+    """What a job or a worker says (a ``str``, so it pickles and compares as its value):
+    the job kinds ``SURVEY`` and ``UNIT``; a unit's ``START`` and ``CELLS`` (partial
+    reports); a job's end, ``SURVEY`` (with its value), ``DONE``, ``ERROR`` (a user error)
+    or ``BUG`` (any other exception); a worker's ``HELLO`` (imports done) and ``READY``
+    (runner built)."""
+
+    SURVEY = "survey"
+    UNIT = "unit"
+    START = "start"
+    CELLS = "cells"
+    DONE = "done"
+    ERROR = "error"
+    BUG = "bug"
+    HELLO = "hello"
+    READY = "ready"
+
+
+#: (kind, key, payload): kind is Event.SURVEY or Event.UNIT; key names the job in events
+Job = Tuple[Event, Any, Any]
 #: on_event(kind, key, value)
-EventSink = Callable[[str, Any, Any], None]
+EventSink = Callable[[Event, Any, Any], None]
 
 
 #: events that report on a job without ending it
-PARTIAL_EVENTS = frozenset({"start", "cells"})
+PARTIAL_EVENTS = frozenset({Event.START, Event.CELLS})
 #: a worker that dies before it is ready this many times in a row stops the run
 MAX_START_FAILURES = 3
 
 
 def _run_job(runner: Any, job: Job, send: EventSink) -> None:
     kind, key, payload = job
-    if kind == "survey":
-        send("survey", key, runner.survey(payload))
+    if kind == Event.SURVEY:
+        send(Event.SURVEY, key, runner.survey(payload))
     else:
-        send("start", key, None)
-        seconds = runner.run(payload, lambda value: send("cells", key, value))
-        send("done", key, seconds)
+        send(Event.START, key, None)
+        seconds = runner.run(payload, lambda value: send(Event.CELLS, key, value))
+        send(Event.DONE, key, seconds)
 
 
 def _run_caught(runner: Any, job: Job, send: EventSink) -> None:
@@ -77,13 +99,13 @@ def _run_caught(runner: Any, job: Job, send: EventSink) -> None:
     try:
         _run_job(runner, job, send)
     except EstratosError as exc:
-        send("error", job[1], exc)
+        send(Event.ERROR, job[1], exc)
 
 
 class InProcess:
     """Runs jobs one after the other in this process (``--jobs 1``, or one GPU process).
 
-    User errors become ``"error"`` events like in the pool; other exceptions (bugs) and
+    User errors become ``ERROR`` events like in the pool; other exceptions (bugs) and
     Ctrl-C propagate with their traceback.
     """
 
@@ -161,8 +183,8 @@ def _configure_logging(log_setup: Tuple[int, Optional[logging.Formatter]]) -> No
 def serve(conn: Any, parent: int, preload: Sequence[str] = (),
           log_setup: Tuple[int, Optional[logging.Formatter]] = (logging.WARNING, None)
           ) -> None:
-    """A worker process: import ``preload``, say ``"hello"``, receive ``(factory, context)``,
-    build the runner, say ``"ready"``, then run the jobs the parent sends until it sends None
+    """A worker process: import ``preload``, say ``HELLO``, receive ``(factory, context)``,
+    build the runner, say ``READY``, then run the jobs the parent sends until it sends None
     or goes away. It logs to stderr as the parent does (``log_setup``: :func:`_log_setup`).
 
     SIGINT is ignored here: Ctrl-C reaches every process of the terminal's group, and the
@@ -172,19 +194,19 @@ def serve(conn: Any, parent: int, preload: Sequence[str] = (),
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
 
-    def send(kind: str, key: Any, value: Any) -> None:
+    def send(kind: Event, key: Any, value: Any) -> None:
         conn.send((kind, key, value))
 
     for name in preload:
         importlib.import_module(name)
-    send("hello", None, None)
+    send(Event.HELLO, None, None)
     try:
         setup = conn.recv_bytes()
     except (EOFError, OSError):
         return
     factory, context = pickle.loads(setup)
     with factory(context) as runner:
-        send("ready", None, None)
+        send(Event.READY, None, None)
         while True:
             try:
                 job = conn.recv()
@@ -195,9 +217,9 @@ def serve(conn: Any, parent: int, preload: Sequence[str] = (),
             try:
                 _run_job(runner, job, send)
             except EstratosError as exc:
-                send("error", job[1], _portable(exc))
+                send(Event.ERROR, job[1], _portable(exc))
             except Exception:  # noqa: BLE001 - a bug: the parent raises it with this traceback
-                send("bug", job[1], traceback.format_exc())
+                send(Event.BUG, job[1], traceback.format_exc())
     # told to stop, with every result written and the runner closed: the parent waits for
     # this exit, so skip the interpreter's teardown of torch (0.2-0.3 s)
     logging.shutdown()
@@ -243,7 +265,7 @@ class WorkerPool:
             raise
 
     def start(self, factory: Callable[[Any], Any], context: Any) -> None:
-        """Give the workers (as each says ``"hello"``) and this process the runner
+        """Give the workers (as each says ``HELLO``) and this process the runner
         ``factory(context)``; this process builds its own at once, while the workers may
         still be importing."""
         try:
@@ -286,7 +308,7 @@ class WorkerPool:
         stop = threading.Event()
         failed: List[BaseException] = []
 
-        def send(kind: str, key: Any, value: Any) -> None:
+        def send(kind: Event, key: Any, value: Any) -> None:
             with lock:
                 on_event(kind, key, value)
 
@@ -344,13 +366,13 @@ class WorkerPool:
                         kind, key, value = ready.recv()
                     except (EOFError, OSError):
                         continue  # the worker died: its sentinel reports it
-                    if kind == "hello":  # its imports are done: it reads the setup now
+                    if kind == Event.HELLO:  # its imports are done: it reads the setup now
                         try:
                             self._workers[w][1].send_bytes(self._setup)
                         except (OSError, ValueError):
                             pass  # it died meanwhile: its sentinel reports it
                         continue
-                    if kind == "ready":
+                    if kind == Event.READY:
                         self._ready.add(w)
                         self._start_failures = 0
                         continue
@@ -370,7 +392,7 @@ class WorkerPool:
                 kind, key, value = conn.recv()
             except (EOFError, OSError):
                 break
-            if kind in ("hello", "ready") or w not in busy:
+            if kind in (Event.HELLO, Event.READY) or w not in busy:
                 continue
             send(kind, key, value)
             if kind not in PARTIAL_EVENTS:
@@ -378,7 +400,7 @@ class WorkerPool:
         proc.join()
         if w in busy:
             job = busy.pop(w)
-            send("error", job[1], EstratosError(
+            send(Event.ERROR, job[1], EstratosError(
                 f"the worker process running it died (exit code {proc.exitcode}"
                 f"{'; killed: out of memory?' if proc.exitcode == -9 else ''})"))
         elif w not in self._ready:
