@@ -400,3 +400,23 @@ def test_cli_features_and_control_options(tmp_path):
                                   "x", "--out", str(tmp_path / "r.jsonl"), option, value])
         assert res.exit_code == 2 and option in res.output, res.output
         assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_decoder_cache_read_raw_is_told_to_read_standardized_too(tmp_path, caplog):
+    import logging
+
+    import h5py
+
+    from estratos.encode.pooling import DECODER
+
+    task, cache, loader = _toy(tmp_path)
+    with h5py.File(cache, "r+") as f:
+        f.attrs["architecture"] = DECODER
+    kw = dict(loader=loader, layers="1", pooling="mean", threads=1)
+    with caplog.at_level(logging.WARNING, logger="estratos"):
+        run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", **kw)
+    assert "decoder-only model's cache" in caplog.text and "--features standardized" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="estratos"):
+        run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", features="standardized", **kw)
+    assert "decoder-only model's cache" not in caplog.text

@@ -214,6 +214,14 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
         layer_specs = tuple(parse_layers(config.layers, cache.n_states, cache.states))
         identity = cache.identity()
         model_name = cache.attrs.get("model")
+        if config.features == RAW_FEATURES and cache_is_decoder(cache.attrs):
+            # measured (docs/probe.md, "Raw or standardized features"): a decoder's hidden
+            # states grow in scale with depth and its last one follows the final norm, so a
+            # raw probe ranks layers by their scale as much as by what they hold
+            log.warning("%s is a decoder-only model's cache: raw features favour the states "
+                        "whose scale suits the probe (the last one, after the final norm); "
+                        "run the same command with --features standardized too (same --out) "
+                        "before comparing layers", cache_path)
     done: Set[tuple] = set()
     if not config.overwrite:
         done = done_keys([str(out_path), *expand_paths(list(resume_from))])
