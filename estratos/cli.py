@@ -352,6 +352,28 @@ class _OnePooling(click.Choice):
         return super().convert(value, param, ctx)
 
 
+def _command_words(ctx: click.Context) -> List[str]:
+    """The words of the command being run, rebuilt from its parsed options (what a hint that
+    says "run this instead" starts from): every option given a value other than its
+    default, in the command's option order."""
+    words = ["estratos", *ctx.command_path.split()[1:]]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        if not isinstance(param, click.Option) or value is None or value == param.default \
+                or value == ():
+            continue
+        option = max(param.opts, key=len)
+        if param.is_flag:
+            if value is True:
+                words.append(option)
+            elif param.secondary_opts:
+                words.append(max(param.secondary_opts, key=len))
+            continue
+        for item in (value if param.multiple else [value]):
+            words += [option, str(item)]
+    return words
+
+
 @cli.command("probe")
 @click.option("--cache", required=True, metavar="CACHE.h5", help="A complete cache (stage one).")
 @click.option("--tasks", metavar="IDS", default="",
@@ -415,7 +437,7 @@ def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, see
                       jobs=jobs, overwrite=overwrite, expect_model=expect_model,
                       threads=threads, device=device, shard=shard or "auto",
                       resume_from=resume_from, progress=progress)
-    click.echo(run.describe())
+    click.echo(run.describe(command=_command_words(click.get_current_context())))
 
 # ---- report and baseline -----------------------------------------------------------------
 @cli.command("report")

@@ -420,3 +420,32 @@ def test_a_decoder_cache_read_raw_is_told_to_read_standardized_too(tmp_path, cap
     with caplog.at_level(logging.WARNING, logger="estratos"):
         run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", features="standardized", **kw)
     assert "decoder-only model's cache" not in caplog.text
+
+
+def test_cli_summary_gives_the_standardized_command_for_one_class_raw_cells(tmp_path):
+    import shlex
+
+    import h5py
+
+    task_file, cache = write_toml_task(tmp_path, 300, (1,), 180, 60)
+    with h5py.File(cache, "r+") as f:  # layer 0: one vector for every sentence
+        for name in f["vectors"]:
+            v = f["vectors"][name][...]
+            v[:, 0, :] = 1.0
+            f["vectors"][name][...] = v
+    out = tmp_path / "r.jsonl"
+    args = ["probe", "--cache", str(cache), "--task-file", str(task_file), "--out", str(out),
+            "--threads", "1", "--layers", "0,1"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "one class at layer 0" in res.output
+    hint = res.output.splitlines()[res.output.splitlines().index(next(
+        line for line in res.output.splitlines() if "could not read" in line)) + 1].strip()
+    words = shlex.split(hint)
+    assert words[:2] == ["estratos", "probe"] and words[-2:] == ["--features", "standardized"]
+    assert words[words.index("--out") + 1] == str(out)
+    assert words[words.index("--layers") + 1] == "0,1"
+    # the hinted command runs and adds the standardized reading beside the raw one
+    res = CliRunner().invoke(cli, words[1:])
+    assert res.exit_code == 0, res.output
+    assert {r.features for r in read_results(out)} == {"raw", "standardized"}

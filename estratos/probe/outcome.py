@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from estratos.probe.grid import WorkUnit
 from estratos.results import ResultRecord
-from estratos.vocab import RAW_FEATURES
+from estratos.vocab import RAW_FEATURES, STANDARDIZED_FEATURES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,13 +73,32 @@ class ProbeRun(Sequence[ResultRecord]):
         return (f"{len(self.records)} cell(s) in {self.seconds:.1f} s ({rate:.2f} cells/s) "
                 f"on {self.device}, {self.processes} process(es){done}")
 
-    def describe(self) -> str:
-        """The terminal summary: cells written, each task's best layer spec, timing."""
-        text = summarize(self.records, self.out)
+    def describe(self, command: Optional[Sequence[str]] = None) -> str:
+        """The terminal summary: cells written, each task's best layer spec, timing.
+        ``command``: the words of the command that ran (the CLI's), so that the hint for
+        one-class cells on raw features gives the command that reads them standardized."""
+        text = summarize(self.records, self.out, command)
         return text if not self.records else f"{text}\n{self.timing()}"
 
 
-def summarize(records: Sequence[ResultRecord], out: os.PathLike | str) -> str:
+def standardized_command(command: Sequence[str]) -> str:
+    """``command`` (its words) reading standardized features: its ``--features`` value
+    replaced, or the option added; quoted for a POSIX shell."""
+    words = list(command)
+    for i, word in enumerate(words):
+        if word == "--features" and i + 1 < len(words):
+            words[i + 1] = STANDARDIZED_FEATURES
+            break
+        if word.startswith("--features="):
+            words[i] = f"--features={STANDARDIZED_FEATURES}"
+            break
+    else:
+        words += ["--features", STANDARDIZED_FEATURES]
+    return shlex.join(words)
+
+
+def summarize(records: Sequence[ResultRecord], out: os.PathLike | str,
+              command: Optional[Sequence[str]] = None) -> str:
     """A few lines for the terminal: cells written, and each task's best layer spec.
 
     A cell whose score is undefined (null, e.g. a correlation of constant cosines) is left
@@ -121,7 +141,8 @@ def summarize(records: Sequence[ResultRecord], out: os.PathLike | str) -> str:
     if raw_one_class:
         lines.append(f"{raw_one_class} cell(s) on raw features predicted one class for at "
                      "least 99 % of the test examples: the probe could not read those "
-                     "features, which does not mean the layer is empty. Run the same "
-                     "command with --features standardized (same --out: both readings are "
-                     "kept) before concluding.")
+                     "features, which does not mean the layer is empty. Read them "
+                     "standardized before concluding (same --out: both readings are kept):")
+        lines.append("  " + (standardized_command(command) if command else
+                             "the same command with --features standardized"))
     return "\n".join(lines)
