@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 from estratos.cache import schema
+from estratos.files import human_bytes
 from estratos.options import parse_states
 
 #: (name, hidden states L+1, width): published configs of each family
@@ -54,7 +55,7 @@ def main() -> None:
     for name, spec, stored, by_dtype in sizes(args.rows, args.text_bytes):
         shape = next(f"{n} x {d}" for m, n, d in MODELS if m == name)
         rows.append((f"{name} ({shape})", spec, f"{stored} + 1",
-                     *[schema.human_bytes(b) for b in by_dtype.values()]))
+                     *[human_bytes(b) for b in by_dtype.values()]))
     print(f"{args.rows:,} sentences, 2 poolings, {args.text_bytes} bytes of text each")
     if args.markdown:
         print("| " + " | ".join(head) + " |")

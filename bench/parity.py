@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from estratos.cache import open_cache  # noqa: E402
-from estratos.probe.classifiers import torch_runtime  # noqa: E402
+from estratos.probe.runtime import torch_runtime  # noqa: E402
 from estratos.probe.features import AVG, build_features  # noqa: E402
 from estratos.testing.reference import ReferenceEstimator  # noqa: E402
 from estratos.probe.settings import resolve_classifier  # noqa: E402

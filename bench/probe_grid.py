@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
 
-    from estratos.probe.classifiers import torch_runtime
+    from estratos.probe.runtime import torch_runtime
     from estratos.probe.runner import run_probe
     from estratos.tasks import DataDirs, select_tasks
 

@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from estratos.cache import schema  # noqa: E402
+from estratos.files import human_bytes  # noqa: E402
 from estratos.cache.writer import CacheWriter  # noqa: E402
 from estratos.text import sentence_key  # noqa: E402
 
@@ -86,9 +87,9 @@ def main() -> None:
             toml = build(folder, args.n, args.states, args.dim)
         size = (folder / "wide.h5").stat().st_size
         print(f"cache: {args.n:,} sentences x {args.states} states (+ avg) x {args.dim} dims, "
-              f"float16: {schema.human_bytes(size)} (built in {time.perf_counter() - t0:.0f}s); "
+              f"float16: {human_bytes(size)} (built in {time.perf_counter() - t0:.0f}s); "
               f"all states as float32 would be "
-              f"{schema.human_bytes(args.n * args.states * args.dim * 4)} in memory")
+              f"{human_bytes(args.n * args.states * args.dim * 4)} in memory")
         out = folder / "r.jsonl"
         out.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}

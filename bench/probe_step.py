@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args(argv)
-    from estratos.probe.classifiers import torch_runtime
+    from estratos.probe.runtime import torch_runtime
 
     probes = list(SHAPES) if args.probe == "both" else [args.probe]
     with torch_runtime(args.threads):

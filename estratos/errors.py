@@ -93,11 +93,6 @@ class CacheError(EstratosError):
     """A cache that is missing, incomplete, corrupted or made with other settings."""
 
 
-class DiskFull(CacheError):
-    """The cache's folder has too little free space (before writing) or filled up while
-    writing; a ``.partial`` written so far is kept and resumes once space is free."""
-
-
 class SettingsMismatch(CacheError):
     """The cache was made with other settings (model, pooling, dtype...) than asked for."""
 
@@ -125,6 +120,13 @@ class ResultsError(EstratosError):
 class ResultsFileError(InputError, ResultsError):
     """A results file (or one of its lines) that is not valid results: both an input error
     naming ``path:line`` and a results error, so either kind of handler catches it."""
+
+
+class DiskFull(CacheError, ResultsError):
+    """A folder with too little free space for what was about to be written (a cache, a
+    results line, predictions, a report): raised before the write, so nothing is torn; a
+    cache's ``.partial`` written so far is kept and resumes once space is free. Both a cache
+    and a results error, so either kind of handler catches it."""
 
 
 class SchedulerError(EstratosError):

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from estratos.cache import open_cache
 from estratos.cli import cli
-from estratos.encode import encode_sentences, read_sentence_file, resolve_shard
+from estratos.encode import encode_sentences, read_sentence_file
+from estratos.options import resolve_shard
 from estratos.encode.token_batches import length_order, token_budget_batches
 from estratos.encode.devices import autocast_dtype, compute_label
 from estratos.errors import CacheError, InputError, OptionError, SettingsMismatch

@@ -142,7 +142,8 @@ def test_other_states_are_refused_on_resume_extend_and_merge(tiny_bert_dir, tmp_
 
 
 def test_a_cache_without_a_stored_avg_probes_avg_as_before(tmp_path, corpus):
-    """Caches written before encode stored the avg: probe averages every state it reads."""
+    """A cache that does not store the avg (``stored_avg`` False, as version-1 caches may
+    be): probe averages every state it reads."""
     _, task = corpus
     texts = [line.split("\t")[1].rstrip("\n") for split in ("train", "dev", "test")
              for line in (tmp_path / f"{split}.tsv").read_text(encoding="utf-8").splitlines(True)]

@@ -15,7 +15,7 @@ from typing import Iterator, List
 import pytest
 from click.testing import CliRunner
 
-from estratos.atomic import create_beside, write_atomic
+from estratos.files import create_beside, write_atomic
 from estratos.cli import cli
 
 

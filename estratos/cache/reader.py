@@ -82,9 +82,8 @@ class CacheReader:
 
     @property
     def has_avg(self) -> bool:
-        """Whether the mean over all hidden states is stored (read as the state ``"avg"``);
-        caches written before encode stored it lack it."""
-        return bool(self.attrs.get("stored_avg")) and schema.AVG_GROUP in self._f
+        """Whether the mean over all hidden states is stored (read as the state ``"avg"``)."""
+        return bool(self.attrs["stored_avg"]) and schema.AVG_GROUP in self._f
 
     @property
     def dim(self) -> int:
@@ -187,8 +186,8 @@ class CacheReader:
         for s in wanted:
             if s == AVG:
                 if not self.has_avg:
-                    raise IndexError(f"{self.path}: no stored {AVG} (a cache written before "
-                                     "encode stored it: average the states read instead)")
+                    raise IndexError(f"{self.path}: this cache does not store the {AVG} over "
+                                     "all states: average the states read instead")
                 continue
             if int(s) not in position:
                 raise IndexError(f"state {s} is not stored (the cache holds "

@@ -4,6 +4,13 @@ A cache is one HDF5 file (docs/cache.md): per-row datasets ``/keys``, ``/sentenc
 ``/n_tokens``, ``/truncated`` and one ``/vectors/<pooling>`` (N, n_states, dim) dataset per
 pooling, plus root attributes that say how the vectors were made. Rows are only ever appended,
 so a row number never changes meaning once written.
+
+Versions (``schema_version``): 2 records ``states``, ``stored_avg`` and ``model_dtype`` in
+every cache whose shape is known, and an unset value (None) as an absent attribute. Version 1
+stored None as ``""`` and, over its life, began to record ``states``, ``stored_avg``,
+``model_dtype`` and ``architecture``. :func:`read_attrs` gives every readable version's
+attributes as the current version has them (:func:`migrate`, the one place that knows the
+older version); writers add rows only to a current-version file (:func:`upgrade`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,12 @@ import numpy as np
 from estratos.errors import CacheError
 from estratos.text import KEY_BYTES
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: the oldest cache format version read (through :func:`migrate`)
+OLDEST_VERSION = 1
+#: attribute listing the settings a cache does not record (its first writer did not know
+#: them); each matches any value (:func:`settings_diff`)
+UNRECORDED = "unrecorded"
 #: marks a file as an estratos cache (a foreign HDF5 file lacks it and is never touched)
 FORMAT_NAME = "estratos-cache"
 
@@ -31,7 +43,7 @@ TRUNCATED = "truncated"
 VECTORS = "vectors"
 #: ``/avg/<pooling>`` (N, D): the mean over ALL hidden states (embedding output included),
 #: computed at encode time, so ``probe --layers avg`` keeps its meaning when ``--states``
-#: stores only some states; caches written before it existed lack it (``stored_avg`` unset)
+#: stores only some states (``stored_avg``; False: not stored)
 AVG_GROUP = "avg"
 ROW_DATASETS = (KEYS, SENTENCES, N_TOKENS, TRUNCATED)
 
@@ -58,9 +70,6 @@ CHUNK_ROWS = 512
 SETTINGS_ATTRS = ("schema_version", "encoder", "model", "revision", "tokenizer", "max_length",
                   "lowercase", "dtype", "poolings", "states", "mean_skips_bos",
                   "random_init", "model_dtype")
-#: settings that caches written before they existed lack: absent on either side matches
-#: (an old cache was written in float32 weights on CPU or autocast on a GPU, unrecorded)
-LATE_SETTINGS = ("model_dtype",)
 #: attributes that only exist on shard files
 SHARD_ATTRS = ("shard_index", "shard_count", "input_digest")
 
@@ -168,13 +177,35 @@ def estimate_bytes(n_rows: int, n_stored: int, dim: int, dtype: str, n_poolings:
             + FIXED_OVERHEAD_BYTES)
 
 
-def human_bytes(n: float) -> str:
-    """``1.2 GB`` (powers of 1000, as disks are sold and ``df -H`` shows)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+def growth_bytes(lo: int, hi: int, columns: int, dim: int, itemsize: int, n_poolings: int,
+                 texts_bytes: int) -> int:
+    """Bytes a cache file grows by at most when rows ``[lo, hi)`` are appended: the chunks
+    first written (a chunk is allocated whole when its first row is written) of the vector
+    datasets (``columns`` = stored states + avg, per pooling) and of the per-row datasets,
+    the texts (``texts_bytes``: the sum of :func:`text_bytes`) and :data:`BLOCK_METADATA_BYTES`."""
+    def first_written(chunk_rows: int) -> int:
+        return (-(-hi // chunk_rows) - -(-lo // chunk_rows)) * chunk_rows
+
+    # a chunk holds CHUNK_ROWS rows of one column, plus its fletcher32 checksum
+    vectors = (first_written(CHUNK_ROWS) * dim * itemsize + 4 * -(-(hi - lo) // CHUNK_ROWS + 1)
+               ) * columns * n_poolings
+    rows = first_written(ROW_CHUNK_ROWS) * (KEY_DTYPE.itemsize + 4 + 1)
+    texts = first_written(TEXT_CHUNK_ROWS) * 16 + texts_bytes
+    return vectors + rows + texts + BLOCK_METADATA_BYTES
+
+
+def step_slack(columns: int, dim: int, itemsize: int, n_poolings: int) -> int:
+    """How far one append's bound (:func:`growth_bytes`) can exceed what it writes: a chunk
+    of every dataset first written, and the metadata bound. A writer that takes each step's
+    bound from a reservation needs this much beyond the final size."""
+    return (CHUNK_ROWS * columns * (dim * itemsize) * n_poolings
+            + ROW_CHUNK_ROWS * (KEY_DTYPE.itemsize + 4 + 1) + TEXT_CHUNK_ROWS * 16
+            + 2 * BLOCK_METADATA_BYTES)
+
+
+#: HDF5's own bytes one block append may add (chunk index nodes, a new heap collection of at
+#: least 4 KiB, object header updates): a bound, not an estimate
+BLOCK_METADATA_BYTES = 8 * 1024
 
 
 def count_truncated(f: h5py.File) -> int:
@@ -208,9 +239,12 @@ def to_python(value: Any) -> Any:
 
 
 def read_attrs(f: h5py.File) -> Dict[str, Any]:
-    """Root attributes as plain Python; ``poolings`` as a tuple, ``library_versions`` a dict."""
+    """Root attributes as plain Python, in the current version (:func:`migrate`);
+    ``poolings``, ``states`` and ``unrecorded`` as tuples, ``library_versions`` a dict."""
     attrs = {k: to_python(v) for k, v in f.attrs.items()}
-    for name in ("poolings", "states"):
+    if attrs.get("format") == FORMAT_NAME:
+        attrs = migrate(attrs, f.filename)
+    for name in ("poolings", "states", UNRECORDED):
         if isinstance(attrs.get(name), list):
             attrs[name] = tuple(attrs[name])
     if isinstance(attrs.get("library_versions"), str):
@@ -221,9 +255,50 @@ def read_attrs(f: h5py.File) -> Dict[str, Any]:
     return attrs
 
 
+def migrate(attrs: Dict[str, Any], where: str = "cache") -> Dict[str, Any]:
+    """A cache's root attributes (plain Python) as the current version has them.
+
+    Version 1 -> 2: ``""`` was None (dropped); a cache without ``states`` stores every state
+    ``0..n_states-1``; without ``stored_avg``, no avg; without ``model_dtype``, the weights'
+    dtype is not recorded (listed in ``unrecorded``: it matches any). A version newer than
+    :data:`SCHEMA_VERSION` raises :class:`CacheError` naming ``where``.
+    """
+    version = int(attrs.get("schema_version") or OLDEST_VERSION)
+    if not OLDEST_VERSION <= version <= SCHEMA_VERSION:
+        raise CacheError(f"{where}: cache format version {version}; this estratos reads "
+                         f"{OLDEST_VERSION} to {SCHEMA_VERSION} (a newer estratos wrote it?)")
+    if version == 1:
+        attrs = {k: v for k, v in attrs.items() if v != ""}
+        if "states" not in attrs and attrs.get("n_states"):
+            attrs["states"] = list(range(int(attrs["n_states"])))
+        attrs.setdefault("stored_avg", False)
+        if "model_dtype" not in attrs:
+            attrs[UNRECORDED] = sorted(set(attrs.get(UNRECORDED, ())) | {"model_dtype"})
+        attrs["schema_version"] = SCHEMA_VERSION
+    return attrs
+
+
+def upgrade(f: h5py.File) -> None:
+    """Rewrite the root attributes of a cache open for writing in the current version
+    (before rows are added to a file of an older one)."""
+    stored = to_python(f.attrs.get("schema_version"))
+    if stored == SCHEMA_VERSION:
+        return
+    current = read_attrs(f)
+    for name in list(f.attrs):
+        if name not in current:
+            del f.attrs[name]
+    write_attrs(f, current)
+
+
 def write_attrs(f: h5py.File, attrs: Mapping[str, Any]) -> None:
-    """Store attributes; tuples/lists of str become string arrays, dicts JSON text."""
+    """Store attributes; tuples/lists of str become string arrays, dicts JSON text, None
+    an absent attribute (removed if present)."""
     for name, value in attrs.items():
+        if value is None:
+            if name in f.attrs:
+                del f.attrs[name]
+            continue
         if isinstance(value, (list, tuple)) and value and all(
                 isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
             value = np.array(value, dtype=np.int64)  # e.g. ``states``
@@ -231,8 +306,6 @@ def write_attrs(f: h5py.File, attrs: Mapping[str, Any]) -> None:
             value = np.array([str(v) for v in value], dtype=h5py.string_dtype())
         elif isinstance(value, dict):
             value = json.dumps(value, sort_keys=True)
-        elif value is None:
-            value = ""
         f.attrs[name] = value
 
 
@@ -250,28 +323,28 @@ def looks_like_hdf5(path: os.PathLike | str) -> bool:
 
 
 def stored_states(attrs: Mapping[str, Any]) -> Optional[Tuple[int, ...]]:
-    """The true hidden-state indices a cache's vector datasets hold, in order: its ``states``
-    attribute (``encode --states``), else every state 0..n_states-1 (caches written before
-    ``--states``), or None while an ``--encoder`` cache has not learnt its shape."""
+    """The true hidden-state indices a cache's vector datasets hold, in order (its
+    ``states``), or None while an ``--encoder`` cache has not learnt its shape."""
     states = attrs.get("states")
     if states is not None and not isinstance(states, str) and len(states):
         return tuple(int(s) for s in states)
-    n_states = attrs.get("n_states")
-    return tuple(range(int(n_states))) if n_states else None
+    return None
 
 
 def settings_diff(have: Mapping[str, Any], want: Mapping[str, Any]) -> Dict[str, tuple]:
-    """``{name: (have, want)}`` for each settings attribute that differs (``states``: the
-    states stored, an old cache's all; not compared while either side's shape is unknown)."""
+    """``{name: (have, want)}`` for each settings attribute that differs (``states``: not
+    compared while either side's shape is unknown; a setting either side lists as
+    ``unrecorded`` matches any)."""
     out = {}
+    unrecorded = set(have.get(UNRECORDED, ())) | set(want.get(UNRECORDED, ()))
     for k in SETTINGS_ATTRS:
+        if k in unrecorded:
+            continue
         a, b = have.get(k), want.get(k)
         if k == "states":
             a, b = stored_states(have), stored_states(want)
             if a is None or b is None:
                 continue
-        if k in LATE_SETTINGS and (a is None or b is None):
-            continue
         if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
             a = tuple(a or ())
             b = tuple(b or ())

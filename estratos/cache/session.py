@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import socket
@@ -27,8 +26,9 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from estratos.cache import schema
-from estratos.cache.writer import CacheWriter, fsync_path
+from estratos.cache.writer import CacheWriter
 from estratos.errors import CacheError, SettingsMismatch
+from estratos.files import Reservation, fsync_file, fsync_folder, open_for_lock, try_lock
 from estratos.vocab import utc_now
 
 log = logging.getLogger(__name__)
@@ -58,14 +58,8 @@ class WriteLock:
 
     def acquire(self) -> "WriteLock":
         while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-            except OSError as exc:
-                raise CacheError(f"{self.path}: cannot create the lock file "
-                                 f"({exc.strerror})") from exc
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            fd = open_for_lock(self.path, CacheError, "the lock file")
+            if not try_lock(fd):
                 holder = _read_holder(fd)
                 os.close(fd)
                 raise CacheError(
@@ -129,9 +123,9 @@ def _finish_interrupted_rename(partial: Path, target: Path) -> None:
     if done:
         log.warning("%s: complete but not renamed (the run was killed at the end); renaming it "
                     "to %s", partial, target)
-        fsync_path(partial)
+        fsync_file(partial)
         os.replace(partial, target)
-        fsync_path(target.parent)
+        fsync_folder(target.parent)
 
 
 class CacheSession:
@@ -142,6 +136,9 @@ class CacheSession:
         self.partial = schema.partial_path(target)
         self.shard = shard
         self._lock = lock
+        #: the free space this run holds for its writes (:meth:`reserve`)
+        self.room = Reservation(self.partial)
+        Reservation.clear(self.partial)  # a killed run's: nobody else holds the lock
         _finish_interrupted_rename(self.partial, target)
         #: a killed run's ``.partial`` is there (this run resumes it)
         self.resuming = _check_existing(self.partial, partial=True)
@@ -218,15 +215,23 @@ class CacheSession:
         log.info("%s already holds all %d sentences", self.target, len(keys))
         return True
 
+    def reserve(self, nbytes: int, hint: str = "") -> None:
+        """Hold ``nbytes`` of the folder for this run's writes (:class:`Reservation`): a disk
+        that other processes fill meanwhile stops them, not this run; :class:`DiskFull`
+        (``hint`` added) when the space is not free now."""
+        self.room = Reservation(self.partial).hold(
+            nbytes, f"the cache {self.target.name}", hint)
+
     def start(self, create_attrs: Mapping[str, Any]) -> CacheWriter:
         """Open the writer: resume the ``.partial``, extend a copy of the complete cache, or
-        create a new file with ``create_attrs`` (call :meth:`check_settings` first)."""
+        create a new file with ``create_attrs`` (call :meth:`check_settings` first). Every
+        write takes its space from :attr:`room` first."""
         if self.resuming:
-            self.writer = CacheWriter.reopen(self.partial)
+            self.writer = CacheWriter.reopen(self.partial, self.room)
         elif self.extending:
-            self.writer = CacheWriter.extend_copy(self.target, self.partial)
+            self.writer = CacheWriter.extend_copy(self.target, self.partial, self.room)
         else:
-            self.writer = CacheWriter.create(self.partial, create_attrs)
+            self.writer = CacheWriter.create(self.partial, create_attrs, self.room)
         return self.writer
 
     def rows(self) -> Tuple[Set[bytes], List[bytes]]:
@@ -248,6 +253,7 @@ class CacheSession:
             writer.set_attrs(attrs)
         final = writer.finish(self.target)
         self.writer = None
+        self.room.close()
         return final
 
     def abandon(self, *, discard: bool) -> None:
@@ -256,6 +262,7 @@ class CacheSession:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+        self.room.close()
         if discard and not self.resuming:
             self.partial.unlink(missing_ok=True)
 
@@ -266,6 +273,7 @@ class CacheSession:
                 self.writer.close()
                 self.writer = None
         finally:
+            self.room.close()
             self._lock.release()
 
 

@@ -10,7 +10,6 @@ a copy, so the original stays valid until the rename replaces it.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -24,6 +23,7 @@ import numpy as np
 from estratos.cache import schema
 from estratos.errors import CacheError, DiskFull
 from estratos.faultpoints import fault_point
+from estratos.files import Reservation, disk_full, fsync_file, fsync_folder
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +36,6 @@ def _open_kwargs() -> dict:
     # default libver on purpose: superblock v3 (libver v110+) records "open for writing" and
     # refuses to reopen a file whose writer was killed, which would defeat resuming
     return {"rdcc_nbytes": CHUNK_CACHE_BYTES, "rdcc_nslots": 100003}
-
-
-def fsync_path(path: os.PathLike | str) -> None:
-    """fsync a file or a directory (directories: so a rename survives a power cut)."""
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if Path(path).is_dir() else os.O_RDONLY
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems refuse fsync on directories
-        pass
-    finally:
-        os.close(fd)
 
 
 def copy_mode(src: os.PathLike | str, dst: os.PathLike | str) -> None:
@@ -97,23 +85,22 @@ def _copy_trusted(src: h5py.File, dst: "CacheWriter", path: Path) -> int:
     return n
 
 
-def disk_full(exc: OSError) -> bool:
-    """Whether an error from a write is a full disk or quota (HDF5 reports the errno in its
-    message, not in ``errno``)."""
-    text = str(exc)
-    return (exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in text
-            or "Disk quota exceeded" in text or "errno = 28" in text)
-
-
 class CacheWriter:
     """Appends rows to a ``.partial`` cache file; :meth:`finish` makes it a complete cache.
 
     Use :meth:`create` for a new file or :meth:`reopen` for an existing ``.partial``.
     """
 
-    def __init__(self, f: h5py.File, path: Path) -> None:
+    def __init__(self, f: h5py.File, path: Path, room: Optional[Reservation] = None) -> None:
         self._f = f
         self.path = path
+        #: the space this writer may use; each write takes its bytes first (nothing held:
+        #: each write checks the free space itself)
+        self.room = room if room is not None else Reservation(path)
+        #: bytes taken from :attr:`room` for this file, and its size when opened: what was
+        #: taken but not filled is counted before the next take (the steps are bounds)
+        self._taken = 0
+        self._size0 = self._size()
         self._n_done = int(f.attrs.get("n_done", 0))
         #: open dataset handles by path: an append looks each up once per file, not per
         #: block (h5py's lookups hold the GIL the encoder's forward pass needs)
@@ -127,11 +114,15 @@ class CacheWriter:
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: os.PathLike | str, attrs: Mapping[str, Any]) -> "CacheWriter":
-        """Create a new, empty ``.partial`` cache (fails if ``path`` exists)."""
+    def create(cls, path: os.PathLike | str, attrs: Mapping[str, Any],
+               room: Optional[Reservation] = None) -> "CacheWriter":
+        """Create a new, empty ``.partial`` cache (fails if ``path`` exists); ``room``: the
+        space this run holds (:class:`~estratos.files.Reservation`)."""
         path = Path(path)
         if path.exists():
             raise CacheError(f"{path}: already exists; refusing to overwrite it")
+        room = room if room is not None else Reservation(path)
+        room.take(schema.FIXED_OVERHEAD_BYTES, f"creating {path.name}")
         # built under a private name and linked into place once initialized: a kill during
         # creation must not leave a half-made file under the name a rerun would resume.
         tmp = path.with_name(f"{path.name}.{os.getpid()}.init")
@@ -145,7 +136,8 @@ class CacheWriter:
         try:
             fault_point("create")
             schema.write_attrs(f, {"format": schema.FORMAT_NAME,
-                                   "schema_version": schema.SCHEMA_VERSION, **attrs})
+                                   "schema_version": schema.SCHEMA_VERSION, **attrs,
+                                   "stored_avg": bool(attrs.get("stored_avg"))})
             f.attrs["n_done"] = 0
             f.attrs["n_base"] = 0
             f.attrs["complete"] = False
@@ -160,7 +152,7 @@ class CacheWriter:
             f.create_group(schema.VECTORS)
             if attrs.get("stored_avg"):
                 f.create_group(schema.AVG_GROUP)
-            writer = cls(f, path)
+            writer = cls(f, path, room)
             states = schema.stored_states(attrs)
             if states and attrs.get("dim"):  # known up front: even 0 rows is valid
                 for pooling in schema.to_python(f.attrs["poolings"]):
@@ -177,7 +169,8 @@ class CacheWriter:
         return writer
 
     @classmethod
-    def reopen(cls, path: os.PathLike | str) -> "CacheWriter":
+    def reopen(cls, path: os.PathLike | str, room: Optional[Reservation] = None
+               ) -> "CacheWriter":
         """Open an existing ``.partial`` to append after its ``n_done`` trusted rows.
 
         A killed writer can leave HDF5's own structures half-updated past ``n_done`` (the
@@ -197,13 +190,13 @@ class CacheWriter:
             tmp = path.with_name(f"{path.name}.{os.getpid()}.recover")
             tmp.unlink(missing_ok=True)  # left by a dead process with our pid
             fresh = cls.create(tmp, {k: v for k, v in attrs.items()
-                                     if k not in ("format", "schema_version")})
+                                     if k not in ("format", "schema_version")}, room)
             try:
                 kept = _copy_trusted(src, fresh, path)
                 fresh.set_attrs({"n_base": min(n_base, kept)})
                 fresh.close()
                 copy_mode(path, tmp)
-                fsync_path(tmp)
+                fsync_file(tmp)
                 os.replace(tmp, path)
             except BaseException:
                 fresh.close()
@@ -212,10 +205,11 @@ class CacheWriter:
         if kept < int(attrs.get("n_done", 0)):
             log.warning("%s: kept %d of %d rows (the rest failed their checks and will be "
                         "encoded again)", path, kept, int(attrs.get("n_done", 0)))
-        return cls._reopen_in_place(path)
+        return cls._reopen_in_place(path, room)
 
     @classmethod
-    def _reopen_in_place(cls, path: os.PathLike | str) -> "CacheWriter":
+    def _reopen_in_place(cls, path: os.PathLike | str, room: Optional[Reservation] = None
+                         ) -> "CacheWriter":
         """Open a ``.partial`` known to be sound (a fresh copy) and drop rows past ``n_done``."""
         path = Path(path)
         f = schema.open_h5(path, "r+", **_open_kwargs())
@@ -224,7 +218,7 @@ class CacheWriter:
                 raise CacheError(f"{path}: not an estratos cache; refusing to write to it")
             if f.attrs.get("complete"):
                 raise CacheError(f"{path}: already complete; a .partial must not be")
-            writer = cls(f, path)
+            writer = cls(f, path, room)
             writer._truncate_to_done()
         except BaseException:
             f.close()
@@ -232,7 +226,8 @@ class CacheWriter:
         return writer
 
     @classmethod
-    def extend_copy(cls, complete: os.PathLike | str, partial: os.PathLike | str) -> "CacheWriter":
+    def extend_copy(cls, complete: os.PathLike | str, partial: os.PathLike | str,
+                    room: Optional[Reservation] = None) -> "CacheWriter":
         """Start adding rows to a complete cache: copy it to ``partial`` and reopen the copy.
 
         The copy is made under a temporary name and renamed only once it is marked incomplete,
@@ -242,22 +237,26 @@ class CacheWriter:
         complete, partial = Path(complete), Path(partial)
         tmp = partial.with_name(f"{partial.name}.{os.getpid()}.tmp")
         tmp.unlink(missing_ok=True)  # left by a dead process with our pid
+        room = room if room is not None else Reservation(partial)
+        room.take(complete.stat().st_size + schema.BLOCK_METADATA_BYTES,
+                  f"a copy of {complete.name} to extend")
         try:
             shutil.copyfile(complete, tmp)
             copy_mode(complete, tmp)
             fault_point("extend-copy")
             with schema.open_h5(tmp, "r+") as f:
+                schema.upgrade(f)  # rows are added to a current-version file only
                 n = int(f.attrs["n_done"])
                 f.attrs["complete"] = False
                 f.attrs["n_base"] = n
-            fsync_path(tmp)
+            fsync_file(tmp)
             if partial.exists():
                 raise CacheError(f"{partial}: appeared while copying; refusing to overwrite it")
             os.replace(tmp, partial)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return cls._reopen_in_place(partial)
+        return cls._reopen_in_place(partial, room)
 
     # -- state --------------------------------------------------------------------------------
     @property
@@ -310,6 +309,8 @@ class CacheWriter:
             chunks=(schema.CHUNK_ROWS, 1, dim), fletcher32=True)
         if "n_states" not in self._f.attrs:
             self._f.attrs["n_states"] = n_stored
+        if "states" not in self._f.attrs:  # an --encoder cache: every state it returns
+            self._f.attrs["states"] = np.arange(n_stored, dtype=np.int64)
         self._f.attrs["dim"] = dim
         if self._f.attrs.get("stored_avg"):
             self._f[schema.AVG_GROUP].create_dataset(
@@ -324,10 +325,18 @@ class CacheWriter:
 
         ``vectors``: ``{pooling: (B, stored states, dim)}``; ``averages``: ``{pooling: (B,
         dim)}``, the mean over all hidden states, required when the cache stores it
-        (``stored_avg``) and ignored when it does not (a cache written before it existed).
+        (``stored_avg``) and ignored when it does not.
         """
         try:
+            self._take(self._growth(len(keys), sentences, vectors),
+                       f"{len(keys)} more rows of {self.path.name}")
+        except DiskFull as exc:
+            raise DiskFull(f"{exc}; {self.path} keeps its {self._n_done} rows written before: "
+                           "free space and run the same command again to resume from there"
+                           ) from None
+        try:
             self._append(keys, sentences, n_tokens, truncated, vectors, averages)
+            self._settle()
         except OSError as exc:
             if not disk_full(exc):
                 raise
@@ -335,6 +344,40 @@ class CacheWriter:
                            f"{str(exc)[:200]}); the file keeps its {self._n_done} rows written "
                            f"before: free space in {self.path.parent} and run the same command "
                            "again to resume from there") from exc
+
+    def _size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except OSError:
+            return 0
+
+    def _take(self, nbytes: int, what: str) -> None:
+        """Take ``nbytes`` from :attr:`room` for the next write (:meth:`Reservation.take`)."""
+        self.room.take(nbytes, what)
+        self._taken += nbytes
+
+    def _settle(self) -> None:
+        """Give back to :attr:`room` what the writes took but did not fill (each take is a
+        bound), so the reservation keeps what the next writes need."""
+        unused = self._taken - (self._size() - self._size0)
+        if unused > 0:
+            self.room.give_back(unused)
+            self._taken -= unused
+
+    def _growth(self, b: int, sentences: Sequence[str], vectors: Mapping[str, np.ndarray]
+                ) -> int:
+        """The most bytes appending ``b`` rows can add (:func:`schema.growth_bytes`)."""
+        if not b:
+            return 0
+        shapes = [np.shape(v) for v in vectors.values()]
+        if not shapes or len(shapes[0]) != 3:
+            return schema.BLOCK_METADATA_BYTES  # refused by _append before any write
+        stored_avg = bool(self._f.attrs.get("stored_avg"))
+        itemsize = schema.storage_dtype(str(self._f.attrs["dtype"])).itemsize
+        _, n_stored, dim = shapes[0]
+        return schema.growth_bytes(self._n_done, self._n_done + b,
+                                   n_stored + (1 if stored_avg else 0), dim, itemsize,
+                                   len(shapes), sum(schema.text_bytes(t) for t in sentences))
 
     def count_truncated(self) -> int:
         """Rows cut at ``max_length`` among the trusted rows."""
@@ -391,16 +434,17 @@ class CacheWriter:
     def finish(self, final: os.PathLike | str) -> Path:
         """Mark complete, fsync, and atomically rename the ``.partial`` to ``final``."""
         final = Path(final)
+        self._take(schema.BLOCK_METADATA_BYTES, f"completing {self.path.name}")
         self._f.attrs["n_done"] = self._n_done
         self._f.attrs["n_base"] = 0
         self._f.attrs["complete"] = True
         self._f.flush()
         fault_point("finish-marked")
         self._f.close()
-        fsync_path(self.path)
+        fsync_file(self.path)
         os.replace(self.path, final)
         fault_point("finish-renamed")
-        fsync_path(final.parent)
+        fsync_folder(final.parent)
         log.info("wrote %s (%d rows)", final, self._n_done)
         return final
 

@@ -13,7 +13,7 @@ from typing import Any
 
 _EXPORTS = {
     "gather_sentences": "inputs", "read_sentence_file": "inputs", "task_sentences": "inputs",
-    "encode_sentences": "run", "resolve_shard": "shards", "EncodeSummary": "summary",
+    "encode_sentences": "run", "EncodeSummary": "summary",
 }
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy exports' one table
 

@@ -1,4 +1,4 @@
-"""What a cache records about the software that wrote it (``library_versions``, ``created``)."""
+"""What a cache records about the software that wrote it (``library_versions``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import platform
 from typing import Dict
 
 import numpy as np
-
-from estratos.vocab import utc_now
 
 
 def library_versions() -> Dict[str, str]:
@@ -19,8 +17,3 @@ def library_versions() -> Dict[str, str]:
     return {"python": platform.python_version(), "numpy": np.__version__,
             "h5py": h5py.version.version, "hdf5": h5py.version.hdf5_version,
             "torch": torch.__version__, "transformers": transformers.__version__}
-
-
-def utc_stamp() -> str:
-    """Now, as the ``created`` attribute records it (UTC, seconds)."""
-    return utc_now()

@@ -310,9 +310,9 @@ class HFEncoder:
     def settings(self) -> Dict[str, object]:
         """Attributes that define the vectors (compared when resuming or extending a cache).
         ``mean_skips_bos`` exists for decoder-only models, ``random_init`` for control models
-        only, so caches made before them keep matching. ``model_dtype`` (the weights' dtype
-        as loaded): rows of other weight precisions never share a cache; caches made before
-        it was recorded match any (see :data:`estratos.cache.schema.LATE_SETTINGS`)."""
+        only (absent elsewhere, which matches absent). ``model_dtype`` (the weights' dtype
+        as loaded): rows of other weight precisions never share a cache; a cache that does
+        not record it matches any (:data:`estratos.cache.schema.UNRECORDED`)."""
         out: Dict[str, object] = {
             "encoder": self.kind, "model": self.model_name, "revision": self.revision,
             "tokenizer": f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path}",

@@ -63,7 +63,7 @@ def decoder_only_type(model_type: str, architectures: Sequence[str] = ()) -> boo
 
 def cache_is_decoder(attrs: Mapping[str, Any]) -> bool:
     """Whether a cache's vectors come from a decoder-only model: its ``architecture``
-    attribute, or for caches written before that attribute, its recorded ``model_type``."""
+    attribute, or, in a cache that does not record it (cache format 1), its ``model_type``."""
     recorded = attrs.get("architecture")
     if recorded:
         return recorded == DECODER

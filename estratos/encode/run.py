@@ -4,7 +4,7 @@ One call turns any iterable of sentences into rows of a cache (docs/cache.md):
 
 1. sentences are normalized and keyed (:mod:`estratos.encode.keys`); each key is encoded once;
 2. with a shard ``i/n`` only the keys whose hash falls in shard ``i`` are kept
-   (:mod:`estratos.encode.shards`);
+   (:mod:`estratos.encode.shards`, ``--shard`` read by :func:`estratos.options.resolve_shard`);
 3. rows already in the cache are skipped (incremental cache); a killed run's ``.partial`` is
    resumed from its ``n_done`` rows (:mod:`estratos.cache.session`);
 4. the rest is sorted by token length and cut into token-budget batches. The plan depends
@@ -31,21 +31,21 @@ from typing import Callable, Iterable, List, Optional, Sequence, Union
 from estratos import __version__
 from estratos.cache import schema
 from estratos.cache.session import CacheSession, open_for_writing
-from estratos.cache.writer import disk_full
 from estratos.encode.token_batches import length_order, token_budget_batches
-from estratos.encode.environment import library_versions, utc_stamp
+from estratos.encode.environment import library_versions
 from estratos.encode.factory import build_encoder
 from estratos.encode.keys import input_digest, dedupe_sentences
 from estratos.encode.options import BatchTokens, parse_batch_tokens
 from estratos.encode.pipeline import Background
-from estratos.encode.space import SpacePlan, plan_space
-from estratos.encode.shards import ShardSpec, in_shard, resolve_shard
+from estratos.encode.space import SHRINK_HINT, SpacePlan, plan_space
+from estratos.encode.shards import in_shard
 from estratos.encode.stream import run_stream
 from estratos.encode.summary import EncodeSummary
 from estratos.errors import DiskFull, EstratosError, InputError, Interrupted, OptionError
+from estratos.files import disk_full
 from estratos.faultpoints import fault_point
-from estratos.options import parse_states
-from estratos.vocab import ALL_LAYERS
+from estratos.options import ShardSpec, parse_states, resolve_shard
+from estratos.vocab import ALL_LAYERS, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +123,15 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
         space = _space(session, enc, texts, keys, dtype, notify)
         attrs = {**want, **enc.info(), **shard_attrs,
                  "estratos_version": __version__, "library_versions": library_versions(),
-                 "created": utc_stamp(),
+                 "created": utc_now(),
                  "batch_tokens": 0 if batch_tokens == "auto" else batch_tokens,
                  "stored_avg": True}
         if enc.n_states is not None:
             attrs.update(n_states=enc.n_states, dim=enc.dim)
         try:
+            if space is not None:
+                # held from now on: a disk that others fill meanwhile stops them, not us
+                session.reserve(space.needed, SHRINK_HINT)
             session.start(attrs)
             # _run loads the weights while the tokenizer runs in the background
             summary = _run(enc, session, texts, keys, batch_tokens=batch_tokens, dtype=dtype,

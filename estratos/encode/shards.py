@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-# ``--shard`` and the SLURM variables are parsed where every command's options are
-from estratos.options import ShardSpec, resolve_shard
-
-__all__ = ["ShardSpec", "in_shard", "resolve_shard"]
+__all__ = ["in_shard"]
 
 
 def in_shard(key: bytes, shard: Tuple[int, int]) -> bool:

@@ -15,6 +15,12 @@ from typing import Optional, Sequence
 
 from estratos.cache import schema
 from estratos.errors import DiskFull
+from estratos.files import human_bytes
+
+#: how to make a cache smaller (said with every full-disk error of encode)
+SHRINK_HINT = ("store less: --states (e.g. every:4 keeps about a quarter of the states; the "
+               "avg is stored anyway), --dtype float16 or bfloat16 (half of float32), one "
+               "--pooling instead of two, or fewer --tasks")
 
 #: kept free beyond the estimate (HDF5 metadata written at the end, the estimate's error)
 MARGIN = 0.02
@@ -38,11 +44,11 @@ class SpacePlan:
 
     def describe(self) -> str:
         itemsize = schema.storage_dtype(self.dtype).itemsize
-        return (f"expected cache size: {schema.human_bytes(self.expected)} ({self.expected:,} "
+        return (f"expected cache size: {human_bytes(self.expected)} ({self.expected:,} "
                 f"bytes): {self.rows:,} rows x ({self.n_stored} states + avg) x {self.dim} "
                 f"dims x {itemsize} bytes ({self.dtype}) x {self.n_poolings} pooling(s) = "
-                f"{schema.human_bytes(self.vectors)} of vectors, plus keys and texts; "
-                f"{schema.human_bytes(self.free)} free in {self.folder}")
+                f"{human_bytes(self.vectors)} of vectors, plus keys and texts; "
+                f"{human_bytes(self.free)} free in {self.folder}")
 
     def check(self) -> None:
         """Raise :class:`DiskFull` with the options that shrink the cache when the folder
@@ -50,11 +56,9 @@ class SpacePlan:
         if self.free >= self.needed:
             return
         raise DiskFull(
-            f"{self.folder}: {schema.human_bytes(self.free)} free, but this encode needs about "
-            f"{schema.human_bytes(self.needed)} ({self.describe().split(': ', 1)[1]}). Free "
-            "space, choose another --out folder, or store less: --states (e.g. every:4 keeps "
-            "about a quarter of the states; the avg is stored anyway), --dtype float16 or "
-            "bfloat16 (half of float32), one --pooling instead of two, or fewer --tasks")
+            f"{self.folder}: {human_bytes(self.free)} free, but this encode needs about "
+            f"{human_bytes(self.needed)} ({self.describe().split(': ', 1)[1]}). Free "
+            f"space, choose another --out folder, or {SHRINK_HINT}")
 
 
 def plan_space(folder: Path, *, new_texts: Sequence[str], existing_rows: int,
@@ -77,7 +81,9 @@ def plan_space(folder: Path, *, new_texts: Sequence[str], existing_rows: int,
         needed = max(existing_bytes, expected - existing_bytes)
     else:
         needed = expected  # new, or a copy of the complete cache grown to the final size
-    needed = int(needed * (1 + MARGIN))
+    # each block's space is taken (bounded) before it is written: one bound's slack more
+    needed = int(needed * (1 + MARGIN)) + schema.step_slack(
+        n_stored + 1, dim, schema.storage_dtype(dtype).itemsize, n_poolings)
     if free is None:
         free = shutil.disk_usage(folder).free
     return SpacePlan(folder, rows, len(new_texts), n_stored, dim, dtype, n_poolings, expected,

@@ -8,9 +8,8 @@ hyper-parameter is a constructor parameter with SentEval's default written once,
 everything else (task overrides, cost estimates, results) reads ``get_params()``.
 
 Also here: :func:`score_distribution` (Tai et al.'s SICK-R target); the regressor's dev
-score is :func:`estratos.stats.metrics.pearson_rows`. ``torch_runtime`` and
-``pass_permutation`` are re-exported from their new homes (:mod:`estratos.probe.runtime`,
-:mod:`estratos.probe.training`) on first use.
+score is :func:`estratos.stats.metrics.pearson_rows`. Torch's process switches live in
+:mod:`estratos.probe.runtime`, the batched trainer in :mod:`estratos.probe.training`.
 """
 
 from __future__ import annotations
@@ -18,9 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from importlib import import_module
-from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Type,
-                    Union)
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -41,17 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
 STEP_OVERHEAD = 4000.0
 #: L-BFGS iterations assumed by the estimate (they stop well before the 1000 allowed)
 LBFGS_ITERATIONS = 100
-
-#: names re-exported from the modules they moved to (loaded on first use: they need torch)
-_MOVED = {"torch_runtime": "estratos.probe.runtime",
-          "pass_permutation": "estratos.probe.training"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        return getattr(import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 def l2_table(l2: Sequence[float] | np.ndarray, n_groups: int) -> np.ndarray:
     """``l2`` as (G, R): a 1-d grid is shared by every group."""
@@ -501,12 +487,6 @@ class LBFGSClassifier(LogisticGrid):
         return threadpool_limits(limits=torch.get_num_threads())
 
 
-#: ``--classifier`` name -> estimator class (the registry's classifiers; kept for callers of
-#: the old table)
-CLASSIFIER_CLASSES: Dict[str, Type[RecordedEstimator]] = {
-    name: get_estimator(name) for name in estimator_names("classifier")}
-
-__all__ = ["CLASSIFIER_CLASSES", "DEFAULT_CLASSIFIER", "LBFGSClassifier", "LogisticGrid",
-           "RecordedEstimator", "RelatednessRegressor", "SentEvalClassifier", "estimator_names",
-           "get_estimator", "l2_table", "register_estimator",
-           "score_distribution"]
+__all__ = ["DEFAULT_CLASSIFIER", "LBFGSClassifier", "LogisticGrid", "RecordedEstimator",
+           "RelatednessRegressor", "SentEvalClassifier", "estimator_names", "get_estimator",
+           "l2_table", "register_estimator", "score_distribution"]

@@ -16,7 +16,6 @@ from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
-from estratos.options import parse_layers  # noqa: F401  (re-exported: its old home)
 from estratos.tasks.types import COMBINER_SLOTS, SlotRefs, Split
 from estratos.vocab import AVG, COMBINERS as COMBINER_SHAPES, LayerSpec
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 from dataclasses import dataclass
 
 from estratos import errors as _errors
-from estratos.errors import EstratosError, MissingSentences, OptionError
+from estratos.errors import DiskFull, EstratosError, MissingSentences, OptionError
 from estratos.options import available_cores, check_output_file, parse_layers
 from estratos.probe.cells import FUSED_SEED_DEVICES, resolve_probe_device
 from estratos.probe.config import ProbeConfig
@@ -398,6 +398,8 @@ def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRec
             stats.append(UnitStat(unit, float(value), written.get(key, 0)))
             bar.finished(unit, float(value))
         elif kind == Event.ERROR:
+            if isinstance(value, DiskFull):  # every other unit would fail to store as well
+                raise value.in_context(unit.task)
             log.error("%s: %s", unit.describe(), value)
             failures.append((unit.task, value))
         elif kind == Event.BUG:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from estratos.errors import TaskError
-from estratos.options import parse_seeds  # noqa: F401  (re-exported: its old home)
 from estratos.probe.classifiers import (DEFAULT_CLASSIFIER, RecordedEstimator,
                                         RelatednessRegressor, estimator_names, get_estimator)
 from estratos.vocab import DEFAULT_L2_GRID, NOREG_GRID, OVERRIDE_KEYS  # noqa: F401

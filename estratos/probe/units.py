@@ -167,8 +167,8 @@ class UnitRunner:
                  sentences: Sequence[str]) -> Tuple[np.ndarray, List[Any]]:
         """``(vectors, positions)``: the task's vectors of the hidden states ``layers`` need
         (read from the cache for these layers only) and each layer spec's position along
-        their second axis. ``avg`` is the stored mean over all hidden states; a cache
-        written before encode stored it gets every state read and averaged (``"avg"``)."""
+        their second axis. ``avg`` is the stored mean over all hidden states; a cache that
+        does not store it gets every state read and averaged (``"avg"``)."""
         ctx, pooling = self.context, self.context.config.pooling
         ints = sorted({int(layer) for layer in layers if layer != AVG})
         if AVG in layers and not self.cache.has_avg:

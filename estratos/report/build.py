@@ -33,7 +33,7 @@ from estratos.report.html import to_html
 from estratos.report.surface import SURFACE_INTRO, surface_tables
 from estratos.report.writers import (
     DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section)
-from estratos.atomic import write_atomic
+from estratos.files import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Markdown and LaTeX render the same display tables (:mod:`estratos.report.tables`), so
 they always agree; CSV and JSON are long, machine-readable forms of the aggregate with more
 digits and the extra metrics (F1, Spearman, Delta and its baseline/reference). Every writer
-returns text; :func:`estratos.atomic.write_atomic` puts it on disk so an interrupted report
+returns text; :func:`estratos.files.write_atomic` puts it on disk so an interrupted report
 never leaves a half-written file.
 """
 

@@ -12,18 +12,21 @@ rewrites an old one, so adding cells costs in proportion to those cells, however
 grid already is (the single file of earlier versions was copied whole by every write).
 
 Layout: every file is an HDF5 file with root attrs ``format = "estratos-predictions"``,
-``version = 1``, holding some of these groups::
+``version = 2``, holding some of these groups::
 
     tests-<digest>.h5    /tests/<digest>: gold (n,), strata (n,) when present; attrs:
                          strata_names (JSON list), weighting ("equal" | "size").
                          One file per distinct test set, written by the first write using it.
     cells-<NNNNNN>.h5    /cells/<id> per cell of one write (id: sha1 of the JSON cell key):
-                         predicted (n,); attrs: key (JSON), test (its digest), created,
-                         score (NaN: undefined), metric, protocol, positive (-1: none).
+                         predicted (n,); attrs: key (JSON), test (its digest), metric,
+                         and when set: created, score, protocol, positive (an unset
+                         value is an absent attribute).
                          Numbered in writing order; a later copy of a cell comes after.
 
-``run.predictions.h5`` (the single file earlier versions wrote: both groups in one file) is
-still read, before the folder's files, and never written again.
+Version 1 files are read through one migration (:func:`_migrate_cell`): they stored an
+unset ``created``/``protocol`` as ``""``, an undefined score as NaN and no positive class as
+-1. Version 1 also had ``run.predictions.h5`` beside the results file (both groups in one
+file): it is read, before the folder's files, and never written.
 
 ``predicted`` holds labels (int) for classification and scores (float64) for STS cosines and
 SICK-R, in the test split's order (``inner-kfold``: the pool's order, each example predicted
@@ -32,22 +35,23 @@ by the model of its outer fold, ``strata`` = that fold; STS: subsets one after t
 
 Concurrency and crashes: like the results file, many processes may write. Each write holds
 the results file's ``flock`` (the results file is never replaced, so its lock is stable);
-every file is written under a hidden temporary name, fsynced and renamed (a new test set's
-file before the cells that use it), then the folder is fsynced. Readers and a killed writer
-only ever see whole files; a killed writer's temporary file is removed by the next writer
-(under the lock, so it is nobody's). The probe writes predictions *before* appending the
-results lines, so every results line has its predictions; a cell whose line never got
-written is redone on resume, its predictions written again in a later file. A cell is
-matched to its results line by key, ``created`` and ``score`` (the latest copy that
+every file is built in memory and written under a hidden temporary name (its space reserved
+first, so a full disk is an error before HDF5 or the file sees it), fsynced and renamed (a
+new test set's file before the cells that use it), then the folder is fsynced. Readers and a
+killed writer only ever see whole files; a killed writer's temporary file is removed by the
+next writer (under the lock, so it is nobody's). The probe writes predictions *before*
+appending the results lines, so every results line has its predictions; a cell whose line
+never got written is redone on resume, its predictions written again in a later file. A cell
+is matched to its results line by key, ``created`` and ``score`` (the latest copy that
 matches); no match (two runs racing on one cell with ``--overwrite``) is reported, never
 used.
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
+import io
 import json
 import logging
 import math
@@ -58,9 +62,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from estratos.atomic import create_beside
 from estratos.errors import ResultsError
 from estratos.faultpoints import fault_point
+from estratos.files import create_beside, fsync_file, fsync_folder, locked, write_all
 from estratos.results.record import CellKey, ResultRecord
 from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, Sample,
                             bootstrap_cis)
@@ -68,8 +72,10 @@ from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, Sa
 log = logging.getLogger(__name__)
 
 FORMAT = "estratos-predictions"
-VERSION = 1
-#: the predictions folder's name ends so; the single file of earlier versions, so
+VERSION = 2
+#: the oldest format version read (through :func:`_migrate_cell`)
+OLDEST_VERSION = 1
+#: the predictions folder's name ends so; the single file of version 1, so
 FOLDER_SUFFIX = ".predictions"
 SUFFIX = ".predictions.h5"
 PathLike = Union[str, os.PathLike]
@@ -154,7 +160,7 @@ def predictions_dir(results_path: PathLike) -> Path:
 
 
 def predictions_path(results_path: PathLike) -> Path:
-    """The single predictions file earlier versions wrote beside a results file
+    """The single predictions file of format version 1 beside a results file
     (``run.jsonl`` -> ``run.predictions.h5``): still read, never written."""
     stem = _stem(results_path)
     return stem.with_name(stem.name + SUFFIX)
@@ -243,19 +249,13 @@ def _write_cell(h5: Any, record: ResultRecord, preds: CellPredictions) -> None:
                      else pred.astype(np.int32))
     g.attrs["key"] = json.dumps(list(record.predictions_key))
     g.attrs["test"] = preds.test_digest()
-    g.attrs["created"] = record.created or ""
-    g.attrs["score"] = np.nan if record.score is None else float(record.score)
     g.attrs["metric"] = record.metric
-    g.attrs["protocol"] = record.protocol or ""
-    g.attrs["positive"] = -1 if preds.positive is None else int(preds.positive)
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    optional = {"created": record.created, "protocol": record.protocol,
+                "score": None if record.score is None else float(record.score),
+                "positive": None if preds.positive is None else int(preds.positive)}
+    for name, value in optional.items():
+        if value is not None:  # unset: no attribute
+            g.attrs[name] = value
 
 
 class _Folder:
@@ -294,24 +294,30 @@ class _Folder:
         return highest + 1
 
     def _write_file(self, name: str, fill: Callable[[Any], None]) -> None:
-        """``name`` written whole or not at all: temporary file, fsync, rename."""
+        """``name`` written whole or not at all. The HDF5 file is built in memory and its
+        bytes written through :func:`estratos.files.write_all` (space reserved first), so a
+        full disk is a :class:`DiskFull` before anything is written, never an error inside
+        HDF5; then fsync and rename."""
         import h5py
 
+        image = io.BytesIO()
+        with h5py.File(image, "w") as h5:
+            h5.attrs["format"] = FORMAT
+            h5.attrs["version"] = VERSION
+            fill(h5)
         target = self.folder / name
         fd, tmp = create_beside(target)
-        os.close(fd)
         try:
-            with h5py.File(tmp, "w", locking=False) as h5:
-                h5.attrs["format"] = FORMAT
-                h5.attrs["version"] = VERSION
-                fill(h5)
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
+            try:
+                write_all(fd, image.getbuffer(), offset=0, folder=self.folder,
+                          what=f"the predictions file {name}")
+                fsync_file(fd)
+            finally:
+                os.close(fd)
             fault_point("predictions-file")
             os.rename(tmp, target)
         finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            tmp.unlink(missing_ok=True)
 
     def write(self, pairs: Sequence[Tuple[ResultRecord, CellPredictions]]) -> Path:
         """The test sets not stored yet, then one new cells file; returns its path."""
@@ -334,7 +340,7 @@ class _Folder:
 
         self._write_file(_cells_name(number), fill)
         _NEXT[key] = number + 1
-        _fsync_folder(self.folder)
+        fsync_folder(self.folder)
         fault_point("predictions-stored")
         return self.folder / _cells_name(number)
 
@@ -369,17 +375,8 @@ def write_predictions(results_path: PathLike, records: Sequence[ResultRecord],
     if not pairs:
         return out
     results = Path(results_path)
-    try:
-        results.parent.mkdir(parents=True, exist_ok=True)
-        lock = os.open(results, os.O_RDWR | os.O_CREAT, 0o666)  # as the results store does
-    except OSError as exc:
-        raise ResultsError(f"{results}: cannot open results file to lock it ({exc.strerror})"
-                           ) from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(results, ResultsError, "the results file to lock it"):
         written = _Folder(predictions_dir(results)).write(pairs)
-    finally:
-        os.close(lock)
     log.debug("%s: stored predictions of %d cell(s)", written, len(pairs))
     return out
 
@@ -410,7 +407,7 @@ class _Stored:
 
 def _stored_files(results_path: PathLike) -> List[Path]:
     """The predictions files of a results file, in reading order: the single file of
-    earlier versions, the folder's test sets, then its cells files by number."""
+    version 1, the folder's test sets, then its cells files by number."""
     files = []
     single = predictions_path(results_path)
     if single.exists():
@@ -436,9 +433,10 @@ def _read_file(path: Path, stored: _Stored) -> None:
         with h5py.File(path, "r", locking=False) as h5:
             if h5.attrs.get("format") != FORMAT:
                 raise ValueError("not an estratos predictions file")
-            if int(h5.attrs.get("version", 0)) != VERSION:
-                raise ValueError(f"predictions format version {h5.attrs.get('version')} "
-                                 f"(this estratos reads {VERSION})")
+            version = int(h5.attrs.get("version", 0))
+            if not OLDEST_VERSION <= version <= VERSION:
+                raise ValueError(f"predictions format version {version} (this estratos "
+                                 f"reads {OLDEST_VERSION} to {VERSION}; a newer one wrote it?)")
             for digest, t in (h5["tests"].items() if "tests" in h5 else ()):
                 stored.tests[digest] = (t["gold"][()], t["strata"][()] if "strata" in t
                                         else None, tuple(json.loads(t.attrs["strata_names"])),
@@ -446,18 +444,35 @@ def _read_file(path: Path, stored: _Stored) -> None:
             for name, g in (h5["cells"].items() if "cells" in h5 else ()):
                 attrs = {k: (v.decode() if isinstance(v, bytes) else v)
                          for k, v in g.attrs.items()}
-                stored.cells.setdefault(name, []).append((attrs, g["predicted"][()]))
+                stored.cells.setdefault(name, []).append((_migrate_cell(attrs, version),
+                                                          g["predicted"][()]))
     except (OSError, ValueError, KeyError) as exc:
         raise _open_error(path, exc) from None
 
 
+def _migrate_cell(attrs: Dict[str, Any], version: int) -> Dict[str, Any]:
+    """A stored cell's attributes as the current version has them (an unset value is an
+    absent attribute). Version 1 stored an unset ``created`` or ``protocol`` as ``""``, an
+    undefined score as NaN and no positive class as -1."""
+    if version == 1:
+        attrs = dict(attrs)
+        for name in ("created", "protocol"):
+            if attrs.get(name) == "":
+                del attrs[name]
+        if "score" in attrs and math.isnan(float(attrs["score"])):
+            del attrs["score"]
+        if int(attrs.get("positive", -1)) < 0:
+            attrs.pop("positive", None)
+    return attrs
+
+
 def _same_run(attrs: Dict[str, Any], record: ResultRecord) -> bool:
     """Whether a stored copy was written with this results line (``created`` and score)."""
-    stored = float(attrs["score"])
-    same_score = (record.score is None and math.isnan(stored)) or (
-        record.score is not None and not math.isnan(stored)
-        and abs(stored - record.score) < 1e-9)
-    return attrs["created"] == (record.created or "") and same_score
+    stored = attrs.get("score")
+    same_score = (record.score is None and stored is None) or (
+        record.score is not None and stored is not None
+        and abs(float(stored) - record.score) < 1e-9)
+    return attrs.get("created") == record.created and same_score
 
 
 class PredictionsReader:
@@ -500,9 +515,10 @@ class PredictionsReader:
                 return Found(None, f"the test set of this cell's predictions is missing "
                                    f"beside {results_path} ({_tests_name(attrs['test'])})")
             gold, strata, names, weighting = test
-            positive = int(attrs["positive"])
+            positive = attrs.get("positive")
             return Found(CellPredictions(predicted, gold, strata, names,
-                                         None if positive < 0 else positive, weighting))
+                                         None if positive is None else int(positive),
+                                         weighting))
         return Found(None, f"the predictions beside {results_path} belong to another run of "
                            "this cell (rerun it with --overwrite)")
 

@@ -2,12 +2,14 @@
 
 Why this shape: a probe run is long and may be killed, rerun, or split over processes or
 SLURM jobs writing the same file. Each record is appended under an exclusive ``fcntl.flock``
-with ONE ``write`` of the whole line and an ``fsync``, so lines never interleave or go
-missing. A line torn by a killed process (no trailing newline) is ignored with a warning and
-cut off before the next append, so it is redone once and never duplicated. A cell is
-identified by (task, layer, pooling, seed, classifier name, model, revision): a rerun skips
-cells already present; with ``--overwrite`` a new record is appended and readers keep the
-last record of each cell (:func:`~estratos.results.reader.read_results` with ``latest=True``).
+with ONE ``write`` of the whole line (its space reserved first, so a full disk is an error
+before any byte: :func:`estratos.files.write_all`) and an ``fsync``, so lines never
+interleave or go missing. A line torn by a killed process (no trailing newline) is ignored
+with a warning and cut off before the next append, so it is redone once and never
+duplicated. A cell is identified by (task, layer, pooling, seed, classifier name, model,
+revision): a rerun skips cells already present; with ``--overwrite`` a new record is
+appended and readers keep the last record of each cell
+(:func:`~estratos.results.reader.read_results` with ``latest=True``).
 
 Why appends stay cheap: an append must know the cells already in the file (another process
 may have written them) and cut a torn last line, but reading the whole file each time would
@@ -19,7 +21,6 @@ back) and, under the lock, reads only what was appended since.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from estratos.errors import ResultsError
 from estratos.faultpoints import fault_point
+from estratos.files import fsync_file, locked, write_all
 from estratos.results.reader import Located, done_keys, parse_results
 from estratos.results.record import CellKey, ResultRecord
 
@@ -55,15 +57,7 @@ class ResultsStore:
         records = list(records)
         if not records:
             return []
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # 0o666: the umask decides, as for any file a plain open() creates
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise ResultsError(f"{self.path}: cannot open results file for writing "
-                               f"({exc.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with locked(self.path, ResultsError, "results file for writing") as fd:
             seen = _catch_up(self.path, fd)
             batch: Set[CellKey] = set()
             written = []
@@ -78,17 +72,13 @@ class ResultsStore:
                 written.append(r)
             if lines:
                 payload = "".join(lines).encode("utf-8")
-                os.lseek(fd, seen.end, os.SEEK_SET)
-                view = memoryview(payload)
-                while view:  # one write normally; loop only on a short write
-                    n = os.write(fd, view)
-                    view = view[n:]
-                os.fsync(fd)
+                # the space first: a full disk stops here, before a byte (or half a line)
+                write_all(fd, payload, offset=seen.end, folder=self.path.parent,
+                          what=f"appending {len(lines)} line(s) to {self.path.name}")
+                fsync_file(fd)
                 seen.advance(payload, len(lines), [r.key for r in written])
                 fault_point("results-appended")
             return written
-        finally:
-            os.close(fd)  # closing releases the lock
 
 
 #: how many bytes before the read offset are kept to notice a file replaced behind our back

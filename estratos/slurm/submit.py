@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from estratos.atomic import write_atomic
+from estratos.files import write_atomic
 from estratos.errors import OptionError, SchedulerError
 from estratos.slurm.plan import LOG_DIR, SUBMIT_SCRIPT, SlurmPlan
 

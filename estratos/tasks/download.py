@@ -39,8 +39,8 @@ from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 from estratos import __version__
-from estratos.atomic import create_beside
-from estratos.errors import DownloadError, EstratosError, InputError, OptionError
+from estratos.errors import DiskFull, DownloadError, EstratosError, InputError, OptionError
+from estratos.files import create_beside, fsync_file, preallocate, publish, write_all
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ def fetch(url: str, dest: Path, timeout: float = 10.0,
         resp = urlopen(Request(url, headers=headers), timeout=timeout)
     except HTTPError as exc:
         if exc.code == 416 and have:  # nothing left to send: the part is whole
-            os.replace(part, dest)
+            publish(part, dest)
             return dest
         if exc.code == 404:
             raise _NotFound(url) from None
@@ -348,24 +348,35 @@ def fetch(url: str, dest: Path, timeout: float = 10.0,
         total = have + int(length) if length is not None else None
         done = have
         try:
-            with open(part, "ab" if resumed else "wb") as fh:
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | (0 if resumed else os.O_TRUNC), 0o666)
+            try:
+                offset = os.lseek(fd, 0, os.SEEK_END)
+                if total is not None:  # the whole rest held first: a full disk stops here
+                    preallocate(fd, offset, total - offset, folder=part.parent,
+                                what=f"downloading {dest.name}")
                 while True:
                     chunk = resp.read(_CHUNK)
                     if not chunk:
                         break
-                    fh.write(chunk)
+                    write_all(fd, chunk, offset=offset, folder=part.parent,
+                              what=f"downloading {dest.name}")
+                    offset += len(chunk)
                     done += len(chunk)
                     if progress is not None:
                         progress(done, total)
-                fh.flush()
-                os.fsync(fh.fileno())
+                os.ftruncate(fd, offset)  # a shorter body than announced: no zeros kept
+                fsync_file(fd)
+            finally:
+                os.close(fd)
+        except DiskFull:
+            raise
         except (TimeoutError, OSError, http.client.HTTPException) as exc:
             raise DownloadError(f"{url}: transfer interrupted after {done} bytes ({exc}); "
                                 "run the same command again to resume") from None
     if total is not None and done != total:
         raise DownloadError(f"{url}: got {done} of {total} bytes; run the same command again "
                             "to resume")
-    os.replace(part, dest)
+    publish(part, dest)
     return dest
 
 
@@ -410,12 +421,20 @@ def _install_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) ->
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = create_beside(target)
     try:
-        with os.fdopen(fd, "wb") as dst, zf.open(info) as src:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
-                dst.write(chunk)
-            dst.flush()
-            os.fsync(dst.fileno())
-        os.replace(tmp, target)
+        try:
+            preallocate(fd, 0, info.file_size, folder=target.parent,
+                        what=f"unpacking {target.name}")
+            offset = 0
+            with zf.open(info) as src:
+                for chunk in iter(lambda: src.read(1 << 20), b""):
+                    write_all(fd, chunk, offset=offset, folder=target.parent,
+                              what=f"unpacking {target.name}")
+                    offset += len(chunk)
+            os.ftruncate(fd, offset)
+            fsync_file(fd)
+        finally:
+            os.close(fd)
+        publish(tmp, target)
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -40,7 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from estratos.atomic import write_atomic
+from estratos.files import write_atomic
 from estratos.errors import OptionError
 from estratos.tasks import lexicon_es as lx
 from estratos.text import normalize_sentence, surface_length
