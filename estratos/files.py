@@ -167,7 +167,7 @@ def preallocate(fd: int, offset: int, length: int, *, folder: PathLike, what: st
             raise
 
 
-def write_all(fd: int, data: bytes, *, offset: Optional[int] = None,
+def write_all(fd: int, data: bytes | bytearray | memoryview, *, offset: Optional[int] = None,
               folder: PathLike, what: str) -> None:
     """Write every byte of ``data`` to ``fd`` (at ``offset``, default: the current position),
     the space reserved first (:func:`preallocate`): a full disk raises :class:`DiskFull`
