@@ -6,27 +6,18 @@ shuffled labels it could not (they cap any probe at the majority rate)."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
-from test_probe_realdata import SliceLoader, _slice
+from test_probe_realdata import SliceLoader, encoded_tass_slice
 
 pytestmark = [pytest.mark.realdata, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def tass(es_data_dir, minilm_dir, tmp_path_factory):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from estratos.encode import encode_sentences
-    from estratos.tasks import DataDirs, get_spec, load_task
-
-    dirs = DataDirs.parse([str(es_data_dir)])
-    task = _slice(load_task(get_spec("es-senteval:TASS1"), dirs),
-                  {"train": 1500, "dev": 300, "test": 500})
-    cache = tmp_path_factory.mktemp("real") / "minilm.h5"
-    encode_sentences(task.sentences, str(minilm_dir), cache, device="cpu", progress=False)
+    task, cache, _ = encoded_tass_slice(es_data_dir, minilm_dir, tmp_path_factory,
+                                        {"train": 1500, "dev": 300, "test": 500})
     return task, cache
 
 

@@ -37,18 +37,23 @@ class SliceLoader:
         return self.task
 
 
-@pytest.fixture(scope="module")
-def tass_slice(es_data_dir, minilm_dir, tmp_path_factory):
+def encoded_tass_slice(es_data_dir, minilm_dir, tmp_path_factory, sizes):
+    """(TASS1's first ``sizes`` rows per split, their MiniLM cache, the data folders)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from estratos.encode import encode_sentences
     from estratos.tasks import DataDirs, get_spec, load_task
 
     dirs = DataDirs.parse([str(es_data_dir)])
-    task = _slice(load_task(get_spec("es-senteval:TASS1"), dirs),
-                  {"train": 300, "dev": 100, "test": 100})
+    task = _slice(load_task(get_spec("es-senteval:TASS1"), dirs), sizes)
     cache = tmp_path_factory.mktemp("real") / "minilm.h5"
     encode_sentences(task.sentences, str(minilm_dir), cache, device="cpu", progress=False)
     return task, cache, dirs
+
+
+@pytest.fixture(scope="module")
+def tass_slice(es_data_dir, minilm_dir, tmp_path_factory):
+    return encoded_tass_slice(es_data_dir, minilm_dir, tmp_path_factory,
+                              {"train": 300, "dev": 100, "test": 100})
 
 
 def test_batched_equals_sequential_on_real_tass1(tass_slice, tmp_path):
