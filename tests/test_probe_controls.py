@@ -281,7 +281,7 @@ def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
     --control` keeps the control rows apart (never ranked), shows selectivity against the
     control task only, compression over the uniform code and over the floor, the control
     model per layer with a paired interval, and marks the one-class cells."""
-    task, cache, loader = _toy(tmp_path, majority_share=0.75)
+    task, cache, loader = _toy(tmp_path, majority_share=0.75, constant_states=(0,))
     out = tmp_path / "r.jsonl"
     kw = dict(loader=loader, layers="0,1", seeds=(1, 2), threads=1)
     run_probe(cache, [task.spec], None, out, mdl=True, **kw)
@@ -309,6 +309,8 @@ def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
     assert "[label-shuffle]" in md and "[control-task]" in md  # apart from the model's
     assert "## Controls: selectivity" in md and "## Controls: MDL compression" in md
     assert "score - control-task score" in md
+    selectivity = md.split("## Controls: selectivity")[1].split("## ")[0]
+    assert "(one class" in selectivity  # layer 0's sides predict one class
     assert "MDL compression over the floor" in md
     for line in md.splitlines():  # control rows are references: never marked best
         if "[label-shuffle]" in line or "[control-task]" in line:

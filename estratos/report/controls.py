@@ -99,7 +99,9 @@ def selectivity_tables(agg: Aggregate) -> List[Table]:
             pairs = _paired_seeds(agg, row, control, task) if control else []
             if not pairs:
                 return Cell()
-            return Cell(stat=Stat.of([a - b for a, b in pairs]))
+            # a difference with a one-class side is no selectivity: flagged, never best
+            flagged = _one_class(agg, row, task) or _one_class(agg, control, task)
+            return Cell(stat=Stat.of([a - b for a, b in pairs]), degenerate=flagged)
 
         table = _layer_table(f"selectivity-{system.slug}",
                              f"Selectivity: {agg.name(system)}{system_title(system)}",
