@@ -451,3 +451,19 @@ def test_cli_summary_gives_the_standardized_command_for_one_class_raw_cells(tmp_
     res = CliRunner().invoke(cli, words[1:])
     assert res.exit_code == 0, res.output
     assert {r.features for r in read_results(out)} == {"raw", "standardized"}
+
+
+def test_compare_pairs_the_raw_and_standardized_readings_of_a_cell(tmp_path):
+    task, cache, loader = _toy(tmp_path, majority_share=0.75)
+    out = tmp_path / "r.jsonl"
+    kw = dict(loader=loader, layers="1", seeds=(1, 2), threads=1)
+    run_probe(cache, [task.spec], None, out, **kw)
+    run_probe(cache, [task.spec], None, out, features="standardized", **kw)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["compare", str(out), "--task", task.spec.id, "--a", "layer=1"
+                              ",features=raw", "--b", "layer=1,features=standardized"])
+    assert res.exit_code == 0, res.output
+    assert "features=standardized" in res.output
+    res = runner.invoke(cli, ["compare", str(out), "--task", task.spec.id, "--a", "layer=1",
+                              "--b", "layer=1,features=standardized"])
+    assert res.exit_code == 2 and "features" in res.output  # two readings: name one
