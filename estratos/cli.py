@@ -20,7 +20,8 @@ from estratos.options import (DEFAULT_SEEDS_TEXT, ENCODE_DEVICES, PROBE_DEVICES,
 from estratos.probe.estimator import DEFAULT_CLASSIFIER
 from estratos.vocab import (ALL_BASELINES, BOOTSTRAP_SEED, CACHE_POOLINGS, CONTROL_KINDS,
                             DEFAULT_BASELINE, DEFAULT_POOLING, DEFAULT_SEED, DEMO_SEEDS, FEATURES,
-                            POOLINGS, SURFACE_BASELINES, SYNTHETIC_N_PER_TASK)
+                            MEAN_FIRST_CHOICES, POOLINGS, SURFACE_BASELINES,
+                            SYNTHETIC_N_PER_TASK)
 
 
 class _UserError(click.ClickException):
@@ -190,15 +191,27 @@ def cache_group() -> None:
 @click.option("--states", default="all", show_default=True, metavar="SPEC",
               help="Hidden states to store: all, indices (0,8,16), every:K (and the last), "
                    "last:N; the mean over all states (avg) is stored whatever is picked.")
+@click.option("--prompt", default=None, metavar="TEMPLATE",
+              help='Wrap each sentence in TEMPLATE, {} being the sentence (e.g. \'This '
+                   'sentence : "{}" means in one word:"\'); the cache stays keyed by the '
+                   "sentence, last reads the prompt's last token, mean the sentence's tokens.")
+@click.option("--chat-template", is_flag=True,
+              help="Wrap each sentence (or --prompt's text) in the tokenizer's chat template as "
+                   "a user turn, the assistant's turn opened.")
+@click.option("--mean-first-token", type=click.Choice(MEAN_FIRST_CHOICES), default="auto",
+              show_default=True,
+              help="Whether a decoder's mean leaves out each input's first token (the "
+                   "attention sink: BOS, or the first word without one); auto: skip for "
+                   "decoders, keep for encoders.")
 def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_dirs, dtype,
                    max_length, batch_tokens, device, shard, poolings, lowercase, progress,
                    threads, states, model_dtype, device_map, trust_remote_code,
-                   random_init) -> None:
+                   random_init, prompt, chat_template, mean_first_token) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
     from estratos.encode.options import check_encode_options
 
     check_encode_options(model=model, device=device, threads=threads, shard=shard or "auto",
-                         states=states, batch_tokens=batch_tokens)
+                         states=states, batch_tokens=batch_tokens, prompt=prompt)
     from estratos.encode.inputs import gather_sentences
 
     sentences = gather_sentences(sentences_file, tasks, data_dirs, task_files)
@@ -211,7 +224,8 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
         encoder=encoder, progress=progress, threads=threads, states=states,
         notify=lambda line: click.echo(line, err=True),
         model_dtype=model_dtype, device_map=device_map, trust_remote_code=trust_remote_code,
-        random_init=random_init)
+        random_init=random_init, prompt=prompt, chat_template=chat_template,
+        mean_first_token=mean_first_token)
     click.echo(summary.describe())
 
 

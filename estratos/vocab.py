@@ -53,6 +53,17 @@ DEFAULT_POOLING: Optional[str] = None
 ENCODER_POOLING = "encoder"
 #: every pooling a cache may hold (what ``probe --pooling`` accepts)
 CACHE_POOLINGS: Tuple[str, ...] = POOLINGS + (ENCODER_POOLING,)
+#: ``encode --mean-first-token``: what a decoder's ``mean`` does with each input's first
+#: token (the attention sink of causal LLMs: a BOS token, or the first word when the
+#: tokenizer adds none). ``auto``: :data:`MEAN_FIRST_DEFAULT` for decoders, ``keep`` for
+#: encoders (whose first token sees the whole sentence); recorded as ``mean_first_token``
+MEAN_FIRST_CHOICES: Tuple[str, ...] = ("auto", "skip", "keep")
+MEAN_FIRST_DEFAULT = "skip"
+#: the placeholder of ``encode --prompt`` (the sentence goes there, as in str.format)
+PROMPT_SLOT = "{}"
+#: what ``mean`` averages in a prompted cache (recorded as ``mean_tokens``): the sentence's
+#: own tokens, never the prompt's, which are the same for every sentence
+MEAN_TOKENS_PROMPTED = "sentence"
 
 # ---- control models --------------------------------------------------------------------------
 #: the ``revision`` of a control model (``encode --random-init SEED``) is this prefix + SEED:

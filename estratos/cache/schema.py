@@ -68,8 +68,12 @@ CHUNK_ROWS = 512
 #: attributes that decide what the vectors mean; resuming, adding sentences and merging
 #: shards all require them to be identical
 SETTINGS_ATTRS = ("schema_version", "encoder", "model", "revision", "tokenizer", "max_length",
-                  "lowercase", "dtype", "poolings", "states", "mean_skips_bos",
-                  "random_init", "model_dtype")
+                  "lowercase", "dtype", "poolings", "states", "mean_first_token",
+                  "prompt", "prompt_kind", "mean_tokens", "random_init", "model_dtype")
+#: decoder caches written before ``mean_first_token`` recorded ``mean_skips_bos`` instead:
+#: true (a BOS token, left out of the mean) is ``skip``, false (no BOS: the first word kept)
+#: is ``keep``
+LEGACY_MEAN_FIRST = {True: "skip", False: "keep"}
 #: attributes that only exist on shard files
 SHARD_ATTRS = ("shard_index", "shard_count", "input_digest")
 
@@ -331,6 +335,16 @@ def stored_states(attrs: Mapping[str, Any]) -> Optional[Tuple[int, ...]]:
     return None
 
 
+def mean_first_token(attrs: Mapping[str, Any]) -> Optional[str]:
+    """What a decoder cache's ``mean`` did with each input's first token (``skip`` or
+    ``keep``; None for encoder caches), from ``mean_first_token`` or an older cache's
+    ``mean_skips_bos``."""
+    value = attrs.get("mean_first_token")
+    if value is None and attrs.get("mean_skips_bos") is not None:
+        value = LEGACY_MEAN_FIRST[bool(attrs["mean_skips_bos"])]
+    return value
+
+
 def settings_diff(have: Mapping[str, Any], want: Mapping[str, Any]) -> Dict[str, tuple]:
     """``{name: (have, want)}`` for each settings attribute that differs (``states``: not
     compared while either side's shape is unknown; a setting either side lists as
@@ -341,6 +355,8 @@ def settings_diff(have: Mapping[str, Any], want: Mapping[str, Any]) -> Dict[str,
         if k in unrecorded:
             continue
         a, b = have.get(k), want.get(k)
+        if k == "mean_first_token":
+            a, b = mean_first_token(have), mean_first_token(want)
         if k == "states":
             a, b = stored_states(have), stored_states(want)
             if a is None or b is None:

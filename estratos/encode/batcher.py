@@ -8,6 +8,11 @@ becomes ``["."]``). It returns a (B, D) array (one vector per sentence: one "sta
 (B, layers, D) array. If the module defines ``prepare(params, samples)``, it is called once
 with all the sentences to encode before the first batch. The vectors are stored under the
 pooling name ``encoder`` (the function does its own pooling).
+
+Batches are planned in tokens, as for ``--model``: the module's ``count_tokens(params,
+sentences)`` (the model's own token count of each sentence, a sequence of ints) when it has
+one, else :data:`TOKENS_PER_WORD` per whitespace word (a subword tokenizer splits a Spanish
+word into about that many pieces: 1.83 for SmolLM2's BPE on TASS1).
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from estratos.cache import schema
 from estratos.errors import OptionError
 
 POOLING = "encoder"
+#: subword tokens assumed per whitespace word when the module cannot count its tokens (a
+#: round number above SmolLM2's BPE on Spanish, 1.83; WordPiece vocabularies split less)
+TOKENS_PER_WORD = 2
 
 
 class Params(dict):
@@ -66,8 +74,9 @@ def _import_module(spec: str):
             sys.path.remove(str(Path.cwd()))
 
 
-def load_batcher(target: str) -> Tuple[Callable, Optional[Callable], str]:
-    """``(batcher, prepare or None, source hash)`` for ``module:function``."""
+def load_batcher(target: str) -> Tuple[Callable, Optional[Callable], Optional[Callable], str]:
+    """``(batcher, prepare or None, count_tokens or None, source hash)`` for
+    ``module:function``."""
     module_name, sep, func_name = target.rpartition(":")
     if not sep or not module_name or not func_name:
         raise OptionError(f"--encoder: expected MODULE:FUNCTION, got {target!r}")
@@ -83,12 +92,15 @@ def load_batcher(target: str) -> Tuple[Callable, Optional[Callable], str]:
     prepare = getattr(module, "prepare", None)
     if prepare is batcher or not callable(prepare):
         prepare = None
+    count = getattr(module, "count_tokens", None)
+    if count is batcher or not callable(count):
+        count = None
     try:
         source = inspect.getsource(module).encode("utf-8")
         digest = "sha256:" + hashlib.sha256(source).hexdigest()
     except (OSError, TypeError):
         digest = "unknown"
-    return batcher, prepare, digest
+    return batcher, prepare, count, digest
 
 
 def _words(text: str) -> list:
@@ -103,7 +115,7 @@ class BatcherEncoder:
     def __init__(self, target: str, *, lowercase: bool = False,
                  params: Optional[Dict[str, Any]] = None) -> None:
         self.target = target
-        self.batcher, self._prepare, self.revision = load_batcher(target)
+        self.batcher, self._prepare, self._count, self.revision = load_batcher(target)
         self.lowercase = bool(lowercase)
         self.params = Params(params or {})
         self.poolings = (POOLING,)
@@ -132,8 +144,21 @@ class BatcherEncoder:
 
     # -- the pipeline's stages (estratos.encode.run) ---------------------------------------
     def tokenize(self, texts: Sequence[str]) -> "WordCounts":
-        """Word counts (the batcher sees words): what the length plan sorts by."""
-        return WordCounts(np.array([len(_words(t)) for t in texts], dtype=np.int64))
+        """Each sentence's tokens, what the length plan sorts and budgets by: the module's
+        ``count_tokens`` when it has one, else :data:`TOKENS_PER_WORD` per word."""
+        words = self._prep(texts)
+        if self._count is None:
+            return WordCounts(np.array([TOKENS_PER_WORD * len(w) for w in words], np.int64))
+        try:
+            counts = np.asarray(self._count(self.params, words))
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            raise OptionError(f"--encoder: {self.target}'s count_tokens failed: {exc}") from exc
+        if counts.shape != (len(words),) or not np.issubdtype(counts.dtype, np.integer) \
+                or (counts < 0).any():
+            raise OptionError(f"--encoder: {self.target}'s count_tokens must return one "
+                              f"integer >= 0 per sentence ({len(words)}), got shape "
+                              f"{counts.shape} of {counts.dtype}")
+        return WordCounts(np.maximum(counts.astype(np.int64), 1))
 
     def collate(self, toks: "WordCounts", rows: np.ndarray, texts: Sequence[str]) -> list:
         return self._prep(texts)
@@ -166,7 +191,7 @@ class BatcherEncoder:
 
 
 class WordCounts:
-    """The batcher's "tokens": words per sentence (never truncated)."""
+    """The batcher's tokens per sentence, counted or estimated (never truncated)."""
 
     def __init__(self, lengths: np.ndarray) -> None:
         self.lengths = lengths

@@ -23,7 +23,7 @@ from estratos.encode import devices, hub, pooling, tokens
 from estratos.encode import options as model_options
 from estratos.errors import OptionError
 from estratos.options import ENCODE_DEVICES, is_local_model, model_identity, resolve_device
-from estratos.vocab import RANDOM_INIT_PREFIX
+from estratos.vocab import MEAN_TOKENS_PROMPTED, PROMPT_SLOT, RANDOM_INIT_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,35 @@ DEVICE_MAPS = ("auto",)
 ACCELERATE_HINT = 'pip install "estratos[accelerate]"'
 #: weights of task heads and poolers that no hidden state depends on: missing ones are fine
 UNUSED_WEIGHTS = ("pooler.",)
+#: ``prompt_kind`` of a cache: the template of ``--prompt`` (tokenized with the tokenizer's own
+#: special tokens around it) or the tokenizer's chat template (which holds its own)
+TEXT_PROMPT, CHAT_TEMPLATE = "text", "chat-template"
+#: the collated batch's key for the positions ``mean`` averages (not a model input)
+MEAN_MASK = "mean_mask"
+#: stands for the sentence while a chat template is rendered (then split around)
+_SLOT_MARK = "estratos-sentence-slot-7f3a"
+
+
+def chat_framing(tokenizer: object, inner: Optional[Tuple[str, str]] = None) -> Tuple[str, str]:
+    """``(prefix, suffix)`` of the tokenizer's chat template around one user turn whose
+    content is the sentence (inside ``inner``'s prefix and suffix when ``--prompt`` is given
+    too), ending with the assistant's turn opened, as for generation."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise OptionError(f"--chat-template: the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} "
+                          "has no chat template")
+    before, after = inner or ("", "")
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": before + _SLOT_MARK + after}], tokenize=False,
+            add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - a template may fail in any way
+        raise OptionError(f"--chat-template: the tokenizer's chat template fails: {exc}") from exc
+    if not isinstance(text, str) or text.count(_SLOT_MARK) != 1:
+        raise OptionError("--chat-template: the tokenizer's chat template does not put the user "
+                          "turn's text into the prompt once, as written")
+    prefix, suffix = text.split(_SLOT_MARK)
+    return prefix, suffix
 
 
 def weights_hash(folder: Path) -> str:
@@ -198,8 +227,13 @@ class HFEncoder:
                  max_length: Optional[int] = None, lowercase: bool = False,
                  poolings: Optional[Sequence[str]] = None, threads: Optional[int] = None,
                  model_dtype: str = "auto", device_map: Optional[str] = None,
-                 trust_remote_code: bool = False, random_init: Optional[int] = None) -> None:
+                 trust_remote_code: bool = False, random_init: Optional[int] = None,
+                 prompt: Optional[str] = None, chat_template: bool = False,
+                 mean_first_token: str = "auto") -> None:
         from transformers import AutoConfig, AutoTokenizer
+
+        framing = model_options.parse_prompt(prompt)  # the template's syntax, before loading
+        model_options.check_mean_first(mean_first_token)
 
         if device_map is not None:
             if device_map not in DEVICE_MAPS:
@@ -259,7 +293,7 @@ class HFEncoder:
                 raise OptionError(f"--model: the tokenizer of {self.model_name!r} has no padding, "
                                   "end or unknown token to pad batches with")
             self.tokenizer.pad_token = fill
-        self.mean_skips_bos = pooling.skips_bos(self.decoder, self.tokenizer)
+        self.mean_first = pooling.mean_first_policy(mean_first_token, decoder=self.decoder)
         config = self.config
         limit = default_max_length(self.tokenizer, config)
         if max_length is None:
@@ -268,6 +302,18 @@ class HFEncoder:
             raise OptionError(f"--max-length: {max_length} outside [2, {limit}] "
                               f"for {self.model_name}")
         self.max_length = int(max_length)
+        #: ``(prefix, suffix)`` around each sentence, and whether the tokenizer adds its own
+        #: special tokens around the whole (not for a chat template, which holds them)
+        self.framing: Optional[Tuple[str, str]] = None
+        self.prompt_kind: Optional[str] = None
+        if chat_template:
+            self.framing, self.prompt_kind = chat_framing(self.tokenizer, framing), CHAT_TEMPLATE
+        elif framing is not None:
+            self.framing, self.prompt_kind = framing, TEXT_PROMPT
+        if self.framing is not None:
+            self._tokenize = tokens.PromptTokenizer(
+                self.tokenizer, self.max_length, *self.framing,
+                add_special_tokens=self.prompt_kind == TEXT_PROMPT)
         self.revision = (f"{RANDOM_INIT_PREFIX}{random_init}" if random_init is not None
                          else model_revision(self.model_name, config))
         self.n_states = (int(config.num_hidden_layers) + 1
@@ -309,17 +355,21 @@ class HFEncoder:
 
     def settings(self) -> Dict[str, object]:
         """Attributes that define the vectors (compared when resuming or extending a cache).
-        ``mean_skips_bos`` exists for decoder-only models, ``random_init`` for control models
-        only (absent elsewhere, which matches absent). ``model_dtype`` (the weights' dtype
-        as loaded): rows of other weight precisions never share a cache; a cache that does
-        not record it matches any (:data:`estratos.cache.schema.UNRECORDED`)."""
+        ``mean_first_token`` exists for decoder-only models, ``prompt``, ``prompt_kind`` and
+        ``mean_tokens`` for prompted caches, ``random_init`` for control models only (absent
+        elsewhere, which matches absent). ``model_dtype`` (the weights' dtype as loaded):
+        rows of other weight precisions never share a cache; a cache that does not record it
+        matches any (:data:`estratos.cache.schema.UNRECORDED`)."""
         out: Dict[str, object] = {
             "encoder": self.kind, "model": self.model_name, "revision": self.revision,
             "tokenizer": f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path}",
             "max_length": self.max_length, "lowercase": self.lowercase,
             "poolings": self.poolings, "model_dtype": self.weights_dtype_name}
         if self.decoder:
-            out["mean_skips_bos"] = self.mean_skips_bos
+            out["mean_first_token"] = self.mean_first
+        if self.framing is not None:
+            out.update(prompt=PROMPT_SLOT.join(self.framing), prompt_kind=self.prompt_kind,
+                       mean_tokens=MEAN_TOKENS_PROMPTED)
         if self.random_init is not None:
             out["random_init"] = self.random_init
         return out
@@ -358,7 +408,8 @@ class HFEncoder:
         """Every text's ids, once (Rust tokenizer when it is exact; see :mod:`tokens`)."""
         if self._tokenize is None:
             self._tokenize = tokens.for_tokenizer(self.tokenizer, self.max_length)
-        return self._tokenize(self._prep(texts))
+        toks = self._tokenize(self._prep(texts))
+        return toks.skip_first() if self.mean_first == "skip" else toks
 
     def collate(self, toks: tokens.TokenizedTexts, rows: np.ndarray,
                 texts: Sequence[str]) -> Dict[str, torch.Tensor]:
@@ -366,6 +417,8 @@ class HFEncoder:
         input_ids, mask = toks.padded(rows, self.tokenizer.pad_token_id)
         batch = {"input_ids": torch.from_numpy(input_ids),
                  "attention_mask": torch.from_numpy(mask)}
+        if "mean" in self.poolings:
+            batch[MEAN_MASK] = torch.from_numpy(toks.mean_mask(rows, input_ids.shape[1]))
         if "token_type_ids" in self.tokenizer.model_input_names:
             batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
         if self.device.type == "cuda":
@@ -378,16 +431,16 @@ class HFEncoder:
         if self.model is None:
             raise RuntimeError("HFEncoder.load() must be called before forward()")
         inputs = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        mean_mask = inputs.pop(MEAN_MASK, None)
         out_dtype = getattr(torch, dtype)
         cast = devices.autocast(self.device) if self._autocasts() else contextlib.nullcontext()
-        bos = self.tokenizer.bos_token_id if self.mean_skips_bos else None
         with torch.inference_mode():
             with cast:
                 hidden = self.model(**inputs, output_hidden_states=True).hidden_states
             # pooling in float32, outside autocast (which would run the matmul in 16 bits)
             pooled, averages, peaks = {}, {}, []
-            for name, full in pooling.pool(hidden, inputs["input_ids"], inputs["attention_mask"],
-                                           self.poolings, bos_id=bos).items():  # (B, L+1, D)
+            for name, full in pooling.pool(hidden, inputs["attention_mask"], self.poolings,
+                                           mean_mask=mean_mask).items():  # (B, L+1, D)
                 # the paper's avg: the mean over ALL hidden states, whatever --states stores
                 average = full.mean(dim=1)
                 # one reduction on the device, read back with the vectors: the largest

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numbers
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 from estratos.errors import OptionError
 from estratos.options import (ENCODE_DEVICES, ShardSpec, check_device, is_local_model,
                               parse_states, positive_int, resolve_shard)
+from estratos.vocab import MEAN_FIRST_CHOICES, PROMPT_SLOT
 
 BatchTokens = Union[int, str]
 
@@ -52,12 +53,32 @@ def check_model_folder(model: Optional[str]) -> None:
 
 def check_encode_options(*, model: Optional[str], device: Optional[str] = "auto",
                          threads: Optional[int] = None, shard: ShardSpec = "auto",
-                         states: str = "all", batch_tokens: BatchTokens = "auto") -> None:
+                         states: str = "all", batch_tokens: BatchTokens = "auto",
+                         prompt: Optional[str] = None) -> None:
     """Every ``encode`` option that can be checked without the model, the sentences or torch;
     raises :class:`OptionError` naming the option."""
+    parse_prompt(prompt)
     check_device(device, kinds=ENCODE_DEVICES)
     positive_int("--threads", threads, allow_none=True)
     resolve_shard(shard)
     parse_states(states)
     parse_batch_tokens(batch_tokens)
     check_model_folder(model)
+def parse_prompt(template: Optional[str]) -> Optional[Tuple[str, str]]:
+    """``--prompt TEMPLATE``: ``(prefix, suffix)`` around the one ``{}`` where the sentence
+    goes (None without a template). Other braces are kept as written."""
+    if template is None:
+        return None
+    if template.count(PROMPT_SLOT) != 1:
+        raise OptionError(f"--prompt: the template must hold {PROMPT_SLOT} exactly once (where "
+                          f"the sentence goes), got {template!r}")
+    prefix, suffix = template.split(PROMPT_SLOT)
+    return prefix, suffix
+
+
+def check_mean_first(choice: str) -> str:
+    """``--mean-first-token``: one of :data:`MEAN_FIRST_CHOICES`."""
+    if choice not in MEAN_FIRST_CHOICES:
+        raise OptionError(f"--mean-first-token: {choice!r} is not one of "
+                          f"{', '.join(MEAN_FIRST_CHOICES)}")
+    return choice

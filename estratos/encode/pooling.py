@@ -7,8 +7,11 @@ Why poolings depend on the architecture (docs/encode.md, "What is stored"):
   the last real token, the only one that has seen the whole sentence;
 - ``mean`` averages the real tokens (padding excluded, special tokens included). In a decoder
   the first token's state is the "attention sink" with huge values that would dominate the
-  mean, so a leading BOS token is left out of a decoder's mean (recorded in the cache as
-  ``mean_skips_bos``); a sentence whose only token is BOS keeps it.
+  mean, whether it is a BOS token or, for tokenizers that add none (GPT-2, Qwen2, SmolLM2),
+  the first word; so a decoder's mean leaves its first token out by default
+  (``--mean-first-token``, recorded in the cache as ``mean_first_token``); an input whose
+  only token is the first keeps it. Inside a prompt (``--prompt``) ``mean`` averages the
+  sentence's own tokens only.
 
 Every pooling here is computed in float32 from the positions the attention mask marks as
 real, wherever the padding is (right or left), so a sentence's vector does not depend on the
@@ -19,8 +22,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
+from estratos.encode.options import check_mean_first
 from estratos.errors import OptionError
-from estratos.vocab import DECODER_DEFAULT_POOLINGS, ENCODER_DEFAULT_POOLINGS, POOLINGS
+from estratos.vocab import (DECODER_DEFAULT_POOLINGS, ENCODER_DEFAULT_POOLINGS,
+                            MEAN_FIRST_DEFAULT, POOLINGS)
 
 if TYPE_CHECKING:  # torch is imported where vectors are computed, not to check options
     import torch
@@ -76,8 +81,10 @@ def cls_refusal(model: str, where: str = "--pooling") -> OptionError:
     """The error for ``cls`` on a decoder-only model, saying why (encode and probe)."""
     return OptionError(
         f"{where}: cls is not a sentence vector of {model}, a decoder-only (causal) model: "
-        "position 0 attends only to itself, so its state is the same for every sentence. "
-        "Use last (the last real token, which has seen the whole sentence) or mean")
+        "position 0 attends only to itself. With a BOS token its state is the same for every "
+        "sentence; without one (GPT-2, Qwen2, SmolLM2 tokenizers add none) it is the first "
+        "word's state, which has seen only that word and nothing after it. Use last (the last "
+        "real token, which has seen the whole sentence) or mean")
 
 
 def resolve_poolings(poolings: Optional[Sequence[str]], *, decoder: bool,
@@ -95,28 +102,31 @@ def resolve_poolings(poolings: Optional[Sequence[str]], *, decoder: bool,
     return chosen
 
 
-def skips_bos(decoder: bool, tokenizer: Any) -> bool:
-    """Whether ``mean`` leaves out a leading BOS token: only for a decoder whose tokenizer
-    puts one at the start of every sentence."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    if not decoder or bos is None:
-        return False
-    try:
-        ids = tokenizer("x")["input_ids"]
-    except Exception:  # noqa: BLE001 - a tokenizer that cannot say: assume no BOS
-        return False
-    return bool(ids) and ids[0] == bos
+def mean_first_policy(choice: str, *, decoder: bool) -> str:
+    """``--mean-first-token`` resolved for the architecture: ``skip`` or ``keep``.
+
+    ``auto``: a decoder skips its first token (:data:`~estratos.vocab.MEAN_FIRST_DEFAULT`),
+    an encoder keeps it. Skipping is refused on an encoder: its first token ([CLS], ``<s>``)
+    attends to the whole sentence and is part of the mean its own pooling computes.
+    """
+    check_mean_first(choice)
+    if choice == "auto":
+        return MEAN_FIRST_DEFAULT if decoder else "keep"
+    if choice == "skip" and not decoder:
+        raise OptionError("--mean-first-token skip: only for decoder-only models; an encoder's "
+                          "first token attends to the whole sentence and stays in its mean")
+    return choice
 
 
-def pool(hidden: Sequence[torch.Tensor], input_ids: torch.Tensor, mask: torch.Tensor,
-         poolings: Sequence[str], *, bos_id: Optional[int] = None
-         ) -> Dict[str, torch.Tensor]:
+def pool(hidden: Sequence[torch.Tensor], mask: torch.Tensor, poolings: Sequence[str], *,
+         mean_mask: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
     """``{pooling: (B, n_states, dim) float32}`` from every hidden state ``(B, T, dim)``.
 
-    ``mask`` (B, T) marks the real tokens, on either side of the padding. ``bos_id``: leave a
-    leading token with this id out of ``mean`` (unless it is the sentence's only token).
-    Hidden states may live on several devices (``--device-map``): each is pooled where it is
-    and the result moved to ``mask``'s device.
+    ``mask`` (B, T) marks the real tokens, on either side of the padding. ``mean_mask``
+    (B, T): the positions ``mean`` averages (default: ``mask``), e.g. without a decoder's
+    first token or a prompt's tokens; a row it leaves empty falls back to ``mask``. Hidden
+    states may live on several devices (``--device-map``): each is pooled where it is and
+    the result moved to ``mask``'s device.
     """
     import torch
 
@@ -128,9 +138,9 @@ def pool(hidden: Sequence[torch.Tensor], input_ids: torch.Tensor, mask: torch.Te
     first = torch.where(real, positions, width).min(dim=1).values.clamp(max=width - 1)
     last = torch.where(real, positions, -1).max(dim=1).values.clamp(min=0)
     weights = real.to(torch.float32)
-    if bos_id is not None and "mean" in poolings:
-        drop = (input_ids[rows, first] == bos_id) & (weights.sum(dim=1) > 1)
-        weights[rows[drop], first[drop]] = 0.0
+    if mean_mask is not None and "mean" in poolings:
+        chosen = weights * mean_mask.to(device=device, dtype=torch.float32)
+        weights = torch.where(chosen.sum(dim=1, keepdim=True) > 0, chosen, weights)
     weights = weights.unsqueeze(1)  # (B, 1, T)
     counts = weights.sum(dim=2).clamp(min=1.0)  # (B, 1)
 
@@ -147,7 +157,7 @@ def pool(hidden: Sequence[torch.Tensor], input_ids: torch.Tensor, mask: torch.Te
             states = gather(first)
         elif name == "last":
             states = gather(last)
-        elif name == "mean":  # padding (and a skipped BOS) get weight 0
+        elif name == "mean":  # padding (and positions mean_mask leaves out) get weight 0
             states = []
             for h in hidden:
                 w = weights.to(h.device)

@@ -63,7 +63,9 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
                      notify: Optional[Callable[[str], None]] = None,
                      model_dtype: str = "auto", device_map: Optional[str] = None,
                      trust_remote_code: bool = False,
-                     random_init: Optional[int] = None) -> EncodeSummary:
+                     random_init: Optional[int] = None, prompt: Optional[str] = None,
+                     chat_template: bool = False,
+                     mean_first_token: str = "auto") -> EncodeSummary:
     """Encode the unique ``sentences`` with ``model`` (or ``encoder``) into the cache ``out``.
 
     Creates ``out``, resumes ``out.partial`` left by a killed run with the same arguments, or
@@ -80,7 +82,11 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     ``poolings`` None: the model's default (cls and mean for encoders, last and mean for
     decoder-only models). ``model_dtype``, ``device_map``, ``trust_remote_code`` and
     ``random_init`` say how the model is loaded (docs/encode.md, "Big models" and "Control
-    models").
+    models"). ``prompt`` (a template whose ``{}`` is the sentence) and ``chat_template`` (the
+    tokenizer's chat template around a user turn) wrap each sentence before tokenizing; the
+    cache is still keyed by the sentence, and ``mean`` averages the sentence's tokens only.
+    ``mean_first_token`` (``auto``, ``skip``, ``keep``): whether a decoder's ``mean`` leaves
+    out each input's first token, the attention sink (docs/encode.md, "What is stored").
     """
     started = time.perf_counter()
     if dtype not in schema.VECTOR_DTYPES:
@@ -110,7 +116,9 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
         enc = build_encoder(model, encoder, device=device, max_length=max_length,
                             lowercase=lowercase, poolings=poolings, threads=threads,
                             model_dtype=model_dtype, device_map=device_map,
-                            trust_remote_code=trust_remote_code, random_init=random_init)
+                            trust_remote_code=trust_remote_code, random_init=random_init,
+                            prompt=prompt, chat_template=chat_template,
+                            mean_first_token=mean_first_token)
         want = {**enc.settings(), "dtype": dtype, "schema_version": schema.SCHEMA_VERSION,
                 **_stored_states(enc, states)}
         shard_attrs = ({"shard_index": shard_sel[0], "shard_count": shard_sel[1],
@@ -128,6 +136,14 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
                  "stored_avg": True}
         if enc.n_states is not None:
             attrs.update(n_states=enc.n_states, dim=enc.dim)
+        late_space = []
+
+        def first_batch() -> None:
+            """An ``--encoder`` cache's shape is known now: say its size and check the
+            free space before anything is written."""
+            if space is None:
+                late_space.append(_space(session, enc, texts, keys, dtype, notify))
+
         try:
             if space is not None:
                 # held from now on: a disk that others fill meanwhile stops them, not us
@@ -135,14 +151,18 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
             session.start(attrs)
             # _run loads the weights while the tokenizer runs in the background
             summary = _run(enc, session, texts, keys, batch_tokens=batch_tokens, dtype=dtype,
-                           show=show)
+                           show=show, first_batch=first_batch)
         except KeyboardInterrupt as exc:
             raise _interrupted(session) from exc
         except BaseException as exc:
             # bad input (e.g. an --encoder returning the wrong shape): leave nothing behind. A
             # crash or a full disk keeps the .partial, resumable; so does an error while
             # resuming one.
-            full = isinstance(exc, DiskFull) or (isinstance(exc, OSError) and disk_full(exc))
+            # the free-space check of an --encoder's first batch comes before any row of this
+            # run is written: what it created goes, as for a new cache's check
+            early = isinstance(exc, DiskFull) and getattr(exc, "before_writing", False)
+            full = not early and (isinstance(exc, DiskFull)
+                                  or (isinstance(exc, OSError) and disk_full(exc)))
             session.abandon(discard=isinstance(exc, EstratosError) and not full)
             if full and not isinstance(exc, DiskFull):
                 raise DiskFull(f"{session.partial}: the disk is full ({exc}); free space in "
@@ -153,32 +173,40 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
         n_rows = session.open_writer.n_done
         n_truncated_total = session.open_writer.count_truncated()
         session.finish(shard_attrs)
+    plan = space or (late_space[0] if late_space else None)
     return EncodeSummary(str(target), n_input, n_unique, len(keys), n_cached, n_resumed,
                          n_encoded, n_truncated, n_rows, enc.max_length,
                          time.perf_counter() - started, shard_sel,
                          n_truncated_total=n_truncated_total,
-                         expected_bytes=space.expected if space else None,
+                         expected_bytes=plan.expected if plan else None,
                          encode_seconds=encode_seconds)
 
 
 def _space(session: CacheSession, enc, texts: List[str], keys: List[bytes], dtype: str,
            notify: Optional[Callable[[str], None]]) -> Optional[SpacePlan]:
     """Tell the expected size and check the free space before anything is written (an
-    ``--encoder`` cache's shape is known only from its first batch: said, not checked)."""
+    ``--encoder`` cache's shape is known only from its first batch: said then, and checked
+    before that batch is written)."""
     if enc.n_states is None:
         if notify:
-            notify("expected cache size: unknown until the --encoder function's first batch")
+            notify("expected cache size: unknown until the --encoder function's first batch "
+                   "(said and checked then)")
         return None
     have, size = session.existing_rows()
     space = plan_space(session.target.parent, new_texts=[t for t, k in zip(texts, keys)
                                                          if k not in have],
                        existing_rows=len(have), existing_bytes=size,
                        resuming=session.resuming,
-                       n_stored=len(enc.states or range(enc.n_states)), dim=enc.dim,
+                       n_stored=len(getattr(enc, "states", None) or range(enc.n_states)),
+                       dim=enc.dim,
                        dtype=dtype, n_poolings=len(enc.poolings))
     if notify:
         notify(space.describe())
-    space.check()
+    try:
+        space.check()
+    except DiskFull as exc:
+        exc.before_writing = True
+        raise
     return space
 
 
@@ -229,7 +257,8 @@ def _budget(enc, session: CacheSession, batch_tokens: BatchTokens) -> int:
 
 
 def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
-         batch_tokens: BatchTokens, dtype: str, show: bool):
+         batch_tokens: BatchTokens, dtype: str, show: bool,
+         first_batch: Optional[Callable[[], None]] = None):
     writer = session.open_writer
     base, done = session.rows()
     n_cached = sum(1 for k in keys if k in base)
@@ -280,8 +309,8 @@ def _run(enc, session: CacheSession, texts: List[str], keys: List[bytes], *,
                smoothing=0.1)
     t0 = time.perf_counter()
     try:
-        run_stream(enc, writer, toks, t_texts, t_keys, order, batches,
-                                dtype=dtype, bar=bar)
+        run_stream(enc, writer, toks, t_texts, t_keys, order, batches, dtype=dtype, bar=bar,
+                   first_batch=first_batch)
     finally:
         bar.close()
     seconds = time.perf_counter() - t0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -63,7 +63,8 @@ def refuse_nonfinite(vectors: Mapping[str, np.ndarray], averages: Mapping[str, n
 
 
 def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np.ndarray,
-              batches: List[Tuple[int, int]], *, dtype: str, bar) -> None:
+              batches: List[Tuple[int, int]], *, dtype: str, bar,
+              first_batch: Optional[Callable[[], None]] = None) -> None:
     """Encode ``batches`` (ranges of ``order``) and append them in order. Three stages (see
     docs/encode.md, "The pipeline"):
 
@@ -75,6 +76,9 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
     which names the sentence or lets a value that rounds to the maximum pass), buffers
     blocks of >= BLOCK_ROWS rows (or FLUSH_SECONDS), appends them (n_done moves only after
     each flushed block).
+
+    ``first_batch()`` is called after the first forward pass, before its rows go to the write
+    stage (an ``--encoder`` function's shape is known only then: its size check).
     """
     depth = PIPELINE_DEPTH_CUDA if getattr(enc, "device", None) is not None and \
         enc.device.type == "cuda" else PIPELINE_DEPTH
@@ -130,6 +134,9 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
                     break
                 rows, batch = item
                 pending = enc.forward(batch, dtype)
+                if first_batch is not None:
+                    first_batch()
+                    first_batch = None
                 fault_point("batch")
                 stages.put(to_write, (rows, pending))
             stages.put(to_write, END)

@@ -36,12 +36,16 @@ class TokenizedTexts:
     """Ids of many sentences in one flat array, cut at ``max_length`` (special tokens kept).
 
     ``ids[offsets[i]:offsets[i + 1]]`` are sentence i's ids; ``lengths[i]`` its token count
-    before truncation (what sorting uses); ``truncated`` whether it was cut.
+    before truncation (what sorting uses); ``truncated`` whether it was cut. ``mean_start[i]``
+    and ``mean_stop[i]``: the positions ``mean`` averages (None: all of them), e.g. the
+    sentence's own tokens inside a prompt, or all but the first token of a decoder.
     """
 
     ids: np.ndarray
     offsets: np.ndarray
     lengths: np.ndarray
+    mean_start: Optional[np.ndarray] = None
+    mean_stop: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -62,7 +66,30 @@ class TokenizedTexts:
         offsets = np.zeros(len(index) + 1, dtype=np.int64)
         np.cumsum(capped, out=offsets[1:])
         return TokenizedTexts(self.ids[_gather_index(self.offsets[index], capped)], offsets,
-                              self.lengths[index].copy())
+                              self.lengths[index].copy(),
+                              None if self.mean_start is None else self.mean_start[index].copy(),
+                              None if self.mean_stop is None else self.mean_stop[index].copy())
+
+    def mean_span(self) -> tuple:
+        """``(start, stop)`` per sentence: the positions ``mean`` averages."""
+        start = np.zeros(len(self), np.int64) if self.mean_start is None else self.mean_start
+        stop = self.capped if self.mean_stop is None else self.mean_stop
+        return start, stop
+
+    def skip_first(self) -> "TokenizedTexts":
+        """The same sentences with position 0 left out of ``mean`` wherever the span starts
+        there and holds another token (a decoder's first token, the attention sink)."""
+        start, stop = self.mean_span()
+        start = np.where((start == 0) & (stop > 1), 1, start)
+        return TokenizedTexts(self.ids, self.offsets, self.lengths, start, stop.copy())
+
+    def mean_mask(self, rows: Union[Sequence[int], np.ndarray], width: int) -> np.ndarray:
+        """(B, width) int64: 1 where ``mean`` reads a position of the sentences ``rows``
+        (padded on the right as :meth:`padded` pads them)."""
+        index = np.asarray(rows, dtype=np.int64)
+        start, stop = self.mean_span()
+        pos = np.arange(width)[None, :]
+        return ((pos >= start[index][:, None]) & (pos < stop[index][:, None])).astype(np.int64)
 
     def padded(self, rows: Union[Sequence[int], np.ndarray], pad_id: int) -> tuple:
         """``(input_ids, attention_mask)``, int64 (B, longest) arrays for the sentences
@@ -198,3 +225,89 @@ def for_tokenizer(tokenizer, max_length: int) -> Callable[[Sequence[str]], Token
         reason = "it is not a fast (Rust) tokenizer"
     log.info("tokenizing through %s: %s", type(tokenizer).__name__, reason)
     return WrapperTokenizer(tokenizer, max_length)
+
+
+class PromptTokenizer:
+    """Tokenizes each sentence inside a prompt, ``prefix + sentence + suffix``, and records
+    which tokens are the sentence's (``mean`` averages those; ``last`` reads the prompt's last
+    token). The sentence's tokens are found from the character offsets of the Rust tokenizer:
+    every non-special token that overlaps the sentence's characters (a token merged across
+    the boundary, such as a final period and a closing quote, counts as the sentence's).
+    Too long a prompted sentence loses tokens from the end of the sentence, never from the
+    prompt, so the prompt's last token is always there.
+    """
+
+    def __init__(self, tokenizer, max_length: int, prefix: str, suffix: str,
+                 add_special_tokens: bool) -> None:
+        from estratos.errors import OptionError
+
+        if not (getattr(tokenizer, "is_fast", False) and hasattr(tokenizer, "backend_tokenizer")):
+            raise OptionError(f"--prompt: {type(tokenizer).__name__} is not a fast (Rust) "
+                              "tokenizer, which is needed to tell the sentence's tokens from "
+                              "the prompt's")
+        self.backend = tokenizer.backend_tokenizer
+        self.max_length = max_length
+        self.prefix, self.suffix = prefix, suffix
+        self.special = bool(add_special_tokens)
+        self.dtype = _id_dtype(self.backend.get_vocab_size(with_added_tokens=True))
+        probe = self._one("x")
+        if probe is None:
+            raise OptionError("--prompt: the tokenizer gives the sentence no token of its own "
+                              f"in {prefix + '{}' + suffix!r}")
+        _, (a, b) = probe
+        overhead = len(probe[0]) - (b - a)
+        if overhead + 1 > max_length:
+            raise OptionError(f"--prompt: the prompt alone takes {overhead} tokens, which leaves "
+                              f"no room for the sentence within --max-length {max_length}")
+
+    def _one(self, text: str):
+        """``(ids, (start, stop))`` of one prompted sentence, untruncated (None: the sentence
+        has no token of its own)."""
+        return self._spans([text])[0]
+
+    def _spans(self, texts: Sequence[str]) -> list:
+        self.backend.no_padding()
+        self.backend.no_truncation()
+        full = [self.prefix + t + self.suffix for t in texts]
+        encodings = self.backend.encode_batch(full, add_special_tokens=self.special)
+        lo = len(self.prefix)
+        out = []
+        for text, e in zip(texts, encodings):
+            hi = lo + len(text)
+            offsets = np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2)
+            special = np.asarray(e.special_tokens_mask, dtype=bool)
+            inside = np.flatnonzero((offsets[:, 1] > lo) & (offsets[:, 0] < hi) & ~special)
+            if not len(inside):
+                out.append(None)
+                continue
+            out.append((e.ids, (int(inside[0]), int(inside[-1]) + 1)))
+        return out
+
+    def __call__(self, texts: Sequence[str]) -> TokenizedTexts:
+        from estratos.errors import InputError
+
+        pieces, starts, stops = [], [], []
+        for chunk_start in range(0, len(texts), CHUNK):
+            chunk = list(texts[chunk_start:chunk_start + CHUNK])
+            kept, capped, lengths = [], [], []
+            for text, got in zip(chunk, self._spans(chunk)):
+                if got is None:
+                    raise InputError(f"--prompt: the sentence {text[:60]!r} gets no token of "
+                                     "its own inside the prompt")
+                ids, (a, b) = got
+                n = len(ids)
+                lengths.append(n)
+                if n > self.max_length:  # cut the sentence's end, keep the prompt
+                    keep = self.max_length - (n - (b - a))
+                    ids = list(ids[:a + keep]) + list(ids[b:])
+                    b = a + keep
+                kept.append(ids)
+                capped.append(len(ids))
+                starts.append(a)
+                stops.append(b)
+            ids = np.fromiter(itertools.chain.from_iterable(kept), self.dtype, int(sum(capped)))
+            pieces.append((ids, np.asarray(capped, np.int64), np.asarray(lengths, np.int64)))
+        out = _assemble(pieces, len(texts))
+        out.mean_start = np.asarray(starts, np.int64)
+        out.mean_stop = np.asarray(stops, np.int64)
+        return out
