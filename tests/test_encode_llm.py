@@ -391,3 +391,57 @@ def test_encoder_function_checks_free_space_after_its_first_batch(tmp_path, monk
                   "--out", tmp_path / "c.h5"])
     assert res.exit_code == 2 and "count_tokens" in res.output, res.output
     assert not list(tmp_path.glob("c.h5*"))
+
+
+# -- seeds that cannot differ: --classifier lbfgs on a split task ------------------------------
+def test_deterministic_classifier_seeds_are_said_and_shown_without_spread(zoo, toy_task,  # noqa: F811
+                                                                           tmp_path, caplog):
+    from estratos.probe.classifiers import seeds_cannot_differ
+
+    assert seeds_cannot_differ("lbfgs", "split")
+    assert not seeds_cannot_differ("senteval", "split")
+    assert not seeds_cannot_differ("lbfgs", "kfold")  # its folds come from the seed
+    kfold = tmp_path / "kfold"
+    kfold.mkdir()
+    (kfold / "train.tsv").write_text((toy_task / "train.tsv").read_text(encoding="utf-8")
+                                     + (toy_task / "dev.tsv").read_text(encoding="utf-8"),
+                                     encoding="utf-8")
+    (kfold / "test.tsv").write_text((toy_task / "test.tsv").read_text(encoding="utf-8"),
+                                    encoding="utf-8")
+    (kfold / "k.toml").write_text(
+        (toy_task / "toy.toml").read_text(encoding="utf-8").replace('"Toy"', '"ToyK"')
+        .replace('protocol = "split"', 'protocol = "kfold"').replace('dev = "dev.tsv"\n', ''),
+        encoding="utf-8")
+    cache, results = tmp_path / "c.h5", tmp_path / "r.jsonl"
+    assert invoke(["encode", "--model", zoo["llama"], "--sentences", toy_task / "sentences.txt",
+                   "--out", cache, "--threads", "1"]).exit_code == 0
+    with caplog.at_level("WARNING", logger="estratos"):
+        res = invoke(["probe", "--cache", cache, "--task-file", toy_task / "toy.toml",
+                      "--task-file", kfold / "k.toml", "--out", results, "--layers", "1",
+                      "--threads", "1", "--classifier", "lbfgs", "--seeds", "1111,1,2"])
+    assert res.exit_code == 0, res.output
+    said = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "--classifier lbfgs is deterministic: on custom:Toy (the split protocol" in said
+    assert "custom:ToyK" not in said.split("deterministic")[1].split("protocol")[0]
+    records = read_results(results)
+    toy = [r.score for r in records if r.task == "custom:Toy"]
+    assert len(toy) == 3 and len(set(toy)) == 1  # three repeats of one model
+    res = invoke(["report", results, "--out", tmp_path / "rep", "--format", "md,csv"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    line = next(x for x in md.splitlines() if x.startswith("| SC | Toy |"))
+    assert "(deterministic)" in line and "±" not in line
+    line = next(x for x in md.splitlines() if x.startswith("| SC | ToyK |"))
+    assert "(deterministic)" not in line
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "rep" / "datasets.csv").open(encoding="utf-8")))
+    det = next(r for r in rows if r["task"] == "custom:Toy")
+    assert det["std"] == "" and det["n_seeds"] == "3"  # no spread measured, not a spread of 0
+    # one seed: nothing to say
+    caplog.clear()
+    res = invoke(["probe", "--cache", cache, "--task-file", toy_task / "toy.toml", "--out",
+                  tmp_path / "one.jsonl", "--layers", "1", "--threads", "1", "--classifier",
+                  "lbfgs"])
+    assert res.exit_code == 0 and not [r for r in caplog.records if "deterministic" in
+                                       r.getMessage()]

@@ -457,6 +457,9 @@ class LBFGSClassifier(LogisticGrid):
     summary = "full-batch logistic regression, for fast exploration"
     solver = "lbfgs"
     warm_path = True
+    #: L-BFGS from a zero start on the same data gives the same model whatever the seed
+    #: (scikit-learn's lbfgs solver draws no random numbers)
+    deterministic = True
     _recorded = ("nhid", "optim", "max_iter", "tol", "l2_grid", "path")
     _facts: Mapping[str, Any] = {"nhid": 0, "optim": "lbfgs",
                                  "path": "warm-start, strongest L2 first"}
@@ -487,6 +490,20 @@ class LBFGSClassifier(LogisticGrid):
         return threadpool_limits(limits=torch.get_num_threads())
 
 
+def seeds_cannot_differ(classifier: Optional[str], protocol: Optional[str]) -> bool:
+    """Whether cells of ``classifier`` (a registered name) under ``protocol`` are the same
+    for every seed: a deterministic estimator (:attr:`RecordedEstimator.deterministic`)
+    trained by a protocol whose data do not depend on the seed (the ``split`` protocol;
+    k-fold protocols draw their folds or held-out parts from it)."""
+    from estratos.protocols import get_protocol
+
+    try:
+        cls, proto = get_estimator(str(classifier)), get_protocol(str(protocol))
+    except Exception:  # noqa: BLE001 - an unknown name (another version's): may differ
+        return False
+    return bool(cls.deterministic and proto.trains == "classifier" and proto.seeds_share_data)
+
+
 __all__ = ["DEFAULT_CLASSIFIER", "LBFGSClassifier", "LogisticGrid", "RecordedEstimator",
            "RelatednessRegressor", "SentEvalClassifier", "estimator_names", "get_estimator",
-           "l2_table", "register_estimator", "score_distribution"]
+           "l2_table", "register_estimator", "score_distribution", "seeds_cannot_differ"]

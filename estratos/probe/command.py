@@ -8,12 +8,15 @@ reported at once, and only then is the runner imported.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Optional, Sequence, Union
 
 from estratos.options import ShardSpec
 from estratos.probe.config import ProbeConfig
 from estratos.vocab import DEFAULT_POOLING, DEFAULT_SEED
+
+log = logging.getLogger(__name__)
 
 
 def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
@@ -39,6 +42,8 @@ def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
     from estratos.tasks.selection import select_specs
 
     selection = select_specs(tasks, task_files, data_dir)
+    if config.control is None:  # a control's labels are drawn from the seed
+        warn_identical_seeds(config.classifier, config.seeds, selection.specs)
     with open_cache(cache, expect={"model": expect_model} if expect_model else None):
         pass  # a missing, partial or other model's cache is reported before torch loads
     from estratos.probe.runner import run_probe  # torch: only now that the options are good
@@ -47,4 +52,23 @@ def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
                      expect_model=expect_model, resume_from=resume_from, progress=progress)
 
 
-__all__ = ["probe_tasks"]
+def warn_identical_seeds(classifier: Any, seeds: Sequence[int], specs: Sequence[Any]) -> None:
+    """Say when several seeds will train the same model: a deterministic classifier on
+    tasks whose protocol does not draw from the seed (their cells repeat, their spread is
+    not measured; reports mark them deterministic)."""
+    from estratos.probe.classifiers import seeds_cannot_differ
+
+    name = classifier if isinstance(classifier, str) else getattr(classifier, "name", "")
+    if len(seeds) < 2:
+        return
+    same = [spec for spec in specs if seeds_cannot_differ(name, spec.protocol)]
+    if same:
+        shown = ", ".join(s.id for s in same[:5]) + (f" and {len(same) - 5} more"
+                                                     if len(same) > 5 else "")
+        log.warning("--classifier %s is deterministic: on %s (the %s protocol: the seed picks "
+                    "no data) the %d seeds train the same model, so their cells are repeats "
+                    "with no measured spread; use one seed there, or a seeded classifier",
+                    name, shown, "/".join(sorted({s.protocol for s in same})), len(seeds))
+
+
+__all__ = ["probe_tasks", "warn_identical_seeds"]

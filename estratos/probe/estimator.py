@@ -54,6 +54,10 @@ class RecordedEstimator:
     #: whether the relatedness protocol trains its regressor on this estimator's features;
     #: False: it scores their untrained cosine (the TF-IDF baseline)
     trains_regressor = True
+    #: whether a fit depends on nothing but its data and parameters (the seed changes
+    #: nothing): on a protocol whose data do not depend on the seed either
+    #: (``Protocol.seeds_share_data``), every seed trains the same model
+    deterministic = False
 
     @classmethod
     def _param_names(cls) -> List[str]:

@@ -200,10 +200,15 @@ class Stat:
     mean: float
     std: Optional[float]
     n: int
+    #: the seeds could not differ (a deterministic classifier on a protocol that draws no
+    #: data from the seed): ``n`` repeats of one model, no spread measured (``std`` None)
+    deterministic: bool = False
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Stat":
+    def of(cls, values: Sequence[float], deterministic: bool = False) -> "Stat":
         arr = np.asarray(values, dtype=np.float64)
+        if deterministic and len(arr) > 1:
+            return cls(_mean(arr), None, len(arr), True)
         return cls(_mean(arr), sample_std(arr), len(arr))
 
     @property
@@ -289,6 +294,9 @@ class Aggregate:
     compression: Dict[Tuple[Row, str], Dict[int, float]] = field(default_factory=dict)
     #: (row, task) -> seed -> MDL compression over the labels-only code (``floor_compression``)
     floor_compression: Dict[Tuple[Row, str], Dict[int, float]] = field(default_factory=dict)
+    #: cells whose seeds could not differ (every record's classifier deterministic on a
+    #: protocol that draws no data from the seed: ``seeds_cannot_differ``)
+    deterministic: set = field(default_factory=set)
 
     @property
     def systems(self) -> List[System]:
@@ -343,7 +351,8 @@ class Aggregate:
 
     def cell(self, row: Row, task: str) -> Optional[Stat]:
         values = self.seeds.get((row, task))
-        return Stat.of([values[s] for s in sorted(values)]) if values else None
+        return Stat.of([values[s] for s in sorted(values)],
+                       (row, task) in self.deterministic) if values else None
 
     def degenerate_seeds(self, row: Row, task: str) -> Tuple[int, int]:
         """(seeds predicting one class, seeds with a score) of a cell."""
@@ -370,8 +379,10 @@ class Aggregate:
         std = sample_std([float(np.mean([v[s] for v in present])) for s in common])
         n = len(common) if common else min(len(v) for v in present)
         flagged = sum(1 for d in members if self.degenerate.get((row, d.task)))
-        return GroupStat(mean, std, n, n_datasets=len(present), n_total=len(members),
-                         one_class=flagged)
+        fixed = n > 1 and all((row, d.task) in self.deterministic for d in members
+                              if (row, d.task) in self.seeds)
+        return GroupStat(mean, None if fixed else std, n, fixed, n_datasets=len(present),
+                         n_total=len(members), one_class=flagged)
 
     def row_seed_counts(self, row: Row) -> List[int]:
         return [len(v) for (r, _), v in self.seeds.items() if r == row]
@@ -400,10 +411,13 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     facts: Dict[str, Dict[str, Any]] = {}
     chances: Dict[str, Mapping[str, Any]] = {}
     fallbacks: Dict[str, Dict[str, None]] = {}
+    seeded: set = set()
     for loc in records:
         d = loc.record
         row = row_of(d)
         task = d.task
+        if not _seed_free(d):
+            seeded.add((row, task))
         seen = facts.setdefault(task, {"name": d.name, "group": d.group,
                                        "metric": d.metric, "language": d.language,
                                        "where": loc})
@@ -436,6 +450,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
                     and math.isfinite(value):
                 extras.setdefault((row, task, metric), {})[d.seed] = float(value) * factor
     undefined -= set(seeds)
+    deterministic = set(seeds) - seeded
     names = [f["name"] for f in facts.values()]
     # a group average over datasets of two languages would mean nothing: with several
     # languages in one report, every group column is split by language ("SS en", "SS es")
@@ -451,4 +466,14 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     groups = sorted({ds.group for ds in datasets}, key=group_order)
     rows = sorted({row for row, _ in seeds} | {row for row, _ in undefined}, key=Row.sort_key)
     return Aggregate(rows, datasets, groups, seeds, extras, undefined, degenerate, compression,
-                     floor_compression)
+                     floor_compression, deterministic)
+
+
+def _seed_free(record: Any) -> bool:
+    """Whether the record's seed could change nothing: an ordinary cell (no control, whose
+    labels come from the seed) of a classifier that is deterministic on a protocol that
+    draws no data from the seed, e.g. ``lbfgs`` on a split task."""
+    from estratos.probe.classifiers import seeds_cannot_differ
+
+    return (record.kind == "probe" and not record.control
+            and seeds_cannot_differ(record.classifier_name, record.protocol))

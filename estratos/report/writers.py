@@ -24,9 +24,13 @@ MISSING = "—"
 UNDEFINED = "undef."
 #: shown after a degenerate cell's number (every test prediction one class)
 ONE_CLASS = "(one class)"
+#: shown after a cell whose seeds could not differ (no spread was measured)
+DETERMINISTIC = "(deterministic)"
 LEGEND = ("Scores on the paper's scale: accuracy and F1 in %, correlations (SS) Pearson x100. "
           "Each number is the mean ± sample std over the seeds present (std omitted for one "
-          "seed, or when every seed gave the same number, e.g. STS cosine); the Seeds column "
+          "seed, or when every seed gave the same number, e.g. STS cosine; "
+          "(deterministic) = the seeds could not differ, e.g. --classifier lbfgs on a split "
+          "task trains one model for every seed, so no spread was measured); the Seeds column "
           "gives their number. Best per column in bold, runner-up underlined; {missing} = no "
           "result; * = mean over fewer datasets than the group has in this report.")
 #: the note under a table holding degenerate cells
@@ -77,7 +81,8 @@ def _num(x: float, decimals: int = DECIMALS) -> str:
 
 def value_text(cell: Cell, pm: str) -> str:
     """The number(s) of a value cell without marks: '54.1 ± 0.3', '—', 'undef.'; a cell
-    whose seeds all gave the same number shows it alone (no '± 0.0')."""
+    whose seeds all gave the same number shows it alone (no '± 0.0'), and one whose seeds
+    could not differ says so: '54.1 (deterministic)'."""
     if cell.undefined:
         return UNDEFINED
     if cell.stat is None:
@@ -86,6 +91,8 @@ def value_text(cell: Cell, pm: str) -> str:
     text = _num(cell.stat.mean, d)
     if cell.stat.std is not None and not cell.stat.constant:
         text += f"{pm}{_num(cell.stat.std, d)}"
+    elif getattr(cell.stat, "deterministic", False):
+        text += f" {DETERMINISTIC}"
     if cell.ci is not None:
         text += f" [{_num(cell.ci[0], d)}, {_num(cell.ci[1], d)}]"
     return text + ("*" if cell.partial else "") + degenerate_text(cell)
