@@ -122,7 +122,7 @@ def main() -> None:
         print(f"{variant}: encode {took:.0f} s; mean over layers {a.middle}: largest |value| "
               f"{peak:.1f}, largest dimension's share of the squared norm {share:.3f}")
         for r in read_results(results):
-            table[(variant, r.pooling, r.task.split(":")[1], r.layer)] = 100 * r.score
+            table[(variant, r.pooling, r.task.split(":")[1], r.layer)] = r.score  # in %
     for task in sorted({k[2] for k in table}):
         print(f"\n{task}: test accuracy (%), layers {a.middle} averaged, avg, best layer")
         print("| variant | pooling | layers " + a.middle + " | avg | best (layer) |")

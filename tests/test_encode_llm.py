@@ -445,3 +445,35 @@ def test_deterministic_classifier_seeds_are_said_and_shown_without_spread(zoo, t
                   "lbfgs"])
     assert res.exit_code == 0 and not [r for r in caplog.records if "deterministic" in
                                        r.getMessage()]
+
+
+# -- memory: the CPU budget scales with layers x width ---------------------------------------
+def test_cpu_auto_budget_scales_with_layers_and_width(bpe, tmp_path):  # noqa: F811
+    import transformers as tf
+    from transformers import AutoModel
+
+    from estratos.encode.devices import CPU_BATCH_TOKENS, cpu_batch_tokens
+    from test_encode_models import tokenizer_for
+
+    tok = tokenizer_for(bpe, "none", "right", False)
+    deep = tmp_path / "deep"
+    config = tf.GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=24, n_head=2, n_positions=64)
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config)
+    model.save_pretrained(deep)
+    tok.save_pretrained(deep)
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    # 25 states x 64 dims x 4 bytes a token against 5 MB of weights: a small budget
+    assert cpu_batch_tokens(config, weights) == 256
+    minilm = tf.BertConfig(hidden_size=384, num_hidden_layers=6, intermediate_size=1536,
+                           num_attention_heads=12)
+    assert cpu_batch_tokens(minilm, 22_700_000 * 4) == CPU_BATCH_TOKENS
+    assert cpu_batch_tokens(tf.BertConfig(), 110_000_000 * 4) == 4096  # BERT-base
+    text = write_lines(tmp_path / "s.txt", sentences(20))
+    res = invoke(["encode", "--model", deep, "--sentences", text, "--out", tmp_path / "d.h5",
+                  "--threads", "1", "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert attrs_of(tmp_path / "d.h5")["batch_tokens"] == 256
+    res = invoke(["encode", "--model", deep, "--sentences", text, "--out", tmp_path / "n.h5",
+                  "--threads", "1", "--batch-tokens", "1000"])
+    assert res.exit_code == 0 and attrs_of(tmp_path / "n.h5")["batch_tokens"] == 1000

@@ -69,8 +69,14 @@ def prepare_cpu_threads(device: torch.device, threads: Optional[int] = None) -> 
             torch.set_num_threads(n)
 
 
-#: ``--batch-tokens auto`` off CUDA: the CPU default encode has always used
+#: ``--batch-tokens auto`` off CUDA: the largest budget (small models get it whole)
 CPU_BATCH_TOKENS = 8192
+#: ...and the smallest (a budget below it would make batches of one or two sentences)
+CPU_MIN_BATCH_TOKENS = 256
+#: off CUDA, the hidden states a batch keeps may add at most this share to what a plain
+#: forward pass of the same batch holds (the weights and one layer's transients), so that
+#: encode's peak memory stays within 1.3 times a plain forward's (bench/encode_memory.py)
+CPU_STATES_SHARE = 0.3
 #: share of the GPU's free memory (after loading the model) that batches may fill
 GPU_MEMORY_SHARE = 0.5
 #: bounds of the GPU budget (a power of two in between)
@@ -94,6 +100,29 @@ def activation_bytes_per_token(config: object, act_bytes: int = 2) -> int:
     return states + transient + pooling
 
 
+def cpu_batch_tokens(config: object, weights_bytes: int) -> int:
+    """``--batch-tokens auto`` on CPU: the largest power of two of tokens, within
+    [:data:`CPU_MIN_BATCH_TOKENS`, :data:`CPU_BATCH_TOKENS`], whose hidden states (every
+    state is kept by the forward pass, whatever ``--states`` stores: layers + 1 x width x 4
+    bytes a token, float32 on CPU) stay within :data:`CPU_STATES_SHARE` of what a plain
+    forward pass of the batch holds (the weights, ``weights_bytes``, and one layer's
+    transients). Scaling with layers x width keeps a deep, wide model's batches small
+    enough, while a small model keeps the full budget."""
+    dim = int(getattr(config, "hidden_size", 1024))
+    layers = int(getattr(config, "num_hidden_layers", 24))
+    ffn = int(getattr(config, "intermediate_size", 4 * dim) or 4 * dim)
+    heads = int(getattr(config, "num_attention_heads", 16))
+    states = 4 * (layers + 1) * dim
+    transient = 4 * (4 * dim + 2 * ffn) + heads * _SPAN * 8
+    over = states - CPU_STATES_SHARE * transient
+    if over <= 0:
+        return CPU_BATCH_TOKENS
+    fit = int(CPU_STATES_SHARE * weights_bytes / over)
+    if fit < CPU_MIN_BATCH_TOKENS:
+        return CPU_MIN_BATCH_TOKENS
+    return min(CPU_BATCH_TOKENS, 1 << (fit.bit_length() - 1))
+
+
 def batch_tokens_for_memory(free_bytes: int, config: object) -> int:
     """The largest power of two of tokens whose activations fill :data:`GPU_MEMORY_SHARE` of
     ``free_bytes``, within :data:`GPU_BATCH_TOKENS`."""
@@ -104,11 +133,19 @@ def batch_tokens_for_memory(free_bytes: int, config: object) -> int:
     return min(high, 1 << (fit.bit_length() - 1))
 
 
-def auto_batch_tokens(device: torch.device, config: object) -> int:
+def auto_batch_tokens(device: torch.device, config: object,
+                      weights_bytes: Optional[int] = None) -> int:
     """``--batch-tokens auto``: on CUDA from the free memory after the model was loaded,
-    elsewhere :data:`CPU_BATCH_TOKENS`."""
+    elsewhere from the model's shape and weights (:func:`cpu_batch_tokens`; without
+    ``weights_bytes``, :data:`CPU_BATCH_TOKENS`)."""
     if device.type != "cuda":
-        return CPU_BATCH_TOKENS
+        if weights_bytes is None:
+            return CPU_BATCH_TOKENS
+        budget = cpu_batch_tokens(config, weights_bytes)
+        log.info("--batch-tokens auto: %d (%d layers x %s dims, %.2f GB of weights)", budget,
+                 int(getattr(config, "num_hidden_layers", 0)),
+                 getattr(config, "hidden_size", "?"), weights_bytes / 1e9)
+        return budget
     free, _ = torch.cuda.mem_get_info(device)
     budget = batch_tokens_for_memory(free, config)
     log.info("--batch-tokens auto: %d (%.1f GB free on %s)", budget, free / 1e9, device)

@@ -457,7 +457,8 @@ class HFEncoder:
 
     def auto_batch_tokens(self) -> int:
         """``--batch-tokens auto`` for this model on its device (after :meth:`load`)."""
-        return devices.auto_batch_tokens(self.device, self.config)
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return devices.auto_batch_tokens(self.device, self.config, weights)
 
 
 #: marks the mean over all states among the tensors copied back (not a pooling name)
