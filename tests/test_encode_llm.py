@@ -106,7 +106,7 @@ def test_mean_first_token_is_refused_on_mismatch_and_for_encoders(zoo, toy_task,
     shard = ["encode", "--model", zoo["qwen2"], "--out", tmp_path / "s.h5", *base, text]
     assert invoke(shard + ["--shard", "0/2"]).exit_code == 0
     assert invoke(shard + ["--shard", "1/2", "--mean-first-token", "keep"]).exit_code == 0
-    res = invoke(["cache", "merge", tmp_path / "m.h5", tmp_path / "s.shard-0-of-2.h5",
+    res = invoke(["cache", "merge", "--out", tmp_path / "m.h5", tmp_path / "s.shard-0-of-2.h5",
                   tmp_path / "s.shard-1-of-2.h5"])
     assert res.exit_code == 1 and "mean_first_token" in res.output
     assert not (tmp_path / "m.h5").exists()
@@ -284,7 +284,7 @@ def test_prompt_is_refused_on_mismatch_at_resume_extend_and_merge(zoo, toy_task,
     shard = base + ["--sentences", text, "--out", tmp_path / "s.h5"]
     assert invoke(shard + ["--shard", "0/2", "--prompt", PROMPT]).exit_code == 0
     assert invoke(shard + ["--shard", "1/2"]).exit_code == 0
-    res = invoke(["cache", "merge", tmp_path / "m.h5", tmp_path / "s.shard-0-of-2.h5",
+    res = invoke(["cache", "merge", "--out", tmp_path / "m.h5", tmp_path / "s.shard-0-of-2.h5",
                   tmp_path / "s.shard-1-of-2.h5"])
     assert res.exit_code == 1 and "prompt" in res.output
     assert not (tmp_path / "m.h5").exists()
