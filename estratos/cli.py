@@ -161,7 +161,7 @@ def cache_group() -> None:
               help="Truncate inputs to this many tokens [default: model limit, max 512].")
 @click.option("--batch-tokens", default="auto", show_default=True, metavar="N|auto",
               help="Token budget per batch (batch size x padded length); auto: fill the GPU's "
-                   "free memory, 8192 on CPU.")
+                   "free memory; on CPU at most 8192, less for deep, wide models.")
 @click.option("--device", default="auto", show_default=True,
               help=f"Where the model runs: {device_help(ENCODE_DEVICES)} (auto: a GPU when "
                    "there is one, else cpu).")
