@@ -129,8 +129,8 @@ def main() -> None:
         print("|---|---|---|---|---|")
         for (variant, pooling) in sorted({k[:2] for k in table if k[2] == task}):
             rows = {k[3]: v for k, v in table.items() if k[:3] == (variant, pooling, task)}
-            mid = np.mean([rows[l] for l in middle if l in rows])
-            ints = {l: v for l, v in rows.items() if isinstance(l, int)}
+            mid = np.mean([rows[layer] for layer in middle if layer in rows])
+            ints = {layer: v for layer, v in rows.items() if isinstance(layer, int)}
             best = max(ints, key=ints.get)
             print(f"| {variant} | {pooling} | {mid:.1f} | {rows.get('avg', float('nan')):.1f} "
                   f"| {ints[best]:.1f} ({best}) |")

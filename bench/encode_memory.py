@@ -139,7 +139,7 @@ def child_plain(folder: str, seed, shape: list, threads: int) -> dict:
 def run_child(args: list) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True,
-                         text=True)
+                         text=True, check=False)
     if out.returncode:
         raise SystemExit(f"{' '.join(args)} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

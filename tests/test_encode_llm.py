@@ -171,7 +171,8 @@ def test_prompt_last_reads_the_prompt_mean_the_sentence(family, zoo, tmp_path): 
 
     folder = zoo[family]
     texts = sentences(10, seed=11) + ["casa."]
-    res = invoke(["encode", "--model", folder, "--sentences", write_lines(tmp_path / "s.txt", texts),
+    res = invoke(["encode", "--model", folder, "--sentences",
+                  write_lines(tmp_path / "s.txt", texts),
                   "--out", tmp_path / "c.h5", "--threads", "1", "--dtype", "float32",
                   "--prompt", PROMPT, "--batch-tokens", "64"])
     assert res.exit_code == 0, res.output
@@ -227,7 +228,8 @@ def test_bad_templates_are_refused_before_loading(zoo, toy_task, tmp_path):  # n
         res = invoke(["encode", "--model", tmp_path / "no-such-model", "--sentences", text,
                       "--out", tmp_path / "c.h5", "--prompt", template])
         assert res.exit_code == 2 and "--prompt" in res.output and "{}" in res.output
-    (tmp_path / "enc.py").write_text("def batcher(params, batch):\n    return [[0.0]] * len(batch)\n")
+    (tmp_path / "enc.py").write_text(
+        "def batcher(params, batch):\n    return [[0.0]] * len(batch)\n")
     res = invoke(["encode", "--encoder", f"{tmp_path / 'enc.py'}:batcher", "--sentences", text,
                   "--out", tmp_path / "c.h5", "--prompt", "di {}"])
     assert res.exit_code == 2 and "--prompt" in res.output and "--model" in res.output
@@ -308,7 +310,8 @@ def test_chat_template_wraps_a_user_turn(bpe, toy_task, tmp_path):  # noqa: F811
     res = invoke(base + ["--out", tmp_path / "c.h5"])
     assert res.exit_code == 0, res.output
     attrs = attrs_of(tmp_path / "c.h5")
-    assert attrs["prompt"] == "<s>user: {}</s><s>assistant:" and attrs["prompt_kind"] == "chat-template"
+    assert attrs["prompt"] == "<s>user: {}</s><s>assistant:"
+    assert attrs["prompt_kind"] == "chat-template"
     last = read_all(tmp_path / "c.h5", "last")
     tok = AutoTokenizer.from_pretrained(folder)
     for text in texts:

@@ -151,7 +151,7 @@ class BatcherEncoder:
             return WordCounts(np.array([TOKENS_PER_WORD * len(w) for w in words], np.int64))
         try:
             counts = np.asarray(self._count(self.params, words))
-        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+        except Exception as exc:  # user code may raise anything: said, naming the function
             raise OptionError(f"--encoder: {self.target}'s count_tokens failed: {exc}") from exc
         if counts.shape != (len(words),) or not np.issubdtype(counts.dtype, np.integer) \
                 or (counts < 0).any():

@@ -47,20 +47,20 @@ MEAN_MASK = "mean_mask"
 _SLOT_MARK = "estratos-sentence-slot-7f3a"
 
 
-def chat_framing(tokenizer: object, inner: Optional[Tuple[str, str]] = None) -> Tuple[str, str]:
+def chat_framing(tokenizer: Any, inner: Optional[Tuple[str, str]] = None) -> Tuple[str, str]:
     """``(prefix, suffix)`` of the tokenizer's chat template around one user turn whose
     content is the sentence (inside ``inner``'s prefix and suffix when ``--prompt`` is given
     too), ending with the assistant's turn opened, as for generation."""
     template = getattr(tokenizer, "chat_template", None)
     if not template:
-        raise OptionError(f"--chat-template: the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} "
-                          "has no chat template")
+        name = getattr(tokenizer, "name_or_path", "")
+        raise OptionError(f"--chat-template: the tokenizer {name!r} has no chat template")
     before, after = inner or ("", "")
     try:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": before + _SLOT_MARK + after}], tokenize=False,
             add_generation_prompt=True)
-    except Exception as exc:  # noqa: BLE001 - a template may fail in any way
+    except Exception as exc:  # a template may fail in any way: said as an option error
         raise OptionError(f"--chat-template: the tokenizer's chat template fails: {exc}") from exc
     if not isinstance(text, str) or text.count(_SLOT_MARK) != 1:
         raise OptionError("--chat-template: the tokenizer's chat template does not put the user "
@@ -457,6 +457,8 @@ class HFEncoder:
 
     def auto_batch_tokens(self) -> int:
         """``--batch-tokens auto`` for this model on its device (after :meth:`load`)."""
+        if self.model is None:
+            raise RuntimeError("HFEncoder.load() must be called before auto_batch_tokens()")
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         return devices.auto_batch_tokens(self.device, self.config, weights)
 

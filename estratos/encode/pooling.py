@@ -134,7 +134,6 @@ def pool(hidden: Sequence[torch.Tensor], mask: torch.Tensor, poolings: Sequence[
     real = mask.to(torch.bool)
     batch, width = real.shape
     positions = torch.arange(width, device=device).expand(batch, width)
-    rows = torch.arange(batch, device=device)
     first = torch.where(real, positions, width).min(dim=1).values.clamp(max=width - 1)
     last = torch.where(real, positions, -1).max(dim=1).values.clamp(min=0)
     weights = real.to(torch.float32)

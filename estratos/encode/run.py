@@ -136,13 +136,18 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
                  "stored_avg": True}
         if enc.n_states is not None:
             attrs.update(n_states=enc.n_states, dim=enc.dim)
-        late_space = []
+        late_space: List[Optional[SpacePlan]] = []
+        early_full: List[bool] = []
 
         def first_batch() -> None:
             """An ``--encoder`` cache's shape is known now: say its size and check the
             free space before anything is written."""
             if space is None:
-                late_space.append(_space(session, enc, texts, keys, dtype, notify))
+                try:
+                    late_space.append(_space(session, enc, texts, keys, dtype, notify))
+                except DiskFull:
+                    early_full.append(True)
+                    raise
 
         try:
             if space is not None:
@@ -160,7 +165,7 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
             # resuming one.
             # the free-space check of an --encoder's first batch comes before any row of this
             # run is written: what it created goes, as for a new cache's check
-            early = isinstance(exc, DiskFull) and getattr(exc, "before_writing", False)
+            early = isinstance(exc, DiskFull) and bool(early_full)
             full = not early and (isinstance(exc, DiskFull)
                                   or (isinstance(exc, OSError) and disk_full(exc)))
             session.abandon(discard=isinstance(exc, EstratosError) and not full)
@@ -202,11 +207,7 @@ def _space(session: CacheSession, enc, texts: List[str], keys: List[bytes], dtyp
                        dtype=dtype, n_poolings=len(enc.poolings))
     if notify:
         notify(space.describe())
-    try:
-        space.check()
-    except DiskFull as exc:
-        exc.before_writing = True
-        raise
+    space.check()
     return space
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -271,7 +271,7 @@ class PromptTokenizer:
         full = [self.prefix + t + self.suffix for t in texts]
         encodings = self.backend.encode_batch(full, add_special_tokens=self.special)
         lo = len(self.prefix)
-        out = []
+        out: List[Optional[Tuple[Any, Tuple[int, int]]]] = []
         for text, e in zip(texts, encodings):
             hi = lo + len(text)
             offsets = np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2)
