@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
+from enum import Enum
 from types import MappingProxyType
 from typing import Mapping, Optional, Tuple, Union
 
@@ -69,6 +70,20 @@ MEAN_TOKENS_PROMPTED = "sentence"
 #: the ``revision`` of a control model (``encode --random-init SEED``) is this prefix + SEED:
 #: its weights were never read, and its cells never share an identity with the trained model's
 RANDOM_INIT_PREFIX = "random-init:"
+
+# ---- what is trained --------------------------------------------------------------------------
+
+
+class Role(str, Enum):
+    """What a protocol trains (``Protocol.trains``) and what an estimator is for
+    (``RecordedEstimator.role``): one name for both, so neither compares strings."""
+
+    CLASSIFIER = "classifier"
+    REGRESSOR = "regressor"
+
+    def __str__(self) -> str:
+        return self.value
+
 
 # ---- how a probe reads features, and its controls -------------------------------------------
 #: ``probe --features``: ``raw``, the cached vectors as stored (SentEval's protocol: paper

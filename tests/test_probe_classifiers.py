@@ -11,8 +11,8 @@ from estratos.probe.classifiers import (
     RelatednessRegressor,
     SentEvalClassifier,
     score_distribution,
-    torch_runtime,
 )
+from estratos.probe.runtime import torch_runtime
 from estratos.stats.metrics import pearson_rows
 from estratos.testing.reference import reference_senteval_fit
 

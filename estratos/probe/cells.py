@@ -30,6 +30,7 @@ from estratos.probe.mdl import online_codes
 from estratos.probe.settings import resolve_classifier, resolve_regressor
 from estratos.protocols import CellOutcome, Inputs, OneAtATime, get_protocol, positive_class
 from estratos.tasks.types import TaskData
+from estratos.vocab import Role
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -82,9 +83,9 @@ def classifier_record(task: TaskData, classifier: Classifier) -> Dict[str, Any]:
     override."""
     est = _classifier(task, classifier)
     trains = get_protocol(task.protocol).trains
-    if trains == "regressor" and est.trains_regressor:
+    if trains == Role.REGRESSOR and est.trains_regressor:
         return resolve_regressor(task.spec.score_range).record(name=est.name)
-    if trains != "classifier":
+    if trains != Role.CLASSIFIER:
         return est.untrained_record()
     return est.record()
 
@@ -188,7 +189,7 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
     params = clf.get_params()
     positive = positive_class(spec.id, spec.metric, spec.extra_metrics, task.labels)
     trains = protocol.trains
-    if trains == "regressor" and not clf.trains_regressor:
+    if trains == Role.REGRESSOR and not clf.trains_regressor:
         trains = None
 
     def factory(template: Any, seed: Union[int, Tuple[int, ...]]) -> Callable[[], Any]:
@@ -208,11 +209,11 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
         return Inputs(
             labels=labels, splits=tuple(task.splits), features=group_features, pairs=pairs,
             classifier=(factory(clf.fresh(**clf_on), seed)
-                        if trains == "classifier" else None),
+                        if trains == Role.CLASSIFIER else None),
             regressor=(factory(resolve_regressor(spec.score_range,
                                                  **_with_features(on, features, ("features",))),
                                seed)
-                       if trains == "regressor" else None),
+                       if trains == Role.REGRESSOR else None),
             seed=int(seed if isinstance(seed, int) else seed[0]),
             l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
             validation_split=float(params["validation_split"]), positive=positive,
@@ -230,10 +231,10 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
     fuse = (protocol.seeds_share_data and not sequential and len(seeds) > 1
             and not shuffle_labels and device is not None
             and device.type in FUSED_SEED_DEVICES
-            and (trains == "regressor" or "device" in params))
+            and (trains == Role.REGRESSOR or "device" in params))
     def finish(seed: int, outcomes: List[CellOutcome], seconds: float) -> List[CellOutcome]:
         t0 = time.perf_counter()
-        if mdl and trains == "classifier":
+        if mdl and trains == Role.CLASSIFIER:
             _add_online_codes(task, protocol, inputs(seed), clf, seed, outcomes,
                               shuffle_labels, device)
         report(seed, outcomes, seconds + time.perf_counter() - t0)

@@ -25,7 +25,7 @@ from estratos.probe.estimator import (DEFAULT_CLASSIFIER, RecordedEstimator, est
                                       get_estimator, register_estimator)
 from estratos.probe.scaling import scaled, scaler_for
 from estratos.stats.metrics import pearson_rows
-from estratos.vocab import (DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, RAW_FEATURES,
+from estratos.vocab import (DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, RAW_FEATURES, Role,
                             STANDARDIZED_FEATURES, VALIDATION_SPLIT)
 
 log = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ class RelatednessRegressor(RecordedEstimator):
     """
 
     name = "senteval-relatedness"
-    role = "regressor"
+    role = Role.REGRESSOR
     summary = "Tai et al.'s SICK-R regressor, as SentEval trains it"
     _recorded = ("nhid", "optim", "batch_size", "tenacity", "epoch_size", "max_epoch",
                  "dropout", "l2_grid")

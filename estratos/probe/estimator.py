@@ -23,9 +23,10 @@ import inspect
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from estratos.errors import OptionError
+from estratos.vocab import Role
 
 #: roles an estimator can play (see the module docstring)
-ROLES: Tuple[str, ...] = ("classifier", "regressor")
+ROLES: Tuple[Role, ...] = tuple(Role)
 #: ``--classifier`` when none is given
 DEFAULT_CLASSIFIER = "senteval"
 
@@ -43,7 +44,7 @@ class RecordedEstimator:
     """
 
     name = ""
-    role = "classifier"
+    role: Role = Role.CLASSIFIER
     #: one line for ``--help`` and error messages
     summary = ""
     _recorded: Tuple[str, ...] = ()
@@ -134,12 +135,12 @@ def register_estimator(cls: E) -> E:
     return cls
 
 
-def estimator_names(role: str = "classifier") -> Tuple[str, ...]:
+def estimator_names(role: str = Role.CLASSIFIER) -> Tuple[str, ...]:
     """Registered estimator names of a role, in registration order."""
     return tuple(name for name, cls in _REGISTRY.items() if cls.role == role)
 
 
-def get_estimator(name: str, role: str = "classifier",
+def get_estimator(name: str, role: str = Role.CLASSIFIER,
                   option: str = "--classifier") -> Type[RecordedEstimator]:
     """The class registered as ``name`` for ``role``; an unknown name is an
     :class:`OptionError` naming ``option`` and the choices."""

@@ -16,7 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from estratos.errors import TaskError
 from estratos.probe.classifiers import (DEFAULT_CLASSIFIER, RecordedEstimator,
                                         RelatednessRegressor, estimator_names, get_estimator)
-from estratos.vocab import DEFAULT_L2_GRID, NOREG_GRID, OVERRIDE_KEYS  # noqa: F401
+from estratos.vocab import DEFAULT_L2_GRID, NOREG_GRID, OVERRIDE_KEYS, Role  # noqa: F401
 
 #: ``--classifier`` choices, from the estimator registry (:mod:`estratos.probe.estimator`)
 CLASSIFIERS: Tuple[str, ...] = estimator_names("classifier")
@@ -124,7 +124,7 @@ def task_estimator(spec: Any, protocol: Any, classifier: Union[str, RecordedEsti
     """The estimator ``protocol`` trains for a task (``spec``: its :class:`TaskSpec`): the
     chosen classifier with the task's overrides, the relatedness regressor, or None when the
     protocol trains nothing. What cost estimates and result records are built from."""
-    if protocol.trains == "regressor":
+    if protocol.trains == Role.REGRESSOR:
         return resolve_regressor(spec.score_range)
     if protocol.trains is None:
         return None

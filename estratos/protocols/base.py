@@ -21,7 +21,7 @@ from typing import (AbstractSet, Any, Callable, Dict, List, Mapping, Optional, S
 
 import numpy as np
 
-from estratos.vocab import DEFAULT_KFOLD, DEFAULT_SEED, VALIDATION_SPLIT
+from estratos.vocab import DEFAULT_KFOLD, DEFAULT_SEED, VALIDATION_SPLIT, Role
 
 #: name of the split a held-out part is cut from while loading
 POOL = "pool"
@@ -135,7 +135,7 @@ class Protocol:
     Class attributes say what the rest of the code may ask without naming protocols:
 
     - ``scores``: labels are float scores (similarity), not class ids;
-    - ``trains``: which estimator it trains: ``"classifier"``, ``"regressor"`` or None;
+    - ``trains``: which estimator it trains: ``Role.CLASSIFIER``, ``Role.REGRESSOR`` or None;
     - ``train_split``: the split a model (or a TF-IDF vocabulary) is fitted on; None: every
       split (nothing is trained);
     - ``subset_splits``: splits are named by the data (one per subset), not by the protocol;
@@ -147,7 +147,7 @@ class Protocol:
 
     name: str = ""
     scores: bool = False
-    trains: Optional[str] = "classifier"
+    trains: Optional[Role] = Role.CLASSIFIER
     train_split: Optional[str] = "train"
     subset_splits: bool = False
     seeds_share_data: bool = False

@@ -16,6 +16,7 @@ from estratos.protocols.base import CellOutcome, Inputs, Protocol, register
 from estratos.protocols.classification import plan_all_required, plan_train_dev_test
 from estratos.protocols.estimators import n_groups
 from estratos.protocols.metrics import correlations, row_cosine
+from estratos.vocab import Role
 
 #: the gold score range of relatedness tasks that do not declare one (SICK-R)
 DEFAULT_SCORE_RANGE = (1.0, 5.0)
@@ -141,7 +142,7 @@ class RelatednessProtocol(Protocol):
     name = "relatedness"
     scores = True
     scored_split = None
-    trains = "regressor"
+    trains = Role.REGRESSOR
     seeds_share_data = True
 
     def plan(self, published, present, names, holdout):
