@@ -93,6 +93,10 @@ class CacheError(EstratosError):
     """A cache that is missing, incomplete, corrupted or made with other settings."""
 
 
+class DamagedCache(CacheError):
+    """A cache whose own structures (its root attributes) cannot be read: a damaged file."""
+
+
 class SettingsMismatch(CacheError):
     """The cache was made with other settings (model, pooling, dtype...) than asked for."""
 

@@ -17,9 +17,10 @@ downloads, results, predictions, caches):
   (``EINVAL``, ``ENOTSUP``/``EOPNOTSUPP``), where there is nothing more to do;
 - **locks** (:func:`locked`, :func:`try_lock`): an exclusive ``flock`` (released by the kernel
   when the process dies, so a crash never leaves a stale lock);
-- **space held ahead** (:class:`Reservation`): a writer that cannot survive a full disk in the
-  middle of a write (HDF5) reserves what it will need before it starts, and takes the space
-  step by step, each step checked before it is written.
+- **space held ahead** (:class:`Reservation`, :func:`allocate_beyond_end`): a writer that
+  cannot survive a full disk in the middle of a write (HDF5) reserves what it will need
+  before it starts and moves it, step by step, into blocks allocated to its own file past
+  its end, so its writes land on allocated blocks and cannot meet a full disk.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import secrets
 import shutil
 import stat
 from pathlib import Path
-from typing import Iterator, Optional, Tuple, Type
+from typing import Callable, Iterator, Optional, Tuple, Type
 
 from estratos.errors import DiskFull, EstratosError
 
@@ -165,6 +167,58 @@ def preallocate(fd: int, offset: int, length: int, *, folder: PathLike, what: st
             raise no_space(folder, length, what) from None
         if exc.errno not in _UNSUPPORTED:
             raise
+
+
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+@functools.lru_cache(maxsize=1)
+def _libc_fallocate() -> Optional[Callable[..., int]]:
+    """libc's ``fallocate`` (Linux), None where there is none."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        func = libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    func.restype = ctypes.c_int
+    return func
+
+
+def allocate_beyond_end(fd: int, offset: int, length: int, *, folder: PathLike,
+                        what: str) -> bool:
+    """Allocate disk blocks for ``[offset, offset + length)`` of an open file without changing
+    its size (Linux ``fallocate`` with ``FALLOC_FL_KEEP_SIZE``): later writes there, by any
+    writer (HDF5), cannot meet a full disk, and the file looks unchanged to it. Raises
+    :class:`DiskFull` when the blocks are not free; False where the system cannot do it
+    (the caller relies on a free-space check then)."""
+    import ctypes
+
+    if length <= 0:
+        return True
+    fallocate = _libc_fallocate()
+    if fallocate is None:
+        return False
+    if fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in FULL_ERRNOS:
+        raise no_space(folder, length, what)
+    if code in _UNSUPPORTED + (errno.ENOSYS,):
+        return False
+    raise OSError(code, os.strerror(code))
+
+
+def drop_beyond_end(path: PathLike) -> None:
+    """Give back the blocks allocated past a file's end (:func:`allocate_beyond_end`) by
+    truncating it to its own size."""
+    try:
+        os.truncate(path, os.stat(path).st_size)
+    except FileNotFoundError:
+        pass
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview, *, offset: Optional[int] = None,
@@ -315,7 +369,8 @@ class Reservation:
     def take(self, nbytes: int, what: str) -> None:
         """Make ``nbytes`` available to the next write: release them from the reservation
         (as much as it still holds) and check they are free; :class:`DiskFull` otherwise,
-        before anything is written."""
+        before anything is written. The caller moves them into its file at once
+        (:func:`allocate_beyond_end`), so no other process can take them meanwhile."""
         # file systems count whole blocks: a block more than the bytes, in whole blocks
         block = _BLOCK
         give = min(self.held, -(-max(0, nbytes) // block) * block + block if nbytes > 0 else 0)
@@ -324,17 +379,6 @@ class Reservation:
             os.ftruncate(self._fd, self.held)
         if free_bytes(self.folder) < nbytes:
             raise no_space(self.folder, nbytes, what)
-
-    def give_back(self, nbytes: int) -> None:
-        """Hold again ``nbytes`` taken but left unwritten (a step's bound exceeded what it
-        wrote), as far as they are still free."""
-        if nbytes <= 0 or self._fd is None:
-            return
-        try:
-            os.posix_fallocate(self._fd, self.held, nbytes)
-        except OSError:
-            return  # taken by another process meanwhile: hold what is held
-        self.held += nbytes
 
     def close(self) -> None:
         """Give back whatever is still held."""
@@ -351,7 +395,7 @@ def reserve_path(output: PathLike) -> Path:
     return output.with_name(f".{output.name}{RESERVE_SUFFIX}")
 
 
-__all__ = ["FULL_ERRNOS", "Reservation", "create_beside", "disk_full",
-           "free_bytes", "fsync_file", "fsync_folder", "human_bytes", "locked", "no_space",
-           "open_for_lock", "preallocate", "publish", "reserve_path", "try_lock",
+__all__ = ["FULL_ERRNOS", "Reservation", "allocate_beyond_end", "create_beside", "disk_full",
+           "drop_beyond_end", "free_bytes", "fsync_file", "fsync_folder", "human_bytes", "locked",
+           "no_space", "open_for_lock", "preallocate", "publish", "reserve_path", "try_lock",
            "write_all", "write_atomic"]

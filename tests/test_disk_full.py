@@ -247,3 +247,25 @@ def test_an_unwritable_out_is_refused_before_any_training(tmp_path, tmpfs, monke
     [line] = error_lines(result.output)
     assert "--out" in line and "Read-only file system" in line, line
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_blocks_allocated_past_the_end_keep_the_size_and_cannot_be_taken(tmpfs):
+    """What lets HDF5 write without meeting a full disk: the blocks past the file's end are
+    its own (the size unchanged, the space gone from the disk), refused when not free, and
+    given back by a truncation to the file's own size."""
+    disk = tmpfs(256)
+    path = disk / "f"
+    path.write_bytes(b"x" * 1000)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        free = files.free_bytes(disk)
+        if not files.allocate_beyond_end(fd, 1000, 128 * 1024, folder=disk, what="a test"):
+            pytest.skip("no fallocate(FALLOC_FL_KEEP_SIZE) here")
+        assert path.stat().st_size == 1000
+        assert files.free_bytes(disk) <= free - 128 * 1024
+        with pytest.raises(files.DiskFull, match=f"{disk}: the disk is full: a test needs"):
+            files.allocate_beyond_end(fd, 200_000, 512 * 1024, folder=disk, what="a test")
+    finally:
+        os.close(fd)
+    files.drop_beyond_end(path)
+    assert files.free_bytes(disk) >= free - 8 * 1024 and path.read_bytes() == b"x" * 1000

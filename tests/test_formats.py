@@ -201,3 +201,22 @@ def test_a_predictions_file_of_a_newer_version_is_refused_by_name(tmp_path):
     with pytest.raises(ResultsError, match=r"cells-000002\.h5.*version 7 .*reads 1 to 2"):
         PredictionsReader().find(read_results(results)[0], results)
 
+
+
+def test_unreadable_root_attributes_are_a_damaged_cache(tmp_path, monkeypatch):
+    """A cache whose attribute heap is damaged: verify reports it, readers refuse it, both
+    naming the file (never a raw HDF5 error)."""
+    from estratos.cache import verify_cache
+    from estratos.errors import DamagedCache
+
+    cache = unpack("cache.h5.gz", tmp_path)
+
+    def unreadable(self):
+        raise OSError("Can't synchronously read data (bad heap pointer)")
+
+    monkeypatch.setattr(h5py.AttributeManager, "items", unreadable)
+    report = verify_cache(cache)
+    assert not report.ok and "root attributes cannot be read" in report.problems[0]
+    with pytest.raises(DamagedCache, match=r"cache\.h5: its root attributes cannot be read"):
+        with open_cache(cache):
+            pass

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 import h5py
 import numpy as np
 
-from estratos.errors import CacheError
+from estratos.errors import CacheError, DamagedCache
 from estratos.text import KEY_BYTES
 
 SCHEMA_VERSION = 2
@@ -186,7 +186,8 @@ def growth_bytes(lo: int, hi: int, columns: int, dim: int, itemsize: int, n_pool
     """Bytes a cache file grows by at most when rows ``[lo, hi)`` are appended: the chunks
     first written (a chunk is allocated whole when its first row is written) of the vector
     datasets (``columns`` = stored states + avg, per pooling) and of the per-row datasets,
-    the texts (``texts_bytes``: the sum of :func:`text_bytes`) and :data:`BLOCK_METADATA_BYTES`."""
+    the texts (``texts_bytes``: the sum of :func:`text_bytes`) and HDF5's own structures
+    (:func:`metadata_bytes`)."""
     def first_written(chunk_rows: int) -> int:
         return (-(-hi // chunk_rows) - -(-lo // chunk_rows)) * chunk_rows
 
@@ -195,7 +196,14 @@ def growth_bytes(lo: int, hi: int, columns: int, dim: int, itemsize: int, n_pool
                ) * columns * n_poolings
     rows = first_written(ROW_CHUNK_ROWS) * (KEY_DTYPE.itemsize + 4 + 1)
     texts = first_written(TEXT_CHUNK_ROWS) * 16 + texts_bytes
-    return vectors + rows + texts + BLOCK_METADATA_BYTES
+    return vectors + rows + texts + metadata_bytes(n_poolings)
+
+
+def metadata_bytes(n_poolings: int) -> int:
+    """A bound on HDF5's own bytes one append adds: :data:`BLOCK_METADATA_BYTES`, and
+    :data:`DATASET_METADATA_BYTES` for each chunked dataset (the per-row ones, and a vectors
+    and an avg dataset per pooling), whose chunk index may gain a node."""
+    return BLOCK_METADATA_BYTES + DATASET_METADATA_BYTES * (len(ROW_DATASETS) + 2 * n_poolings)
 
 
 def step_slack(columns: int, dim: int, itemsize: int, n_poolings: int) -> int:
@@ -204,12 +212,14 @@ def step_slack(columns: int, dim: int, itemsize: int, n_poolings: int) -> int:
     bound from a reservation needs this much beyond the final size."""
     return (CHUNK_ROWS * columns * (dim * itemsize) * n_poolings
             + ROW_CHUNK_ROWS * (KEY_DTYPE.itemsize + 4 + 1) + TEXT_CHUNK_ROWS * 16
-            + 2 * BLOCK_METADATA_BYTES)
+            + 2 * metadata_bytes(n_poolings))
 
 
-#: HDF5's own bytes one block append may add (chunk index nodes, a new heap collection of at
-#: least 4 KiB, object header updates): a bound, not an estimate
+#: HDF5's own bytes one block append may add besides the chunk indexes (a new heap collection
+#: of at least 4 KiB, object header updates): a bound, not an estimate
 BLOCK_METADATA_BYTES = 8 * 1024
+#: a chunk index node (v1 B-tree, about 2.2 KB measured) a dataset may gain in one append
+DATASET_METADATA_BYTES = 4 * 1024
 
 
 def count_truncated(f: h5py.File) -> int:
@@ -245,7 +255,11 @@ def to_python(value: Any) -> Any:
 def read_attrs(f: h5py.File) -> Dict[str, Any]:
     """Root attributes as plain Python, in the current version (:func:`migrate`);
     ``poolings``, ``states`` and ``unrecorded`` as tuples, ``library_versions`` a dict."""
-    attrs = {k: to_python(v) for k, v in f.attrs.items()}
+    try:
+        attrs = {k: to_python(v) for k, v in f.attrs.items()}
+    except (OSError, KeyError, ValueError, RuntimeError) as exc:
+        raise DamagedCache(f"{f.filename}: its root attributes cannot be read ({exc}); the "
+                           "file is damaged: encode it again") from None
     if attrs.get("format") == FORMAT_NAME:
         attrs = migrate(attrs, f.filename)
     for name in ("poolings", "states", UNRECORDED):

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from estratos.cache import schema
+from estratos.errors import DamagedCache
 from estratos.text import normalize_sentence, sentence_key
 
 #: rows checked per read; a multiple of the chunk rows so a bad chunk maps to one block
@@ -56,6 +57,12 @@ def verify_cache(path: os.PathLike | str,
     """
     path = Path(path)
     report = VerifyReport(str(path))
+    try:
+        with schema.open_existing(path):
+            pass
+    except DamagedCache as exc:  # a cache, but its attributes are unreadable
+        report.problems.append(str(exc))
+        return report
     with schema.open_existing(path) as (f, attrs):
         n = int(attrs.get("n_done", 0))
         report.n_rows = n

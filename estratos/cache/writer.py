@@ -23,7 +23,8 @@ import numpy as np
 from estratos.cache import schema
 from estratos.errors import CacheError, DiskFull
 from estratos.faultpoints import fault_point
-from estratos.files import Reservation, disk_full, fsync_file, fsync_folder
+from estratos.files import (Reservation, allocate_beyond_end, disk_full, drop_beyond_end,
+                            fsync_file, fsync_folder)
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +98,10 @@ class CacheWriter:
         #: the space this writer may use; each write takes its bytes first (nothing held:
         #: each write checks the free space itself)
         self.room = room if room is not None else Reservation(path)
-        #: bytes taken from :attr:`room` for this file, and its size when opened: what was
-        #: taken but not filled is counted before the next take (the steps are bounds)
-        self._taken = 0
-        self._size0 = self._size()
+        #: where the blocks allocated to the file past its end end (each step's bound is
+        #: allocated there before HDF5 writes it), and the descriptor used to allocate them
+        self._allocated = 0
+        self._fd: Optional[int] = None
         self._n_done = int(f.attrs.get("n_done", 0))
         #: open dataset handles by path: an append looks each up once per file, not per
         #: block (h5py's lookups hold the GIL the encoder's forward pass needs)
@@ -336,7 +337,6 @@ class CacheWriter:
                            ) from None
         try:
             self._append(keys, sentences, n_tokens, truncated, vectors, averages)
-            self._settle()
         except OSError as exc:
             if not disk_full(exc):
                 raise
@@ -352,17 +352,32 @@ class CacheWriter:
             return 0
 
     def _take(self, nbytes: int, what: str) -> None:
-        """Take ``nbytes`` from :attr:`room` for the next write (:meth:`Reservation.take`)."""
-        self.room.take(nbytes, what)
-        self._taken += nbytes
+        """Before a write that may grow the file by ``nbytes``: allocate the blocks from its
+        end to ``nbytes`` past it (those already allocated by earlier steps count), taking
+        the new ones from :attr:`room` (:meth:`Reservation.take`), so the write cannot meet
+        a full disk. :class:`DiskFull` when they are not free, before anything is written."""
+        size = self._size()
+        start = max(size, self._allocated)
+        new = size + nbytes - start
+        if new <= 0:
+            return
+        self.room.take(new, what)
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:  # not linked yet (creation): the check above stands
+                return
+        if allocate_beyond_end(self._fd, start, new, folder=self.path.parent, what=what):
+            self._allocated = start + new
 
-    def _settle(self) -> None:
-        """Give back to :attr:`room` what the writes took but did not fill (each take is a
-        bound), so the reservation keeps what the next writes need."""
-        unused = self._taken - (self._size() - self._size0)
-        if unused > 0:
-            self.room.give_back(unused)
-            self._taken -= unused
+    def _release(self) -> None:
+        """Close the allocation descriptor and give back the blocks past the file's end."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._allocated:
+            drop_beyond_end(self.path)
+            self._allocated = 0
 
     def _growth(self, b: int, sentences: Sequence[str], vectors: Mapping[str, np.ndarray]
                 ) -> int:
@@ -441,6 +456,7 @@ class CacheWriter:
         self._f.flush()
         fault_point("finish-marked")
         self._f.close()
+        self._release()
         fsync_file(self.path)
         os.replace(self.path, final)
         fault_point("finish-renamed")
@@ -457,6 +473,7 @@ class CacheWriter:
                 log.warning("%s: could not flush on close (%s); rows up to n_done=%d stay "
                             "trusted", self.path, exc, self._n_done)
             self._f.close()
+        self._release()
 
     def __enter__(self) -> "CacheWriter":
         return self
