@@ -255,7 +255,7 @@ def test_lbfgs_converges_fast_on_nearly_collinear_features():
 
 
 def test_a_fit_stopped_at_the_cap_is_recorded_in_the_result():
-    from estratos.probe.records import System, cell_record
+    from estratos.probe.records import CellSource, cell_record
     from estratos.protocols.classification import split_protocol
 
     x, y, xd, yd = collinear_toy()
@@ -274,7 +274,7 @@ def test_a_fit_stopped_at_the_cap_is_recorded_in_the_result():
     from probe_toys import toy_split_task
 
     task = toy_split_task(40)[0]
-    system = System(kind="probe", model="m", revision=None)
+    system = CellSource(kind="probe", model="m", revision=None)
     line = cell_record(task, out[0], system, layer=0, pooling="cls", features="standardized",
                        seed=1, classifier={"name": "lbfgs"}, seconds=1.0)
     assert line.to_json()["capped"] == {"max_iter": 2}

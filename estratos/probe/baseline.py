@@ -68,7 +68,7 @@ from estratos.errors import OptionError
 from estratos.probe.features import COMBINERS
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
 from estratos.probe.classifiers import LogisticGrid
-from estratos.probe.records import System, cell_record, store_cells
+from estratos.probe.records import CellSource, cell_record, store_cells
 from estratos.options import check_output_file, parse_baselines, parse_seeds
 from estratos.protocols import CellOutcome, get_protocol
 from estratos.vocab import (BASELINE_MODEL_PREFIX, DEFAULT_BASELINE, DEFAULT_KFOLD,
@@ -292,9 +292,9 @@ class SurfaceBaseline:
     estimator: Type[SurfaceLogReg]
 
     @property
-    def system(self) -> System:
+    def system(self) -> CellSource:
         """What produced its cells (no cache, no device: a baseline reads text only)."""
-        return System(kind="baseline", model=baseline_model(self.name),
+        return CellSource(kind="baseline", model=baseline_model(self.name),
                       revision=baseline_revision(self.name))
 
 

@@ -4,25 +4,28 @@ Why a module of its own: the probe runner (cached vectors) and the TF-IDF baseli
 cells the same way and must write them the same way: the same record fields from a
 protocol's :class:`~estratos.protocols.CellOutcome`, the same cell identity
 (:func:`estratos.results.record.cell_key`), and predictions stored *before* the results lines
-(with each record's ``ci``), so a line never lacks its predictions. What differs between
-them is only what produced the cells, a :class:`System`. Torch-free, so the baseline does not
-load torch.
+(with each record's ``ci``), so a line never lacks its predictions, paired with the gold
+labels of the split(s) they predict (:func:`outcome_predictions`), and one rule for a
+one-class cell (:func:`degenerate`). What differs between them is only what produced the
+cells, a :class:`CellSource`. Torch-free, so the baseline does not load torch.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
 
 from estratos import __version__
-from estratos.probe.predictions import degenerate, outcome_predictions
-from estratos.protocols import CellOutcome
+from estratos.protocols import CellOutcome, get_protocol
 from estratos.results import ResultRecord, ResultsStore, primary_score
-from estratos.results.predictions import write_predictions
+from estratos.results.predictions import CellPredictions, write_predictions
 from estratos.results.record import CellKey, Layer, cell_key
 from estratos.tasks.types import TaskData
-from estratos.vocab import utc_now
+from estratos.vocab import ONE_CLASS_SHARE, utc_now
 
 
 #: the cache identity fields a probe's results line records (``cache``)
@@ -30,7 +33,7 @@ CACHE_FIELDS = ("path", "dtype", "max_length", "n_states", "dim", "tokenizer")
 
 
 @dataclass(frozen=True)
-class System:
+class CellSource:
     """What produced a run's cells: ``kind`` (``"probe"`` or ``"baseline"``), the model and
     revision that identify it, the cache's identity (None: the baseline reads no cache), the
     device the probes ran on (None: not recorded) and, for a control model's cache (``encode
@@ -45,7 +48,7 @@ class System:
 
     @classmethod
     def of_cache(cls, identity: Mapping[str, Any], device: Optional[str] = None
-                 ) -> "System":
+                 ) -> "CellSource":
         """A probe on a cache: its model and revision, and the cache fields results record
         (``CacheReader.identity()``)."""
         return cls(kind="probe", model=str(identity.get("model") or ""),
@@ -63,7 +66,38 @@ class System:
                         control, features)
 
 
-def cell_record(task: TaskData, outcome: CellOutcome, system: System, *, layer: Layer,
+def outcome_predictions(task: TaskData, outcome: CellOutcome) -> Optional[CellPredictions]:
+    """The outcome's per-example predictions with the gold labels of the split(s) they
+    predict, in that order (None when the protocol gave none)."""
+    if outcome.predictions is None or not outcome.predicted:
+        return None
+    golds = [(name, np.asarray(task.splits[name].labels)) for name in outcome.predicted]
+    return CellPredictions.from_splits(outcome.predictions, golds, outcome.folds,
+                                       outcome.positive)
+
+
+def degenerate(task: TaskData, outcome: CellOutcome) -> Optional[Dict[str, Any]]:
+    """``{"class": LABEL, "share": S}`` when a share S >= :data:`ONE_CLASS_SHARE` of a
+    classification cell's test predictions is one class (the probe barely left it, e.g. the
+    majority), else None. Why: such a cell's score is (nearly) that class's rate, not
+    something the layer encodes; one prediction in 4,906 off the top class is no reading
+    either. Reports show it apart and never mark it best (``ResultRecord.degenerate``)."""
+    if get_protocol(task.protocol).scores or outcome.predictions is None:
+        return None
+    predicted = np.asarray(outcome.predictions).astype(np.int64, copy=False).ravel()
+    if predicted.size < 2 or predicted.min() < 0:
+        return None
+    counts = np.bincount(predicted)
+    index = int(counts.argmax())
+    share = float(counts[index]) / predicted.size
+    if share < ONE_CLASS_SHARE:
+        return None
+    labels = list(task.labels)
+    return {"class": str(labels[index]) if 0 <= index < len(labels) else index,
+            "share": math.floor(share * 1e4) / 1e4}  # never rounded up to "every one"
+
+
+def cell_record(task: TaskData, outcome: CellOutcome, system: CellSource, *, layer: Layer,
                 pooling: Optional[str], features: Optional[str], seed: int,
                 classifier: Mapping[str, Any],
                 seconds: float, chance: Optional[Mapping[str, Any]] = None,
@@ -105,4 +139,4 @@ def store_cells(out: Union[str, os.PathLike], task: TaskData,
     return (store or ResultsStore(out)).append(records, skip_done=not overwrite)
 
 
-__all__ = ["CACHE_FIELDS", "System", "cell_record", "store_cells"]
+__all__ = ["CACHE_FIELDS", "CellSource", "cell_record", "store_cells"]

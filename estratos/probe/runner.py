@@ -37,7 +37,7 @@ from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, sha
                                  shard_path)
 from estratos.probe.outcome import ProbeRun, UnitStat
 from estratos.probe.progress import GridProgress
-from estratos.probe.records import System
+from estratos.probe.records import CellSource
 from estratos.probe.scheduler import Event, make_executor
 from estratos.probe.settings import task_estimator
 from estratos.probe.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
@@ -110,7 +110,7 @@ class RunPlan:
     out: Path
     specs: Tuple[Any, ...]
     layers: Tuple[LayerSpec, ...]
-    system: System
+    system: CellSource
     model: Any
     done: Set[tuple]
     pending: Dict[str, Dict[int, List[LayerSpec]]]
@@ -226,7 +226,7 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
     if not config.overwrite:
         done = done_keys([str(out_path), *expand_paths(list(resume_from))])
     plan = RunPlan(config=config.replace(pooling=pooling), cache_path=cache_path, out=out_path,
-                   specs=tuple(specs), layers=layer_specs, system=System.of_cache(identity),
+                   specs=tuple(specs), layers=layer_specs, system=CellSource.of_cache(identity),
                    model=model_name, done=done, pending={}, estimators=estimators)
     if done:
         grid = {plan.key(t, layer, s) for t in ids for layer in layer_specs

@@ -24,7 +24,7 @@ from estratos.probe.config import ProbeConfig
 from estratos.probe.controls import control_record, control_task
 from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
 from estratos.probe.grid import TaskShape, WorkUnit
-from estratos.probe.records import System, cell_record, store_cells
+from estratos.probe.records import CellSource, cell_record, store_cells
 from estratos.probe.runtime import torch_runtime
 from estratos.results import ResultRecord, ResultsStore
 from estratos.vocab import CONTROL_TASK, LABEL_SHUFFLE
@@ -194,7 +194,7 @@ class UnitRunner:
         rows = self._rows(unit.task)
         classifier = classifier_record(task, config.classifier)
         results = ResultsStore(ctx.out)
-        system = System.of_cache(self.identity, config.device)
+        system = CellSource.of_cache(self.identity, config.device)
         n_examples = sum(len(s) for s in task.splits.values())
         n_features = COMBINER_WIDTH[spec.combiner] * self.cache.dim
         # a control task is a task of its own per seed (its labels are drawn from the seed)
@@ -212,7 +212,7 @@ class UnitRunner:
         return time.perf_counter() - t_start
 
     def _evaluate(self, task: Any, vectors: np.ndarray, positions: List[Any],
-                  seeds: Sequence[int], chunk: List[LayerSpec], system: System,
+                  seeds: Sequence[int], chunk: List[LayerSpec], system: CellSource,
                   classifier: Mapping[str, Any], results: ResultsStore,
                   report: Callable[[List[ResultRecord]], None], data_digest: str) -> None:
         """Train the cells of ``chunk`` x ``seeds`` and store each seed's as soon as final
