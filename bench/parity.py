@@ -5,7 +5,7 @@ One seed cannot tell a protocol difference from seed noise (the issue measured o
 cached vectors, through the same protocol code (split / kfold / inner-kfold, same L2 grid
 and selection), for several seeds:
 
-- ours: :class:`estratos.probe.classifiers.SentEvalClassifier` (batched, our random streams);
+- ours: :class:`estratos.probe.estimators.classifiers.SentEvalClassifier` (batched, our random streams);
 - reference: :class:`estratos.testing.reference.ReferenceEstimator` (one ``torch.nn.Linear``
   and ``torch.optim.Adam`` per (layer, L2), SentEval's own random streams:
   ``torch.manual_seed`` + ``nn.Linear`` init, ``np.random.seed`` + one permutation per pass).
@@ -38,10 +38,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from estratos.cache import open_cache  # noqa: E402
-from estratos.probe.runtime import torch_runtime  # noqa: E402
+from estratos.probe.estimators.runtime import torch_runtime  # noqa: E402
 from estratos.probe.features import AVG, build_features  # noqa: E402
 from estratos.testing.reference import ReferenceEstimator  # noqa: E402
-from estratos.probe.settings import resolve_classifier  # noqa: E402
+from estratos.probe.estimators.settings import resolve_classifier  # noqa: E402
 from estratos.protocols import Inputs, get_protocol  # noqa: E402
 from estratos.tasks import DataDirs, load_task, select_tasks  # noqa: E402
 

@@ -49,7 +49,7 @@ def cell_key(record):
 
 def compare_sequential(cache, dirs, grid, n, args, tmp):
     """Rerun the grid's first ``n`` cells with one process; largest |score difference|."""
-    from estratos.probe.runner import run_probe
+    from estratos.probe.grid.runner import run_probe
     from estratos.tasks import select_tasks
 
     chosen = [r for r in grid if r.score is not None][:n]
@@ -184,8 +184,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
 
-    from estratos.probe.runtime import torch_runtime
-    from estratos.probe.runner import run_probe
+    from estratos.probe.estimators.runtime import torch_runtime
+    from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs, select_tasks
 
     with torch_runtime(1):  # one-time torch imports happen here, outside the timings

@@ -93,7 +93,7 @@ def main(argv=None) -> int:
 
     from estratos.results import read_results
     from estratos.options import parse_seeds
-    from estratos.probe.runner import run_probe
+    from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs, select_tasks
 
     cache = Path(args.cache)
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     seeds = parse_seeds(args.seeds)
     seq_seeds = parse_seeds(args.sequential_seeds) if args.sequential_seeds else seeds
     seq_layers = args.sequential_layers or args.layers
-    from estratos.probe.runtime import torch_runtime
+    from estratos.probe.estimators.runtime import torch_runtime
 
     with torch_runtime(1):  # one-time torch imports happen here, outside the timings
         pass
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
 
 
 def _l2_grid(spec):
-    from estratos.probe.settings import resolve_classifier
+    from estratos.probe.estimators.settings import resolve_classifier
 
     return resolve_classifier(spec.classifier, classifier="senteval", task=spec.id).l2_grid
 
@@ -164,11 +164,11 @@ def time_reference(cache_path: Path, spec, dirs, layers: str, seed: int, threads
     """Seconds to train (layers x L2 grid) linear probes one at a time with the plain
     torch.nn + torch.optim.Adam loop SentEval runs; returns (seconds, models)."""
     from estratos.cache import open_cache
-    from estratos.probe.runtime import torch_runtime
+    from estratos.probe.estimators.runtime import torch_runtime
     from estratos.probe.features import build_features
     from estratos.options import parse_layers
     from estratos.testing.reference import reference_senteval_fit
-    from estratos.probe.settings import resolve_classifier
+    from estratos.probe.estimators.settings import resolve_classifier
     from estratos.tasks import load_task
 
     task = load_task(spec, dirs)

@@ -3,7 +3,7 @@
 The two heaviest probes of the Spanish grid are WordContent (a linear probe with 1000
 classes, every layer spec x the 4-value L2 grid) and the DC tasks (an MLP with 2000 hidden
 units on 6 x 384 features, every layer spec, no L2 search). This times ``steps`` training
-steps of each through the real trainer (:class:`estratos.probe.classifiers.
+steps of each through the real trainer (:class:`estratos.probe.estimators.classifiers.
 SentEvalClassifier`, one pass, then one dev evaluation of one batch) and through the plain
 autograd loop a user would write for the same stacked shapes (``torch.bmm`` models,
 ``cross_entropy``, ``loss.backward()``, ``torch.optim.Adam(fused=True)``), alternating the
@@ -42,7 +42,7 @@ def _data(features: int, classes: int, groups: int, n: int, seed: int = 0):
 
 def ours(probe: str, groups: int, steps: int, batch: int) -> float:
     """Seconds for ``steps`` steps of the real trainer (one pass, one 1-batch dev round)."""
-    from estratos.probe.classifiers import SentEvalClassifier
+    from estratos.probe.estimators.classifiers import SentEvalClassifier
 
     features, classes, nhid, n_l2, _ = SHAPES[probe]
     x, y = _data(features, classes, groups, steps * batch)
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args(argv)
-    from estratos.probe.runtime import torch_runtime
+    from estratos.probe.estimators.runtime import torch_runtime
 
     probes = list(SHAPES) if args.probe == "both" else [args.probe]
     with torch_runtime(args.threads):

@@ -277,7 +277,7 @@ def test_the_baseline_is_an_estimator_of_the_probes_cell_pipeline():
     it keeps SentEval's L2 grid on a noreg task and takes only the task's kfold."""
     from estratos.probe.baseline import TfidfLogReg
     from estratos.probe.cells import classifier_record
-    from estratos.probe.classifiers import LBFGSClassifier, LogisticGrid
+    from estratos.probe.estimators.classifiers import LBFGSClassifier, LogisticGrid
 
     assert issubclass(TfidfLogReg, LogisticGrid) and issubclass(LBFGSClassifier, LogisticGrid)
     data = _sentiment_task("kfold")
@@ -287,7 +287,7 @@ def test_the_baseline_is_an_estimator_of_the_probes_cell_pipeline():
     assert rec.classifier["l2_grid"] == [1e-5, 1e-4, 1e-3, 1e-2]
     assert rec.l2 in (1e-5, 1e-4, 1e-3, 1e-2)
     est = TfidfLogReg()
-    from estratos.probe.settings import resolve_classifier
+    from estratos.probe.estimators.settings import resolve_classifier
     resolved = resolve_classifier(spec.classifier, classifier=est, task=spec.id)
     assert resolved.kfold == 4 and resolved.l2_grid == est.l2_grid
     sick = _task(_spec("R", "pair", "relatedness", metric="pearson", group="SS"),

@@ -22,8 +22,8 @@ def tass(es_data_dir, minilm_dir, tmp_path_factory):
 
 
 def test_an_mlp_reaches_a_higher_control_task_accuracy_than_a_linear_probe(tass, tmp_path):
-    from estratos.probe.classifiers import SentEvalClassifier
-    from estratos.probe.runner import run_probe
+    from estratos.probe.estimators.classifiers import SentEvalClassifier
+    from estratos.probe.grid.runner import run_probe
 
     task, cache = tass
     scores = {}

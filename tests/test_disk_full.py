@@ -222,7 +222,7 @@ def test_encode_stops_cleanly_when_the_disk_fills_mid_run_and_resumes(tiny_bert_
 def test_an_out_under_a_file_is_refused_before_any_training(tmp_path, monkeypatch):
     task_file, cache = write_toml_task(tmp_path, 240, informative=(1, 2), train=160, dev=40)
     (tmp_path / "afile").write_text("x")
-    import estratos.probe.units as units
+    import estratos.probe.grid.units as units
 
     def no_training(*args, **kwargs):
         raise AssertionError("trained before checking --out")
@@ -238,7 +238,7 @@ def test_an_out_under_a_file_is_refused_before_any_training(tmp_path, monkeypatc
 def test_an_unwritable_out_is_refused_before_any_training(tmp_path, tmpfs, monkeypatch):
     task_file, cache = write_toml_task(tmp_path, 240, informative=(1, 2), train=160, dev=40)
     readonly = tmpfs(64, "ro")
-    import estratos.probe.units as units
+    import estratos.probe.grid.units as units
 
     monkeypatch.setattr(units, "evaluate_cells", lambda *a, **k: (_ for _ in ()).throw(
         AssertionError("trained before checking --out")))

@@ -401,7 +401,7 @@ def test_encoder_function_checks_free_space_after_its_first_batch(tmp_path, monk
 # -- seeds that cannot differ: --classifier lbfgs on a split task ------------------------------
 def test_deterministic_classifier_seeds_are_said_and_shown_without_spread(zoo, toy_task,  # noqa: F811
                                                                            tmp_path, caplog):
-    from estratos.probe.classifiers import seeds_cannot_differ
+    from estratos.probe.estimators.classifiers import seeds_cannot_differ
 
     assert seeds_cannot_differ("lbfgs", "split")
     assert not seeds_cannot_differ("senteval", "split")

@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from estratos import errors
-from estratos.probe.runner import run_probe
+from estratos.probe.grid.runner import run_probe
 
 from probe_toys import WorkerFailingLoader, spec, toy_split_task, write_cache
 

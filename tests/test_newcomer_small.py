@@ -67,7 +67,7 @@ def test_bench_tasks_takes_help_and_names_a_wrong_folder(tmp_path):
 
 def test_a_control_on_one_cosine_task_reads_well(tmp_path):
     from estratos.errors import OptionError
-    from estratos.probe.runner import _trained_only
+    from estratos.probe.grid.runner import _trained_only
     from estratos.tasks import get_spec
 
     try:

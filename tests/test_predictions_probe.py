@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estratos.probe.runner import run_probe
+from estratos.probe.grid.runner import run_probe
 from estratos.results.predictions import PredictionsReader, predictions_dir
 
 from stats_toys import reproduced as _reproduced

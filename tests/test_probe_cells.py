@@ -8,7 +8,7 @@ import torch
 
 from estratos.errors import OptionError, TaskError
 from estratos.probe.cells import classifier_record, evaluate_cells, resolve_probe_device
-from estratos.probe.runtime import torch_runtime
+from estratos.probe.estimators.runtime import torch_runtime
 from estratos.tasks.types import SlotRefs, Split, TaskData
 
 from probe_toys import spec, toy_split_task

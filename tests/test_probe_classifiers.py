@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from estratos.probe.classifiers import (
+from estratos.probe.estimators.classifiers import (
     LBFGSClassifier,
     RelatednessRegressor,
     SentEvalClassifier,
     score_distribution,
 )
-from estratos.probe.runtime import torch_runtime
+from estratos.probe.estimators.runtime import torch_runtime
 from estratos.stats.metrics import pearson_rows
 from estratos.testing.reference import reference_senteval_fit
 

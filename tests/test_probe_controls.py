@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 from estratos.errors import OptionError
-from estratos.probe.classifiers import SentEvalClassifier
+from estratos.probe.estimators.classifiers import SentEvalClassifier
 from estratos.probe.controls import DEV_PART, ShuffledLabels, permuted
 from estratos.probe.mdl import BLOCK_FRACTIONS, block_ends, code_order, online_code, online_codes
-from estratos.probe.runner import run_probe
+from estratos.probe.grid.runner import run_probe
 from estratos.results import read_results
 
 from probe_toys import (MemoryLoader, single_task, spec, toy_classification,

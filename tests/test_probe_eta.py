@@ -1,4 +1,4 @@
-"""The probe's ETA (estratos.probe.eta.GridEta) on a fake clock: a simulated grid whose units
+"""The probe's ETA (estratos.probe.grid.eta.GridEta) on a fake clock: a simulated grid whose units
 take ``0.2 s x cost + 6 s`` (a per-unit overhead the estimates do not have), run longest first
 on two processes, as the scheduler runs them."""
 
@@ -9,7 +9,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from estratos.probe.eta import GridEta, _fit_nonnegative
+from estratos.probe.grid.eta import GridEta, _fit_nonnegative
 
 
 class Clock:
@@ -98,9 +98,9 @@ def test_the_fit_keeps_both_parameters_nonnegative(points, want):
 
 
 def test_the_probe_bar_shows_the_measured_estimate():
-    """The runner's bar (estratos.probe.progress.GridProgress) fed the events a grid sends."""
-    from estratos.probe.grid import WorkUnit
-    from estratos.probe.progress import GridProgress
+    """The runner's bar (estratos.probe.grid.progress.GridProgress) fed the events a grid sends."""
+    from estratos.probe.grid.plan import WorkUnit
+    from estratos.probe.grid.progress import GridProgress
 
     clock = Clock()
     units = [WorkUnit("t", (0, 1), (1,), 100.0, 0), WorkUnit("t", (2, 3), (1,), 10.0, 1),

@@ -8,8 +8,8 @@ import pytest
 from estratos.errors import OptionError, TaskError
 from estratos.options import parse_layers
 from estratos.probe.features import AVG, build_features, combine, layer_matrix, slot_vectors
-from estratos.probe.classifiers import LBFGSClassifier, RelatednessRegressor, SentEvalClassifier
-from estratos.probe.settings import DEFAULT_L2_GRID, NOREG_GRID, resolve_classifier
+from estratos.probe.estimators.classifiers import LBFGSClassifier, RelatednessRegressor, SentEvalClassifier
+from estratos.probe.estimators.settings import DEFAULT_L2_GRID, NOREG_GRID, resolve_classifier
 from estratos.tasks.types import SlotRefs, Split
 
 from probe_toys import spec

@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 from estratos.cli import cli
 from estratos.errors import CacheError, OptionError
-from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, makespan, plan_units,
+from estratos.probe.grid.plan import (TaskShape, WorkUnit, cell_cost, makespan, plan_units,
                                  shard_cells, shard_path, unit_cost)
-from estratos.probe.runner import run_probe
-from estratos.probe.settings import resolve_classifier
+from estratos.probe.grid.runner import run_probe
+from estratos.probe.estimators.settings import resolve_classifier
 from estratos.results import read_results
 
 from probe_toys import spec, toy_classification, toy_split_task, write_cache, write_toml_task

@@ -8,8 +8,8 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 
 import estratos.protocols as P
-from estratos.probe.classifiers import LBFGSClassifier, RelatednessRegressor, SentEvalClassifier
-from estratos.probe.runtime import torch_runtime
+from estratos.probe.estimators.classifiers import LBFGSClassifier, RelatednessRegressor, SentEvalClassifier
+from estratos.probe.estimators.runtime import torch_runtime
 
 
 @pytest.fixture(autouse=True)

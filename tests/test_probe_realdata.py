@@ -57,7 +57,7 @@ def tass_slice(es_data_dir, minilm_dir, tmp_path_factory):
 
 
 def test_batched_equals_sequential_on_real_tass1(tass_slice, tmp_path):
-    from estratos.probe.runner import run_probe
+    from estratos.probe.grid.runner import run_probe
 
     task, cache, dirs = tass_slice
     kw = dict(layers="0,3,6,avg", seeds=(1111,), threads=1, loader=SliceLoader(task))

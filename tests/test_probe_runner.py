@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from estratos.cli import cli
 from estratos.errors import CacheError, MissingSentences, OptionError, SettingsMismatch
 from estratos.results import read_results
-from estratos.probe.runner import run_probe
+from estratos.probe.grid.runner import run_probe
 
 from probe_toys import (MODEL, MemoryLoader, WorkerFailingLoader, single_task, spec,
                         toy_classification, toy_similarity_tasks, toy_split_task, write_cache,
@@ -115,7 +115,7 @@ def test_jobs_run_tasks_in_processes(tmp_path):
 
 SPAWN_WATCH = """
 import sys
-import estratos.probe.scheduler as scheduler
+import estratos.probe.grid.pool as scheduler
 original = scheduler.WorkerPool.__init__
 def watched(self, *args, **kwargs):
     print("PARENT HAD TORCH AT SPAWN", "torch" in sys.modules, flush=True)
@@ -142,7 +142,7 @@ def test_workers_start_before_the_parent_imports_torch_and_log_like_it(tmp_path,
     assert done.returncode == 0, done.stderr
     assert "PARENT HAD TORCH AT SPAWN False" in done.stdout, done.stdout
     units = [line for line in done.stderr.splitlines()
-             if "estratos.probe.units" in line and " cell(s) in " in line]
+             if "estratos.probe.grid.units" in line and " cell(s) in " in line]
     assert len(units) == 2, done.stderr  # one unit per seed, one of them in the worker
     assert len(read_results(tmp_path / "r.jsonl")) == 2 * 4
 
@@ -150,7 +150,7 @@ def test_workers_start_before_the_parent_imports_torch_and_log_like_it(tmp_path,
 BRACE_LOGGING = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, format="{levelname}|{name}|{message}", style="{")
-from estratos.probe.runner import run_probe
+from estratos.probe.grid.runner import run_probe
 from estratos.tasks import load_task_file
 cache, task_file, out = sys.argv[1:]
 run = run_probe(cache, [load_task_file(task_file)], None, out, layers="all", seeds=(1, 2),
@@ -174,7 +174,7 @@ def test_workers_take_the_callers_logging_whatever_its_format_style(tmp_path, ch
     assert done.returncode == 0, done.stderr
     assert "CELLS 8 2" in done.stdout, done.stdout + done.stderr
     units = [line for line in done.stderr.splitlines()
-             if line.startswith("INFO|estratos.probe.units|") and " cell(s) in " in line]
+             if line.startswith("INFO|estratos.probe.grid.units|") and " cell(s) in " in line]
     assert len(units) == 2, done.stderr  # the worker's line too, in the caller's format
 
 
@@ -387,7 +387,7 @@ def test_a_user_error_in_a_worker_reaches_the_caller(tmp_path):
 
 def test_probe_tasks_and_summarize(toml_task, tmp_path):
     from estratos.probe.command import probe_tasks
-    from estratos.probe.outcome import summarize
+    from estratos.probe.grid.outcome import summarize
 
     task_file, cache = toml_task
     out = tmp_path / "r.jsonl"
@@ -561,8 +561,8 @@ def test_progress_lines_off_a_terminal(toml_task, tmp_path):
 def test_progress_lines_come_every_interval():
     import io
 
-    from estratos.probe.grid import WorkUnit
-    from estratos.probe.progress import GridProgress
+    from estratos.probe.grid.plan import WorkUnit
+    from estratos.probe.grid.progress import GridProgress
 
     now = [0.0]
     units = [WorkUnit("t:A", (0, 1), (1,), 2.0, 0), WorkUnit("t:B", (0,), (1,), 1.0, 1)]

@@ -3,8 +3,8 @@
 import numpy as np
 
 import estratos.protocols as P
-from estratos.probe.classifiers import SentEvalClassifier
-from estratos.probe.runtime import torch_runtime
+from estratos.probe.estimators.classifiers import SentEvalClassifier
+from estratos.probe.estimators.runtime import torch_runtime
 from estratos.testing.reference import ReferenceEstimator
 
 

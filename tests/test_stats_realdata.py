@@ -44,7 +44,7 @@ class _Loader:
 def real_run(es_data_dir, minilm_dir, tmp_path_factory):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from estratos.encode import encode_sentences
-    from estratos.probe.runner import run_probe
+    from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs, get_spec, load_task
 
     dirs = DataDirs.parse([str(es_data_dir)])

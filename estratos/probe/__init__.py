@@ -15,12 +15,13 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "run_probe": "runner", "probe_tasks": "command", "summarize": "outcome",
+    "run_probe": "grid.runner", "probe_tasks": "command", "summarize": "grid.outcome",
     "ProbeConfig": "config",
-    "resolve_classifier": "settings", "evaluate_cells": "cells", "classifier_record": "cells",
-    "resolve_probe_device": "cells",
-    "SentEvalClassifier": "classifiers", "LBFGSClassifier": "classifiers",
-    "RelatednessRegressor": "classifiers",
+    "resolve_classifier": "estimators.settings", "evaluate_cells": "cells",
+    "classifier_record": "cells", "resolve_probe_device": "cells",
+    "SentEvalClassifier": "estimators.classifiers",
+    "LBFGSClassifier": "estimators.classifiers",
+    "RelatednessRegressor": "estimators.classifiers",
 }
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy exports' one table
 

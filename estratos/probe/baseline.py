@@ -34,9 +34,9 @@ Per protocol (:mod:`estratos.protocols`; a baseline asks the protocol, never its
   estimator (:class:`SurfaceLogReg`) with its own features. The L2 grid is SentEval's
   ``1e-5 .. 1e-2``; as scikit-learn sums the loss over examples while SentEval's weight decay
   applies to the mean loss, ``C = 1 / (L2 * n_train)`` makes the two penalties equal
-  (:class:`estratos.probe.classifiers.LogisticGrid`). Tasks that turn regularization off for
-  the neural probes (``noreg``) still use the grid: an unregularized linear model on sparse
-  features only memorizes.
+  (:class:`estratos.probe.estimators.classifiers.LogisticGrid`). Tasks that turn
+  regularization off for the neural probes (``noreg``) still use the grid: an unregularized
+  linear model on sparse features only memorizes.
 - score protocols: the protocol is evaluated with nothing trained, on the cosine of the two
   sentences' baseline vectors. ``cosine`` (STS): Pearson/Spearman vs gold per subset, then
   their size-weighted mean (as the probes report). ``relatedness`` (SICK-R): Pearson/Spearman
@@ -67,7 +67,7 @@ from threadpoolctl import threadpool_limits
 from estratos.errors import OptionError
 from estratos.probe.features import COMBINERS
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
-from estratos.probe.classifiers import LogisticGrid
+from estratos.probe.estimators.classifiers import LogisticGrid
 from estratos.probe.records import CellSource, cell_record, store_cells
 from estratos.options import check_output_file, parse_baselines, parse_seeds
 from estratos.protocols import CellOutcome, get_protocol
@@ -216,8 +216,9 @@ def split_matrix(T: sp.csr_array, split: Split, combiner: str) -> sp.csr_array:
 
 class SurfaceLogReg(LogisticGrid):
     """A surface baseline's estimator: the probes' logistic-regression grid
-    (:class:`~estratos.probe.classifiers.LogisticGrid`, ``C = 1 / (l2 * n)``) on its sparse
-    features, run by the probes' cell code (:func:`estratos.probe.cells.evaluate_groups`).
+    (:class:`~estratos.probe.estimators.classifiers.LogisticGrid`, ``C = 1 / (l2 * n)``) on
+    its sparse features, run by the probes' cell code
+    (:func:`estratos.probe.cells.evaluate_groups`).
     Subclasses name the baseline and say what its features are (``_facts["features"]``).
 
     The solver is saga (seeded by ``seed``): lbfgs keeps 2 x 10 copies of the whole

@@ -5,7 +5,7 @@ sentence vectors and the layer specs wanted; the TF-IDF baseline
 (:mod:`estratos.probe.baseline`) calls :func:`evaluate_groups` with its own sparse features
 and its estimator. Both then go through the same steps: the task's overrides on a new
 estimator, the protocol object (:mod:`estratos.protocols`) deciding what is trained and
-measured, the estimators (:mod:`estratos.probe.classifiers`) how, and
+measured, the estimators (:mod:`estratos.probe.estimators.classifiers`) how, and
 :func:`classifier_record` saying what a result records. Nothing here switches on protocol
 names. Torch is imported only to place programs on a device (not by the baseline).
 """
@@ -23,11 +23,11 @@ import numpy as np
 
 from estratos.options import PROBE_DEVICES, resolve_device
 from estratos.probe.config import Classifier
-from estratos.probe.estimator import RecordedEstimator
+from estratos.probe.estimators.registry import RecordedEstimator
 from estratos.probe.controls import DEV_PART, permuted, shuffled_labels_factory
 from estratos.probe.features import AVG, build_features, layer_matrix, slot_vectors
 from estratos.probe.mdl import online_codes
-from estratos.probe.settings import resolve_classifier, resolve_regressor
+from estratos.probe.estimators.settings import resolve_classifier, resolve_regressor
 from estratos.protocols import CellOutcome, Inputs, OneAtATime, get_protocol, positive_class
 from estratos.tasks.types import TaskData
 from estratos.vocab import Role
@@ -163,7 +163,7 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
     ``trains_regressor``; otherwise the protocol scores the untrained cosine.
 
     ``features``: how trained estimators read the features (``raw`` or ``standardized``,
-    :mod:`estratos.probe.scaling`; None: the estimator's default). ``shuffle_labels``:
+    :mod:`estratos.probe.estimators.scaling`; None: the estimator's default). ``shuffle_labels``:
     every model trains on shuffled training and dev labels (the label-shuffle control,
     :mod:`estratos.probe.controls`; seeds then train one after the other, each with its
     own permutation). A control task is a task of its own

@@ -1,6 +1,6 @@
 """``estratos probe`` as a function: options checked first, then the grid runner.
 
-Why apart from :mod:`estratos.probe.runner`: the runner needs torch (seconds to import); every
+Why apart from :mod:`estratos.probe.grid.runner`: the runner needs torch (seconds to import); every
 option a user can get wrong (seeds, jobs, threads, classifier, layers, pooling, device, shard,
 the task selection, the cache file) is checked here with light imports, so a mistake is
 reported at once, and only then is the runner imported.
@@ -33,7 +33,7 @@ def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
     """``estratos probe``: check the options (:meth:`ProbeConfig.build`), select the tasks
     (``--tasks``, ``--task-file``, ``--data-dir``:
     :func:`estratos.tasks.selection.select_specs`), check that the cache opens, then
-    :func:`estratos.probe.runner.run_probe` (a ``ProbeRun``)."""
+    :func:`estratos.probe.grid.runner.run_probe` (a ``ProbeRun``)."""
     config = ProbeConfig.build(layers=layers, pooling=pooling, seeds=seeds,
                                classifier=classifier, features=features, control=control,
                                mdl=mdl, sequential=sequential, device=device, jobs=jobs,
@@ -46,7 +46,7 @@ def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
         warn_identical_seeds(config.classifier, config.seeds, selection.specs)
     with open_cache(cache, expect={"model": expect_model} if expect_model else None):
         pass  # a missing, partial or other model's cache is reported before torch loads
-    from estratos.probe.runner import run_probe  # torch: only now that the options are good
+    from estratos.probe.grid.runner import run_probe  # torch: only now that the options are good
 
     return run_probe(cache, selection.specs, selection.data_dirs, out, config,
                      expect_model=expect_model, resume_from=resume_from, progress=progress)
@@ -56,7 +56,7 @@ def warn_identical_seeds(classifier: Any, seeds: Sequence[int], specs: Sequence[
     """Say when several seeds will train the same model: a deterministic classifier on
     tasks whose protocol does not draw from the seed (their cells repeat, their spread is
     not measured; reports mark them deterministic)."""
-    from estratos.probe.classifiers import seeds_cannot_differ
+    from estratos.probe.estimators.classifiers import seeds_cannot_differ
 
     name = classifier if isinstance(classifier, str) else getattr(classifier, "name", "")
     if len(seeds) < 2:

@@ -4,7 +4,7 @@ Why one object: a probe run is configured by a dozen choices (which layers and s
 classifier and how it reads features, controls, MDL, where and how parallel it runs).
 :meth:`ProbeConfig.build` checks every one of them without torch or the cache (so a mistake
 is reported at once, naming its option) and everything below it (the runner, each worker's
-:class:`~estratos.probe.units.GridContext`, the cell pipeline) reads the same object instead
+:class:`~estratos.probe.grid.units.GridContext`, the cell pipeline) reads the same object instead
 of re-checking loose arguments. Light imports only (no numpy until the syntax checks have
 passed): the CLI builds it before torch loads.
 """
@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 from estratos.errors import OptionError
 from estratos.options import (PROBE_DEVICES, ShardSpec, check_device, parse_layers, parse_seeds,
                               positive_int, resolve_shard)
-from estratos.probe.estimator import DEFAULT_CLASSIFIER, RecordedEstimator
+from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER, RecordedEstimator
 from estratos.vocab import (CACHE_POOLINGS, CONTROL_KINDS, DEFAULT_POOLING, DEFAULT_SEED,
                             FEATURES, LayerSpec)
 
@@ -34,8 +34,8 @@ class ProbeConfig:
       cache by the runner); ``pooling``: the cached vectors (None: the cache's first);
       ``seeds``: one cell per seed.
     - ``classifier``: a registered estimator name or an estimator; ``features``: ``raw`` or
-      ``standardized`` (:mod:`estratos.probe.scaling`), resolved from the classifier's own
-      default when not given (``senteval``: raw, ``lbfgs``: standardized).
+      ``standardized`` (:mod:`estratos.probe.estimators.scaling`), resolved from the
+      classifier's own default when not given (``senteval``: raw, ``lbfgs``: standardized).
     - ``control``: None (ordinary cells), ``"control-task"`` or ``"label-shuffle"``
       (:mod:`estratos.probe.controls`); ``mdl``: also record online code lengths.
     - ``sequential``: train every model alone; ``device``: ``auto``, ``cpu``, ``cuda[:N]``;
@@ -82,7 +82,7 @@ class ProbeConfig:
         device_t = check_device(device, kinds=PROBE_DEVICES)
         shard_t = resolve_shard(shard)
         # the estimator registry imports numpy: after the checks that need none
-        from estratos.probe.classifiers import get_estimator
+        from estratos.probe.estimators.classifiers import get_estimator
 
         if classifier is None:
             classifier = DEFAULT_CLASSIFIER

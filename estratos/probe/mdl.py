@@ -16,8 +16,9 @@ dropped on small sets). Each block model is the cell's own probe (same classifie
 the L2 the protocol chose for the cell, the cell's seed) early-stopping on the protocol's dev
 data (:meth:`estratos.protocols.Protocol.code_data`). The block models of a cell are
 independent, so they are trained together as streams of one batched program
-(:meth:`estratos.probe.classifiers.SentEvalClassifier.fit_subsets`), for every layer spec of
-the program at once; each equals the model trained alone on its block up to float rounding.
+(:meth:`estratos.probe.estimators.classifiers.SentEvalClassifier.fit_subsets`), for every
+layer spec of the program at once; each equals the model trained alone on its block up to
+float rounding.
 The example order is drawn from ``(seed, MDL_STREAM)``.
 """
 
@@ -97,7 +98,7 @@ def online_codes(template: Any, train: Any, dev: Any, l2: Sequence[float], seed:
     """The ``mdl`` object of each feature group (layer spec) of ``train = (X, y)``.
 
     ``template``: the cell's estimator (cloned; it must have ``fit_subsets`` and
-    ``log_proba``, as :class:`~estratos.probe.classifiers.SentEvalClassifier` does);
+    ``log_proba``, as :class:`~estratos.probe.estimators.classifiers.SentEvalClassifier` does);
     ``dev = (X_dev, y_dev)`` its early-stopping data; ``l2``: the L2 chosen for each group.
     """
     X, y = train

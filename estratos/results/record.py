@@ -124,8 +124,8 @@ class ResultRecord:
     --random-init``; its ``revision`` is then ``random-init:SEED``), None for trained weights.
 
     ``features`` is how the probe read the cached vectors (``raw`` or ``standardized``,
-    :mod:`estratos.probe.scaling`; None for a baseline, whose features are its own); it is
-    part of :attr:`key`, so both readings of a cell live in one file.
+    :mod:`estratos.probe.estimators.scaling`; None for a baseline, whose features are its
+    own); it is part of :attr:`key`, so both readings of a cell live in one file.
 
     Optional fields (left out of the JSON when unset): ``control`` marks a control cell,
     ``{"kind": KIND, "seed": S}``: ``control-task`` (trained and scored on a control task's

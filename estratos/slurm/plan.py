@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from estratos.errors import OptionError
 from estratos.options import DEFAULT_SEEDS_TEXT, is_local_model, parse_layers, parse_seeds
-from estratos.probe.estimator import DEFAULT_CLASSIFIER
+from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER
 from estratos.vocab import CACHE_POOLINGS, DEFAULT_POOLING
 
 #: the steps, in the order they run for each model (the report comes once, after all models)
@@ -174,7 +174,7 @@ def _check_options(models: Sequence[str], tasks: str, task_files: Sequence[str],
                    layers: str, seeds: str, pooling: Optional[str], classifier: str,
                    gpus_per_task: int, cpus_per_task: Optional[int],
                    sbatch_args: Sequence[str]) -> None:
-    from estratos.probe.classifiers import get_estimator
+    from estratos.probe.estimators.classifiers import get_estimator
     from estratos.tasks.selection import NO_TASKS
 
     if not models:

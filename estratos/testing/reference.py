@@ -1,7 +1,8 @@
 """SentEval's fit loop written the plain way: one ``torch.nn`` model, ``torch.optim.Adam``.
 
-Why it exists: it is the yardstick for :class:`~estratos.probe.classifiers.SentEvalClassifier`.
-The tests check that the batched trainer gives this loop's numbers, and
+Why it exists: it is the yardstick for
+:class:`~estratos.probe.estimators.classifiers.SentEvalClassifier`. The tests check that the
+batched trainer gives this loop's numbers, and
 ``bench/probe_speed.py --reference`` times it, since it is how SentEval itself trains one
 (layer, L2) model at a time. It uses the same seeded initialization and pass permutations
 as the batched trainer, so the two agree model for model. Not used to produce results.
@@ -15,8 +16,8 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 import torch
 
-from estratos.probe.classifiers import SentEvalClassifier
-from estratos.probe.training import pass_permutation
+from estratos.probe.estimators.classifiers import SentEvalClassifier
+from estratos.probe.estimators.training import pass_permutation
 
 #: SentEval's schedule, as the batched classifier's constructor defines it (written once)
 _SENTEVAL = SentEvalClassifier().get_params()

@@ -14,7 +14,7 @@ import estratos.cache  # noqa: F401
 import estratos.encode.hf  # noqa: F401
 import estratos.encode.run  # noqa: F401
 import estratos.encode.stream  # noqa: F401
-import estratos.probe.runner  # noqa: F401
+import estratos.probe.grid.runner  # noqa: F401
 
 
 def noop() -> None:

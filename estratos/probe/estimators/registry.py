@@ -7,7 +7,7 @@ its ``name``, its ``role`` (``"classifier"``: trained by classification protocol
 with ``--classifier``; ``"regressor"``: trained by the relatedness protocol) and its cost model
 (:meth:`RecordedEstimator.cost_per_example`), and registers itself with
 :func:`register_estimator`; everything else asks the registry. The built-in estimators are
-registered by :mod:`estratos.probe.classifiers`, which re-exports these functions: import
+registered by :mod:`estratos.probe.estimators.classifiers`, which re-exports these functions: import
 them from there to see the built-ins (this module never imports its estimators).
 
 Why our own parameter methods rather than scikit-learn's ``BaseEstimator``: this module and

@@ -1,6 +1,6 @@
 """How long a probe grid has left, from what its finished work units really took.
 
-Why not the estimates alone: a unit's estimated cost (:func:`estratos.probe.grid.cell_cost`)
+Why not the estimates alone: a unit's estimated cost (:func:`estratos.probe.grid.plan.cell_cost`)
 orders and balances the work, but it is in arbitrary units and misses what does not grow with
 the training (loading a task, reading its hidden states, starting a program). Units run longest
 first, so the first ones to finish are the big ones, whose seconds per estimated cost are the

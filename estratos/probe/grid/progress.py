@@ -4,7 +4,7 @@ and its estimate of the time left.
 Why not a rate over cells, nor the estimated costs alone: cells of one grid differ by orders
 of magnitude (a DC MLP against an STS cosine), and the estimates miss what each unit costs
 whatever its size, so the bar advances by cells but its ETA comes from what the finished
-units really took (:class:`estratos.probe.eta.GridEta`).
+units really took (:class:`estratos.probe.grid.eta.GridEta`).
 
 Off a terminal (a log file, ``nohup``, a SLURM job's output) a bar is unreadable and was
 nothing at all, so a run looked hung for minutes: there the progress is one line every
@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Callable, Dict, Optional, Sequence, TextIO
 
-from estratos.probe.eta import GridEta
-from estratos.probe.grid import WorkUnit
+from estratos.probe.grid.eta import GridEta
+from estratos.probe.grid.plan import WorkUnit
 
 #: seconds between two progress lines off a terminal
 LINE_SECONDS = 60.0

@@ -2,8 +2,8 @@
 
 Why: per-task overrides (DC's 2000 hidden units, NLI's short schedule...) must never leak into
 the next task. The defaults live in one place, the estimators' constructors
-(:mod:`estratos.probe.classifiers`, scikit-learn style, found by name in the registry of
-:mod:`estratos.probe.estimator`); a task's ``spec.classifier`` mapping
+(:mod:`estratos.probe.estimators.classifiers`, scikit-learn style, found by name in the registry of
+:mod:`estratos.probe.estimators.registry`); a task's ``spec.classifier`` mapping
 (read-only) is validated here and applied to a NEW estimator (:func:`resolve_classifier`), so
 nothing is shared or mutated between tasks. What results record is that estimator's
 ``record()``, built from ``get_params()``.
@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from estratos.errors import TaskError
-from estratos.probe.classifiers import (DEFAULT_CLASSIFIER, RecordedEstimator,
+from estratos.probe.estimators.classifiers import (DEFAULT_CLASSIFIER, RecordedEstimator,
                                         RelatednessRegressor, estimator_names, get_estimator)
 from estratos.vocab import DEFAULT_L2_GRID, NOREG_GRID, OVERRIDE_KEYS, Role  # noqa: F401
 
-#: ``--classifier`` choices, from the estimator registry (:mod:`estratos.probe.estimator`)
+#: ``--classifier`` choices, from the estimator registry (:mod:`estratos.probe.estimators.registry`)
 CLASSIFIERS: Tuple[str, ...] = estimator_names("classifier")
 
 

@@ -23,9 +23,9 @@ from estratos.probe.cells import chance_levels, classifier_record, evaluate_cell
 from estratos.probe.config import ProbeConfig
 from estratos.probe.controls import control_record, control_task
 from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
-from estratos.probe.grid import TaskShape, WorkUnit
+from estratos.probe.grid.plan import TaskShape, WorkUnit
 from estratos.probe.records import CellSource, cell_record, store_cells
-from estratos.probe.runtime import torch_runtime
+from estratos.probe.estimators.runtime import torch_runtime
 from estratos.results import ResultRecord, ResultsStore
 from estratos.vocab import CONTROL_TASK, LABEL_SHUFFLE
 
@@ -41,7 +41,7 @@ TASKS_KEPT = 2
 #: these as soon as it is spawned, while the parent is still checking options and importing
 #: them itself (this module imports them lazily, so that the parent can spawn its workers
 #: first)
-WORKER_PRELOAD = ("torch", "estratos.probe.training", "estratos.protocols")
+WORKER_PRELOAD = ("torch", "estratos.probe.estimators.training", "estratos.protocols")
 
 
 @dataclasses.dataclass(frozen=True)

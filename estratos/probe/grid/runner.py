@@ -7,13 +7,13 @@ How a run goes (docs/probe.md, "How the grid is scheduled"):
 2. each task with cells to do is *surveyed* (its data loaded, its sentences looked up in the
    cache by key: cheap, and done by the worker processes in parallel), so missing sentences
    stop the run before any training, with the ``estratos encode`` command that adds them;
-3. the cells are cut into work units (:mod:`estratos.probe.grid`), the longest first; with
+3. the cells are cut into work units (:mod:`estratos.probe.grid.plan`), the longest first; with
    ``shard`` only this shard's cells are kept and results go to the shard's own file;
-4. ``jobs`` processes (:mod:`estratos.probe.scheduler`) each take the next unit as soon as
+4. ``jobs`` processes (:mod:`estratos.probe.grid.pool`) each take the next unit as soon as
    they are free. A unit loads its task, reads only the hidden states it needs, checks them
    for NaN, trains its layer specs and seeds as batched programs
-   (:mod:`estratos.probe.classifiers`) and appends each program's cells to the results file,
-   which makes a killed run resumable at any point.
+   (:mod:`estratos.probe.estimators.classifiers`) and appends each program's cells to the
+   results file, which makes a killed run resumable at any point.
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from estratos.errors import DiskFull, EstratosError, MissingSentences, OptionErr
 from estratos.options import available_cores, check_output_file, parse_layers
 from estratos.probe.cells import FUSED_SEED_DEVICES, resolve_probe_device
 from estratos.probe.config import ProbeConfig
-from estratos.probe.grid import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
+from estratos.probe.grid.plan import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
                                  shard_path)
-from estratos.probe.outcome import ProbeRun, UnitStat
-from estratos.probe.progress import GridProgress
+from estratos.probe.grid.outcome import ProbeRun, UnitStat
+from estratos.probe.grid.progress import GridProgress
 from estratos.probe.records import CellSource
-from estratos.probe.scheduler import Event, make_executor
-from estratos.probe.settings import task_estimator
-from estratos.probe.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
+from estratos.probe.grid.pool import Event, make_executor
+from estratos.probe.estimators.settings import task_estimator
+from estratos.probe.grid.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
 from estratos.results import ResultRecord
 from estratos.results.provenance import check_done_cells
 from estratos.results.reader import done_keys, expand_paths

@@ -38,7 +38,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from estratos.probe.adam import StackedAdam
+from estratos.probe.estimators.adam import StackedAdam
 
 log = logging.getLogger(__name__)
 

@@ -1,15 +1,16 @@
 """The probe estimators: SentEval's classifier, a fast L-BFGS alternative and the SICK-R
-regressor, registered by name (:mod:`estratos.probe.estimator`).
+regressor, registered by name (:mod:`estratos.probe.estimators.registry`).
 
 Why this module holds parameters and not training code: the CLI imports it to list and check
 ``--classifier`` (importing it loads numpy only), while the batched trainer
-(:mod:`estratos.probe.training`, torch) is imported when a model is first fitted. Every
+(:mod:`estratos.probe.estimators.training`, torch) is imported when a model is first fitted. Every
 hyper-parameter is a constructor parameter with SentEval's default written once, here;
 everything else (task overrides, cost estimates, results) reads ``get_params()``.
 
 Also here: :func:`score_distribution` (Tai et al.'s SICK-R target); the regressor's dev
 score is :func:`estratos.stats.metrics.pearson_rows`. Torch's process switches live in
-:mod:`estratos.probe.runtime`, the batched trainer in :mod:`estratos.probe.training`.
+:mod:`estratos.probe.estimators.runtime`, the batched trainer in
+:mod:`estratos.probe.estimators.training`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from estratos.probe.estimator import (DEFAULT_CLASSIFIER, RecordedEstimator, estimator_names,
-                                      get_estimator, register_estimator)
-from estratos.probe.scaling import scaled, scaler_for
+from estratos.probe.estimators.registry import (DEFAULT_CLASSIFIER, RecordedEstimator,
+                                                estimator_names, get_estimator,
+                                                register_estimator)
+from estratos.probe.estimators.scaling import scaled, scaler_for
 from estratos.stats.metrics import pearson_rows
 from estratos.vocab import (DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, RAW_FEATURES, Role,
                             STANDARDIZED_FEATURES, VALIDATION_SPLIT)
@@ -91,7 +93,7 @@ class SentEvalClassifier(RecordedEstimator):
     (``l2_grid``, ``kfold``, ``validation_split``). ``n_classes`` None: from the labels.
     ``device``: where the tensor program runs (``cpu``, ``cuda:N``). ``features``: ``raw``
     (SentEval's protocol) or ``standardized`` with the statistics of the data ``fit`` gets
-    (:mod:`estratos.probe.scaling`).
+    (:mod:`estratos.probe.estimators.scaling`).
     """
 
     name = "senteval"
@@ -130,7 +132,7 @@ class SentEvalClassifier(RecordedEstimator):
         return _sgd_cost(passes, width)
 
     def fit(self, X, y, X_dev, y_dev, l2) -> "SentEvalClassifier":
-        from estratos.probe.training import seed_list
+        from estratos.probe.estimators.training import seed_list
 
         return self._fit(X, y, X_dev, y_dev, l2, seed_list(self.seed), None, "accuracy")
 
@@ -144,7 +146,7 @@ class SentEvalClassifier(RecordedEstimator):
         ``stop_on``: what early stopping keeps the best of, dev ``"accuracy"`` (SentEval)
         or dev ``"likelihood"`` (mean log-probability of the dev labels: what a code
         length needs, see :mod:`estratos.probe.mdl`); ``dev_score_`` holds it."""
-        from estratos.probe.training import seed_list
+        from estratos.probe.estimators.training import seed_list
 
         seeds = seed_list(self.seed)
         if len(seeds) != 1:
@@ -161,7 +163,7 @@ class SentEvalClassifier(RecordedEstimator):
              subsets: Optional[List[np.ndarray]], stop_on: str) -> "SentEvalClassifier":
         import torch
 
-        from estratos.probe.training import (StackedNet, as_groups, cross_entropy_grad,
+        from estratos.probe.estimators.training import (StackedNet, as_groups, cross_entropy_grad,
                                              torch_device, train_stacked)
 
         self.scale_ = scaler_for(self.features, X)
@@ -197,7 +199,7 @@ class SentEvalClassifier(RecordedEstimator):
         return self
 
     def _logits(self, X) -> "torch.Tensor":
-        from estratos.probe.training import as_groups
+        from estratos.probe.estimators.training import as_groups
 
         net = self._state.net
         groups = None if len(net.seeds) == 1 else net.stream_group
@@ -266,8 +268,9 @@ class RelatednessRegressor(RecordedEstimator):
     def fit(self, X, scores, X_dev, dev_scores) -> "RelatednessRegressor":
         import torch
 
-        from estratos.probe.training import (StackedNet, as_groups, seed_list, soft_mse_grad,
-                                             torch_device, train_stacked)
+        from estratos.probe.estimators.training import (StackedNet, as_groups, seed_list,
+                                                        soft_mse_grad, torch_device,
+                                                        train_stacked)
 
         self.scale_ = scaler_for(self.features, X)
         x, x_dev = as_groups(scaled(X, self.scale_)), as_groups(scaled(X_dev, self.scale_))
@@ -298,7 +301,7 @@ class RelatednessRegressor(RecordedEstimator):
         """Expected scores ``(G', n)`` (G' = S x G with S seeds, seed-major)."""
         import torch
 
-        from estratos.probe.training import as_groups
+        from estratos.probe.estimators.training import as_groups
 
         net = self._state.net
         groups = None if len(net.seeds) == 1 else net.stream_group
@@ -343,7 +346,8 @@ class LogisticGrid(RecordedEstimator):
     #: scikit-learn's solver
     solver = "lbfgs"
     #: ``raw``, or ``standardized`` (dense features only) with the training part's mean and
-    #: standard deviation (:mod:`estratos.probe.scaling`); subclasses may take it as a parameter
+    #: standard deviation (:mod:`estratos.probe.estimators.scaling`); subclasses may take it
+    #: as a parameter
     features = RAW_FEATURES
     #: fit the L2 values from the strongest to the weakest, each from the previous solution
     warm_path = False
@@ -482,8 +486,8 @@ class LBFGSClassifier(LogisticGrid):
 
     def _blas_limit(self) -> Any:
         """As many BLAS threads as torch's (the run's ``--threads``, pinned by
-        :func:`~estratos.probe.runtime.torch_runtime`): more, on shared cores, spin more than
-        they compute (as for the baseline)."""
+        :func:`~estratos.probe.estimators.runtime.torch_runtime`): more, on shared cores, spin
+        more than they compute (as for the baseline)."""
         import torch
         from threadpoolctl import threadpool_limits
 

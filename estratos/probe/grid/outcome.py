@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from estratos.probe.grid import WorkUnit
+from estratos.probe.grid.plan import WorkUnit
 from estratos.results import ResultRecord
 from estratos.vocab import RAW_FEATURES, STANDARDIZED_FEATURES
 

@@ -66,9 +66,9 @@ def cell_cost(shape: TaskShape, estimator: Optional[Any]) -> float:
     """Estimated cost of one (layer spec, seed) cell of a task (see the module docstring).
 
     ``estimator``: what the task's protocol trains, with the task's overrides
-    (:func:`estratos.probe.settings.task_estimator`; None when it trains nothing): its
-    :meth:`~estratos.probe.estimator.RecordedEstimator.cost_per_example` and
-    :meth:`~estratos.probe.estimator.RecordedEstimator.fits_per_cell` give the cost.
+    (:func:`estratos.probe.estimators.settings.task_estimator`; None when it trains nothing): its
+    :meth:`~estratos.probe.estimators.registry.RecordedEstimator.cost_per_example` and
+    :meth:`~estratos.probe.estimators.registry.RecordedEstimator.fits_per_cell` give the cost.
     """
     from estratos.protocols import get_protocol
 
@@ -120,7 +120,7 @@ def unit_cost(per_cell: float, n_layers: int, n_seeds: int, seeds_apart: bool) -
 
 def makespan(costs: Sequence[float], jobs: int) -> float:
     """When the last of ``jobs`` processes ends if each takes the next unit, longest first,
-    as soon as it is free (what :mod:`estratos.probe.scheduler` does), for these costs."""
+    as soon as it is free (what :mod:`estratos.probe.grid.pool` does), for these costs."""
     return _schedule(costs, jobs)[0]
 
 
