@@ -17,7 +17,7 @@ from estratos import __version__
 from estratos.errors import EstratosError, Interrupted
 from estratos.options import (DEFAULT_SEEDS_TEXT, ENCODE_DEVICES, PROBE_DEVICES, device_help,
                               parse_baselines, parse_seeds)
-from estratos.probe.estimator import DEFAULT_CLASSIFIER
+from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER
 from estratos.vocab import (ALL_BASELINES, BOOTSTRAP_SEED, CACHE_POOLINGS, CONTROL_KINDS,
                             DEFAULT_BASELINE, DEFAULT_POOLING, DEFAULT_SEED, DEMO_SEEDS, FEATURES,
                             MEAN_FIRST_CHOICES, POOLINGS, SURFACE_BASELINES,
@@ -93,7 +93,7 @@ class _Registered(click.Choice):
     @property  # type: ignore[override]
     def choices(self) -> Sequence[str]:
         if self._names is None:
-            from estratos.probe.classifiers import estimator_names
+            from estratos.probe.estimators.classifiers import estimator_names
 
             self._names = estimator_names(self.role)
         return self._names
@@ -208,13 +208,15 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
                    threads, states, model_dtype, device_map, trust_remote_code,
                    random_init, prompt, chat_template, mean_first_token) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
-    from estratos.encode.options import check_encode_options
+    from estratos.encode.options import check_encode_options, check_model_folder
 
-    check_encode_options(model=model, device=device, threads=threads, shard=shard or "auto",
+    check_encode_options(device=device, threads=threads, shard=shard or "auto",
                          states=states, batch_tokens=batch_tokens, prompt=prompt)
     from estratos.encode.inputs import gather_sentences
 
+    # the inputs first (a wrong --data-dir is named before a wrong --model), both before torch
     sentences = gather_sentences(sentences_file, tasks, data_dirs, task_files)
+    check_model_folder(model)
     from estratos.encode import encode_sentences  # torch and transformers: only now
 
     summary = encode_sentences(

@@ -51,19 +51,19 @@ def check_model_folder(model: Optional[str]) -> None:
                       f"model folder{hint}")
 
 
-def check_encode_options(*, model: Optional[str], device: Optional[str] = "auto",
+def check_encode_options(*, device: Optional[str] = "auto",
                          threads: Optional[int] = None, shard: ShardSpec = "auto",
                          states: str = "all", batch_tokens: BatchTokens = "auto",
                          prompt: Optional[str] = None) -> None:
     """Every ``encode`` option that can be checked without the model, the sentences or torch;
-    raises :class:`OptionError` naming the option."""
+    raises :class:`OptionError` naming the option. ``--model`` is checked after the inputs
+    (:func:`check_model_folder`), so a wrong data folder is named first."""
     parse_prompt(prompt)
     check_device(device, kinds=ENCODE_DEVICES)
     positive_int("--threads", threads, allow_none=True)
     resolve_shard(shard)
     parse_states(states)
     parse_batch_tokens(batch_tokens)
-    check_model_folder(model)
 def parse_prompt(template: Optional[str]) -> Optional[Tuple[str, str]]:
     """``--prompt TEMPLATE``: ``(prefix, suffix)`` around the one ``{}`` where the sentence
     goes (None without a template). Other braces are kept as written."""
