@@ -467,3 +467,31 @@ def test_compare_pairs_the_raw_and_standardized_readings_of_a_cell(tmp_path):
     res = runner.invoke(cli, ["compare", str(out), "--task", task.spec.id, "--a", "layer=1",
                               "--b", "layer=1,features=standardized"])
     assert res.exit_code == 2 and "features" in res.output  # two readings: name one
+
+
+def test_a_prompted_cache_gives_cells_of_their_own(tmp_path):
+    """The same model encoded with and without a prompt (encode --prompt): the cells of both
+    live in one results file, and the report shows them as rows of their own."""
+    import shutil
+
+    import h5py
+
+    task, cache, loader = _toy(tmp_path)
+    prompted = tmp_path / "prompted.h5"
+    shutil.copy(cache, prompted)
+    template = 'This sentence : "{}" means in one word:"'
+    with h5py.File(prompted, "r+") as f:
+        f.attrs["prompt"] = template
+        f.attrs["prompt_kind"] = "text"
+    out = tmp_path / "r.jsonl"
+    kw = dict(loader=loader, layers="1", seeds=(1,), threads=1)
+    plain = run_probe(cache, [task.spec], None, out, **kw)
+    with_prompt = run_probe(prompted, [task.spec], None, out, **kw)
+    assert len(plain) == len(with_prompt) == 1  # not taken for the plain cell
+    assert plain[0].prompt is None and with_prompt[0].prompt == template
+    assert read_results(out)[1].key[-1] == ("prompt", template)
+    res = CliRunner().invoke(cli, ["report", str(out), "--out", str(tmp_path / "rep"),
+                                   "--format", "md"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "(prompt " in md and "means in one word" in md

@@ -45,6 +45,7 @@ class CellSource:
     cache: Optional[Mapping[str, Any]] = None
     device: Optional[str] = None
     random_init: Optional[int] = None
+    prompt: Optional[str] = None
 
     @classmethod
     def of_cache(cls, identity: Mapping[str, Any], device: Optional[str] = None
@@ -54,7 +55,7 @@ class CellSource:
         return cls(kind="probe", model=str(identity.get("model") or ""),
                    revision=identity.get("revision"),
                    cache={k: identity.get(k) for k in CACHE_FIELDS}, device=device,
-                   random_init=identity.get("random_init"))
+                   random_init=identity.get("random_init"), prompt=identity.get("prompt"))
 
     def key(self, task: str, layer: Layer, pooling: Optional[str], seed: int,
             classifier: Optional[str], control: Optional[str] = None,
@@ -63,7 +64,7 @@ class CellSource:
         ``control``: the control kind of a control cell; ``features``: how a probe read
         them)."""
         return cell_key(task, layer, pooling, seed, classifier, self.model, self.revision,
-                        control, features)
+                        control, features, self.prompt)
 
 
 def outcome_predictions(task: TaskData, outcome: CellOutcome) -> Optional[CellPredictions]:
@@ -120,6 +121,7 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: CellSource, *, lay
         l2=outcome.l2, dev=outcome.dev, test=outcome.test, sizes=dict(task.sizes),
         chance=chance, epochs=outcome.epochs, seconds=round(seconds, 3),
         model=system.model, revision=system.revision, random_init=system.random_init,
+        prompt=system.prompt,
         cache=None if system.cache is None else dict(system.cache),
         estratos_version=__version__, created=utc_now(), device=system.device,
         capped=None if outcome.capped is None else {"max_iter": int(outcome.capped)},

@@ -17,6 +17,7 @@ Choices written down here because the paper does not fix them:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 from dataclasses import dataclass, field
@@ -50,6 +51,16 @@ class System:
     control: Optional[str] = None
     #: how the probe read the features (``ResultRecord.features``; None: a baseline)
     features: Optional[str] = None
+    #: the template the cache's sentences were encoded in (``ResultRecord.prompt``)
+    prompt: Optional[str] = None
+
+    @property
+    def prompt_tag(self) -> str:
+        """'prompt 3f2a9c' (the template's short digest; '' without a prompt): tells apart
+        rows of one model encoded with different prompts."""
+        if self.prompt is None:
+            return ""
+        return "prompt " + hashlib.sha1(self.prompt.encode("utf-8")).hexdigest()[:6]
 
     @property
     def is_control(self) -> bool:
@@ -78,13 +89,14 @@ class System:
     def slug(self) -> str:
         """A file-name-safe identifier (for plot files)."""
         parts = [self.label, self.pooling or "", self.classifier or "",
-                 self.features if self.features not in (None, RAW_FEATURES) else ""]
+                 self.features if self.features not in (None, RAW_FEATURES) else "",
+                 self.prompt_tag]
         text = "_".join(p for p in parts if p)
         return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")[:120] or "system"
 
     def sort_key(self) -> Tuple[str, ...]:
         return (self.model, self.revision or "", self.pooling or "", self.classifier or "",
-                self.features or "", self.kind, self.control or "")
+                self.features or "", self.prompt or "", self.kind, self.control or "")
 
     @property
     def identity(self) -> str:
@@ -312,6 +324,8 @@ class Aggregate:
         name = self._names.get(system) or display_names([system])[system]
         if system.features not in (None, RAW_FEATURES) and self.mixed_features:
             name += f" ({system.features})"
+        if system.prompt is not None:
+            name += f" ({system.prompt_tag})"
         return f"{name} [{system.control}]" if system.control else name  # a control row
 
     @cached_property
@@ -336,7 +350,9 @@ class Aggregate:
                 continue
             text = name if name == system.model else f"{name} = {system.model}"
             seen.setdefault(name, text + (f" at revision {system.revision}"
-                                          if system.revision else ""))
+                                          if system.revision else "")
+                            + (f", sentences in the prompt {system.prompt!r}"
+                               if system.prompt is not None else ""))
         return "; ".join(seen.values())
 
     def group_datasets(self, group: str) -> List[Dataset]:
@@ -394,7 +410,8 @@ class Aggregate:
 def row_of(record: Any) -> Row:
     """The report row of a result record (its system at its layer spec)."""
     return Row(System(record.kind, record.model, record.revision, record.pooling,
-                      record.classifier_name, record.control_kind, record.features),
+                      record.classifier_name, record.control_kind, record.features,
+                      record.prompt),
                record.layer)
 
 

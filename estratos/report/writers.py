@@ -258,7 +258,8 @@ def _r(x: Optional[float]) -> Optional[float]:
 def _row_fields(row: Row) -> Dict[str, Any]:
     s = row.system
     return {"kind": s.kind, "model": s.model, "revision": s.revision, "pooling": s.pooling,
-            "classifier": s.classifier, "features": s.features, "layer": row.layer}
+            "classifier": s.classifier, "features": s.features, "prompt": s.prompt,
+            "layer": row.layer}
 
 
 def _stat_fields(prefix: str, stat: Optional[Stat]) -> Dict[str, Any]:

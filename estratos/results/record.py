@@ -55,14 +55,17 @@ def classifier_name(classifier: Any) -> Optional[str]:
 
 def cell_key(task: str, layer: Layer, pooling: Optional[str], seed: int,
              classifier: Optional[str], model: str, revision: Optional[str],
-             control: Optional[str] = None, features: Optional[str] = None) -> CellKey:
+             control: Optional[str] = None, features: Optional[str] = None,
+             prompt: Optional[str] = None) -> CellKey:
     """The identity of a cell (what resume, sharding, de-duplication and the predictions
     store compare), from its parts: the one definition, used by :attr:`ResultRecord.key`
     and by writers that skip done cells before building a record. ``classifier``: its name;
     ``features``: how the probe read them (None: no probe features, the baseline);
-    ``control``: the control kind (None: an ordinary cell)."""
+    ``control``: the control kind (None: an ordinary cell); ``prompt``: the template the
+    cache's sentences were encoded in (None: the sentence alone), a tagged last part."""
     base = (task, layer, pooling, seed, classifier, features, model, revision)
-    return base if control is None else base + (control,)
+    key = base if control is None else base + (control,)
+    return key if prompt is None else key + (("prompt", prompt),)
 
 
 def legacy_key(task: str, layer: Layer, pooling: Optional[str], seed: int,
@@ -122,6 +125,9 @@ class ResultRecord:
     test examples (:mod:`estratos.results.predictions`; None when the cell has no stored
     predictions). ``random_init`` is the seed of a control model's random weights (``encode
     --random-init``; its ``revision`` is then ``random-init:SEED``), None for trained weights.
+    ``prompt`` is the template the cache's sentences were encoded in (``encode --prompt`` /
+    ``--chat-template``; ``{}`` is the sentence), None for the sentence alone; it is part of
+    :attr:`key`, so a model's prompted and plain cells live in one file.
 
     ``features`` is how the probe read the cached vectors (``raw`` or ``standardized``,
     :mod:`estratos.probe.estimators.scaling`; None for a baseline, whose features are its
@@ -171,6 +177,7 @@ class ResultRecord:
     model: str
     revision: Optional[str] = None
     random_init: Optional[int] = None
+    prompt: Optional[str] = None
     cache: Optional[Mapping[str, Any]] = None
     estratos_version: Optional[str] = None
     created: Optional[str] = None
@@ -191,7 +198,8 @@ class ResultRecord:
         return {"task": self.task, "layer": self.layer, "pooling": self.pooling,
                 "seed": self.seed, "classifier": classifier_name(self.classifier),
                 "model": self.model, "revision": self.revision,
-                "control": control_kind(self.control), "features": self.features}
+                "control": control_kind(self.control), "features": self.features,
+                "prompt": self.prompt}
 
     @property
     def key(self) -> CellKey:
@@ -309,9 +317,9 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "model": (str,), "seed": (int,),
 }
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device",
-                 "data_digest", "features")
-_OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "control", "mdl", "degenerate",
-                      "capped", "data_digest")
+                 "prompt", "data_digest", "features")
+_OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "prompt", "control", "mdl",
+                      "degenerate", "capped", "data_digest")
 
 
 def _plain(value: Any) -> Any:
