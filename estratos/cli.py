@@ -15,13 +15,30 @@ import click
 
 from estratos import __version__
 from estratos.errors import EstratosError, Interrupted
-from estratos.options import (DEFAULT_SEEDS_TEXT, ENCODE_DEVICES, PROBE_DEVICES, device_help,
-                              parse_baselines, parse_seeds)
+from estratos.options import (
+    DEFAULT_SEEDS_TEXT,
+    ENCODE_DEVICES,
+    PROBE_DEVICES,
+    device_help,
+    parse_baselines,
+    parse_seeds,
+)
 from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER
-from estratos.vocab import (ALL_BASELINES, BOOTSTRAP_SEED, CACHE_POOLINGS, CONTROL_KINDS,
-                            DEFAULT_BASELINE, DEFAULT_POOLING, DEFAULT_SEED, DEMO_SEEDS, FEATURES,
-                            MEAN_FIRST_CHOICES, POOLINGS, SURFACE_BASELINES,
-                            SYNTHETIC_N_PER_TASK)
+from estratos.vocab import (
+    ALL_BASELINES,
+    BOOTSTRAP_SEED,
+    CACHE_POOLINGS,
+    CONTROL_KINDS,
+    DEFAULT_BASELINE,
+    DEFAULT_POOLING,
+    DEFAULT_SEED,
+    DEMO_SEEDS,
+    FEATURES,
+    MEAN_FIRST_CHOICES,
+    POOLINGS,
+    SURFACE_BASELINES,
+    SYNTHETIC_N_PER_TASK,
+)
 
 
 class _UserError(click.ClickException):

@@ -26,8 +26,13 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from estratos.errors import OptionError
 from estratos.options import model_identity
-from estratos.tasks.synthetic import (DEFAULT_N_PER_TASK, GENERATOR_VERSION, MAX_PER_TASK,
-                                      MIN_PER_TASK, build_synthetic_es)
+from estratos.tasks.synthetic import (
+    DEFAULT_N_PER_TASK,
+    GENERATOR_VERSION,
+    MAX_PER_TASK,
+    MIN_PER_TASK,
+    build_synthetic_es,
+)
 from estratos.vocab import CONTROL_TASK, DEFAULT_SEED, DEMO_SEEDS
 
 log = logging.getLogger(__name__)
@@ -210,8 +215,8 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     from tqdm import tqdm
 
     from estratos.encode import encode_sentences
-    from estratos.report import write_report
     from estratos.probe import run_probe
+    from estratos.report import write_report
     from estratos.tasks import load_task
     from estratos.tasks.selection import read_task_files, select_specs
 

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import (Any, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union,
-                    overload)
+from typing import Any, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union, overload
 
 from estratos.errors import OptionError
-from estratos.vocab import (ALL_BASELINES, ALL_LAYERS, AVG, DEFAULT_SEED, SURFACE_BASELINES,
-                            LayerSpec)
+from estratos.vocab import (
+    ALL_BASELINES,
+    ALL_LAYERS,
+    AVG,
+    DEFAULT_SEED,
+    SURFACE_BASELINES,
+    LayerSpec,
+)
 
 #: ``--seeds`` default as the CLI shows it
 DEFAULT_SEEDS_TEXT = str(DEFAULT_SEED)

@@ -18,7 +18,6 @@ import hashlib
 import unicodedata
 from typing import Tuple
 
-
 KEY_BYTES = 16
 
 

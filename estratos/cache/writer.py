@@ -23,8 +23,14 @@ import numpy as np
 from estratos.cache import schema
 from estratos.errors import CacheError, DiskFull
 from estratos.faultpoints import fault_point
-from estratos.files import (Reservation, allocate_beyond_end, disk_full, drop_beyond_end,
-                            fsync_file, fsync_folder)
+from estratos.files import (
+    Reservation,
+    allocate_beyond_end,
+    disk_full,
+    drop_beyond_end,
+    fsync_file,
+    fsync_folder,
+)
 
 log = logging.getLogger(__name__)
 

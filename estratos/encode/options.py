@@ -10,8 +10,15 @@ from pathlib import Path
 from typing import Optional, Tuple, Union
 
 from estratos.errors import OptionError
-from estratos.options import (ENCODE_DEVICES, ShardSpec, check_device, is_local_model,
-                              parse_states, positive_int, resolve_shard)
+from estratos.options import (
+    ENCODE_DEVICES,
+    ShardSpec,
+    check_device,
+    is_local_model,
+    parse_states,
+    positive_int,
+    resolve_shard,
+)
 from estratos.vocab import MEAN_FIRST_CHOICES, PROMPT_SLOT
 
 BatchTokens = Union[int, str]

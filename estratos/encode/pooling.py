@@ -24,8 +24,12 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from estratos.encode.options import check_mean_first
 from estratos.errors import OptionError
-from estratos.vocab import (DECODER_DEFAULT_POOLINGS, ENCODER_DEFAULT_POOLINGS,
-                            MEAN_FIRST_DEFAULT, POOLINGS)
+from estratos.vocab import (
+    DECODER_DEFAULT_POOLINGS,
+    ENCODER_DEFAULT_POOLINGS,
+    MEAN_FIRST_DEFAULT,
+    POOLINGS,
+)
 
 if TYPE_CHECKING:  # torch is imported where vectors are computed, not to check options
     import torch
@@ -54,8 +58,10 @@ def is_decoder_only(config: object) -> bool:
 def decoder_only_type(model_type: str, architectures: Sequence[str] = ()) -> bool:
     """:func:`is_decoder_only` from a model type (and architecture names) alone, as a cache
     records them."""
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         return False

@@ -31,19 +31,19 @@ from typing import Callable, Iterable, List, Optional, Sequence, Union
 from estratos import __version__
 from estratos.cache import schema
 from estratos.cache.session import CacheSession, open_for_writing
-from estratos.encode.token_batches import length_order, token_budget_batches
 from estratos.encode.environment import library_versions
 from estratos.encode.factory import build_encoder
-from estratos.encode.keys import input_digest, dedupe_sentences
+from estratos.encode.keys import dedupe_sentences, input_digest
 from estratos.encode.options import BatchTokens, parse_batch_tokens
 from estratos.encode.pipeline import Background
-from estratos.encode.space import SHRINK_HINT, SpacePlan, plan_space
 from estratos.encode.shards import in_shard
+from estratos.encode.space import SHRINK_HINT, SpacePlan, plan_space
 from estratos.encode.stream import run_stream
 from estratos.encode.summary import EncodeSummary
+from estratos.encode.token_batches import length_order, token_budget_batches
 from estratos.errors import DiskFull, EstratosError, InputError, Interrupted, OptionError
-from estratos.files import disk_full
 from estratos.faultpoints import fault_point
+from estratos.files import disk_full
 from estratos.options import ShardSpec, parse_states, resolve_shard
 from estratos.vocab import ALL_LAYERS, utc_now
 

@@ -15,7 +15,6 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-
 #: length from which the quadratic (attention) budget binds before the linear one
 ATTENTION_SPAN = 128
 

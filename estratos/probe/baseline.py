@@ -54,29 +54,47 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
-                    Type, Union)
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+)
 
 import numpy as np
 import scipy.sparse as sp
+
 # imported at module level on purpose: the BLAS/OpenMP libraries must be loaded before
 # threadpool_limits is entered, or the limit does not reach them
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 from threadpoolctl import threadpool_limits
 
 from estratos.errors import OptionError
-from estratos.probe.features import COMBINERS
+from estratos.options import check_output_file, parse_baselines, parse_seeds
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
 from estratos.probe.estimators.classifiers import LogisticGrid
+from estratos.probe.features import COMBINERS
 from estratos.probe.records import CellSource, cell_record, store_cells
-from estratos.options import check_output_file, parse_baselines, parse_seeds
 from estratos.protocols import CellOutcome, get_protocol
-from estratos.vocab import (BASELINE_MODEL_PREFIX, DEFAULT_BASELINE, DEFAULT_KFOLD,
-                            DEFAULT_L2_GRID, DEFAULT_SEED, VALIDATION_SPLIT)
 from estratos.results import ResultRecord, ResultsStore
 from estratos.results.provenance import check_done_cells
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 from estratos.text import surface_length
+from estratos.vocab import (
+    BASELINE_MODEL_PREFIX,
+    DEFAULT_BASELINE,
+    DEFAULT_KFOLD,
+    DEFAULT_L2_GRID,
+    DEFAULT_SEED,
+    VALIDATION_SPLIT,
+)
 
 log = logging.getLogger(__name__)
 

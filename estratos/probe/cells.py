@@ -15,19 +15,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from estratos.options import PROBE_DEVICES, resolve_device
 from estratos.probe.config import Classifier
-from estratos.probe.estimators.registry import RecordedEstimator
 from estratos.probe.controls import DEV_PART, permuted, shuffled_labels_factory
+from estratos.probe.estimators.registry import RecordedEstimator
+from estratos.probe.estimators.settings import resolve_classifier, resolve_regressor
 from estratos.probe.features import AVG, build_features, layer_matrix, slot_vectors
 from estratos.probe.mdl import online_codes
-from estratos.probe.estimators.settings import resolve_classifier, resolve_regressor
 from estratos.protocols import CellOutcome, Inputs, OneAtATime, get_protocol, positive_class
 from estratos.tasks.types import TaskData
 from estratos.vocab import Role

@@ -16,11 +16,24 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError
-from estratos.options import (PROBE_DEVICES, ShardSpec, check_device, parse_layers, parse_seeds,
-                              positive_int, resolve_shard)
+from estratos.options import (
+    PROBE_DEVICES,
+    ShardSpec,
+    check_device,
+    parse_layers,
+    parse_seeds,
+    positive_int,
+    resolve_shard,
+)
 from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER, RecordedEstimator
-from estratos.vocab import (CACHE_POOLINGS, CONTROL_KINDS, DEFAULT_POOLING, DEFAULT_SEED,
-                            FEATURES, LayerSpec)
+from estratos.vocab import (
+    CACHE_POOLINGS,
+    CONTROL_KINDS,
+    DEFAULT_POOLING,
+    DEFAULT_SEED,
+    FEATURES,
+    LayerSpec,
+)
 
 #: ``--classifier``: a registered name, or an estimator whose parameters start each task's
 Classifier = Union[str, RecordedEstimator]

@@ -17,7 +17,9 @@ from typing import Callable, Dict, List, Sequence
 import numpy as np
 
 from estratos.tasks.types import COMBINER_SLOTS, SlotRefs, Split
-from estratos.vocab import AVG, COMBINERS as COMBINER_SHAPES, LayerSpec
+from estratos.vocab import AVG, LayerSpec
+from estratos.vocab import COMBINERS as COMBINER_SHAPES
+
 
 def layer_matrix(vectors: np.ndarray, spec: LayerSpec) -> np.ndarray:
     """(S, L+1, D) sentence vectors -> (S, D) float32 for one layer spec."""

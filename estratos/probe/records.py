@@ -27,7 +27,6 @@ from estratos.results.record import CellKey, Layer, cell_key
 from estratos.tasks.types import TaskData
 from estratos.vocab import ONE_CLASS_SHARE, utc_now
 
-
 #: the cache identity fields a probe's results line records (``cache``)
 CACHE_FIELDS = ("path", "dtype", "max_length", "n_states", "dim", "tokenizer")
 

@@ -16,8 +16,7 @@ build the features it asks for, and estimator factories (see
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import (AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
-                    Type)
+from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import numpy as np
 

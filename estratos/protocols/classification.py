@@ -9,12 +9,21 @@ seeded by 1111 (SentEval fixes that seed) and reports the mean outer test accura
 
 from __future__ import annotations
 
-from typing import (AbstractSet, Any, Callable, List, Optional, Sequence, Tuple)
+from typing import AbstractSet, Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from estratos.protocols.base import (POOL, VALIDATION_SPLIT, CellOutcome, EstimatorFactory,
-                                     Inputs, Protocol, SplitPlan, capped_at, register)
+from estratos.protocols.base import (
+    POOL,
+    VALIDATION_SPLIT,
+    CellOutcome,
+    EstimatorFactory,
+    Inputs,
+    Protocol,
+    SplitPlan,
+    capped_at,
+    register,
+)
 from estratos.protocols.estimators import n_groups, take
 from estratos.protocols.folds import INNER_KFOLD_SEED, holdout_split, stratified_folds
 from estratos.protocols.metrics import accuracy, f1_positive, test_metrics

@@ -22,18 +22,17 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
+from estratos.files import write_atomic
 from estratos.report import odesia
-from estratos.report.intervals import StatsOptions, apply as apply_stats, correction_text
+from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
+from estratos.report.html import to_html
+from estratos.report.intervals import StatsOptions, correction_text
+from estratos.report.intervals import apply as apply_stats
+from estratos.report.surface import SURFACE_INTRO, surface_tables
+from estratos.report.tables import Cell, Footnotes, Table, dataset_tables, group_table, layer_tables
+from estratos.report.writers import DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section
 from estratos.results import LoadedResults, Located, Notice, expand_paths, load_results
 from estratos.results.provenance import data_builds, describe_builds
-from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
-from estratos.report.tables import (
-    Cell, Footnotes, Table, dataset_tables, group_table, layer_tables)
-from estratos.report.html import to_html
-from estratos.report.surface import SURFACE_INTRO, surface_tables
-from estratos.report.writers import (
-    DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section)
-from estratos.files import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,23 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
-from estratos.report.aggregate import (Row, layer_label, revision_tag, row_of,
-                                      short_model_name)
+from estratos.report.aggregate import Row, layer_label, revision_tag, row_of, short_model_name
 from estratos.report.intervals import RowSample, Samples
 from estratos.results import LoadedResults, Located, ResultRecord, load_results
 from estratos.results.record import cell_key
+from estratos.stats import (
+    BOOTSTRAP_SEED,
+    DEFAULT_LEVEL,
+    DEFAULT_RESAMPLES,
+    METRICS,
+    Difference,
+    Interval,
+    bootstrap_ci,
+    mcnemar_exact,
+    paired_bootstrap,
+    same_test_set,
+)
 from estratos.vocab import RANDOM_INIT_PREFIX
-from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, METRICS,
-                            Difference, Interval, bootstrap_ci, mcnemar_exact,
-                            paired_bootstrap, same_test_set)
 
 PathLike = Union[str, os.PathLike]
 #: selector keys: every part of a cell's identity (:attr:`ResultRecord.identity`, the

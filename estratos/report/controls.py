@@ -31,8 +31,13 @@ from estratos.report.aggregate import Aggregate, Row, Stat, System, layer_label,
 from estratos.report.intervals import RowSample, Samples
 from estratos.report.tables import Cell, Footnotes, Table, mark_cells, system_title
 from estratos.results import Located
-from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, Sample,
-                            paired_bootstrap)
+from estratos.stats import (
+    BOOTSTRAP_SEED,
+    DEFAULT_LEVEL,
+    DEFAULT_RESAMPLES,
+    Sample,
+    paired_bootstrap,
+)
 from estratos.stats.bootstrap import same_test_set
 from estratos.vocab import CONTROL_TASK
 

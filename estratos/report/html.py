@@ -17,8 +17,15 @@ from typing import List, Sequence
 
 from estratos import __version__
 from estratos.report.tables import Cell, Footnotes, Table
-from estratos.report.writers import (LEGEND, MISSING, ONE_CLASS_NOTE, ReportContent, Section,
-                                     has_one_class, value_text)
+from estratos.report.writers import (
+    LEGEND,
+    MISSING,
+    ONE_CLASS_NOTE,
+    ReportContent,
+    Section,
+    has_one_class,
+    value_text,
+)
 
 #: the page's whole style: readable tables, numbers right-aligned, figures scaled to fit
 STYLE = """

@@ -20,8 +20,17 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from estratos.report.aggregate import Aggregate, Row, row_of
 from estratos.results import Located, Notice
 from estratos.results.predictions import CellPredictions, PredictionsReader, sample_of
-from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, Interval, Sample,
-                            adjust, bootstrap_ci, compare_to, same_test_set)
+from estratos.stats import (
+    BOOTSTRAP_SEED,
+    DEFAULT_LEVEL,
+    DEFAULT_RESAMPLES,
+    Interval,
+    Sample,
+    adjust,
+    bootstrap_ci,
+    compare_to,
+    same_test_set,
+)
 
 CellId = Tuple[Row, str]
 

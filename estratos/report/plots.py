@@ -29,8 +29,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from estratos.files import write_atomic
 from estratos.errors import EstratosError
+from estratos.files import write_atomic
 from estratos.report.aggregate import Aggregate, Dataset, Row, Stat, System, layer_label
 from estratos.vocab import AVG, RAW_FEATURES
 

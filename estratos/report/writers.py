@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from estratos.report.odesia import Calibration, Gap
-from estratos.results import Notice
 from estratos.report.aggregate import EXTRA_METRICS, Aggregate, Row, Stat
+from estratos.report.odesia import Calibration, Gap
 from estratos.report.tables import DECIMALS, Cell, Footnotes, Table
+from estratos.results import Notice
 
 MISSING = "—"
 UNDEFINED = "undef."

@@ -66,8 +66,7 @@ from estratos.errors import ResultsError
 from estratos.faultpoints import fault_point
 from estratos.files import create_beside, fsync_file, fsync_folder, locked, write_all
 from estratos.results.record import CellKey, ResultRecord
-from estratos.stats import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, BOOTSTRAP_SEED, Sample,
-                            bootstrap_cis)
+from estratos.stats import BOOTSTRAP_SEED, DEFAULT_LEVEL, DEFAULT_RESAMPLES, Sample, bootstrap_cis
 
 log = logging.getLogger(__name__)
 

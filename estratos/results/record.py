@@ -14,8 +14,14 @@ import math
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from estratos.errors import ResultsFileError
-from estratos.vocab import (CONTROL_KINDS, FEATURES, LABEL_SHUFFLE, METRIC_INFO,
-                            RAW_FEATURES, SCORE_DECIMALS)
+from estratos.vocab import (
+    CONTROL_KINDS,
+    FEATURES,
+    LABEL_SHUFFLE,
+    METRIC_INFO,
+    RAW_FEATURES,
+    SCORE_DECIMALS,
+)
 
 #: the results schema version this estratos writes (docs/contracts.md); older lines are read
 #: through :func:`migrate` (version 1: no ``features``, label-shuffle controls called

@@ -13,8 +13,7 @@ jobs run on the cluster's nodes.
 """
 
 from estratos.slurm.plan import JobScript, SlurmPlan, model_slugs, plan_pipeline
-from estratos.slurm.submit import (Submission, find_sbatch, progress_command, submit,
-                                   write_scripts)
+from estratos.slurm.submit import Submission, find_sbatch, progress_command, submit, write_scripts
 
 __all__ = ["JobScript", "SlurmPlan", "Submission", "find_sbatch", "model_slugs",
            "plan_pipeline", "progress_command", "submit", "write_scripts"]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from estratos.files import write_atomic
 from estratos.errors import OptionError, SchedulerError
+from estratos.files import write_atomic
 from estratos.slurm.plan import LOG_DIR, SUBMIT_SCRIPT, SlurmPlan
 
 log = logging.getLogger(__name__)

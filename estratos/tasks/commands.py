@@ -10,8 +10,14 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from estratos.errors import OptionError, SelectionError
-from estratos.tasks.describe import (check_tasks, list_tasks, render_task, render_task_list,
-                                     show_task, tasks_with_files)
+from estratos.tasks.describe import (
+    check_tasks,
+    list_tasks,
+    render_task,
+    render_task_list,
+    show_task,
+    tasks_with_files,
+)
 from estratos.tasks.selection import select_specs
 
 

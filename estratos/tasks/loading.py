@@ -26,8 +26,15 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from estratos.errors import InputError
 from estratos.protocols import POOL, get_protocol
-from estratos.tasks.building import (HOLDOUT_FRACTION, MAX_POOL_TEST_OVERLAP, TEST_FRACTION,
-                                     TaskBuilder, holdout, overlap_share, three_way)
+from estratos.tasks.building import (
+    HOLDOUT_FRACTION,
+    MAX_POOL_TEST_OVERLAP,
+    TEST_FRACTION,
+    TaskBuilder,
+    holdout,
+    overlap_share,
+    three_way,
+)
 from estratos.tasks.datadirs import DataDirs
 from estratos.tasks.formats import Source, get_format
 from estratos.tasks.reading import LoadContext

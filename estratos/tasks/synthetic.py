@@ -40,8 +40,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from estratos.files import write_atomic
 from estratos.errors import OptionError
+from estratos.files import write_atomic
 from estratos.tasks import lexicon_es as lx
 from estratos.text import normalize_sentence, surface_length
 from estratos.vocab import DEFAULT_SEED, SYNTHETIC_N_PER_TASK

@@ -22,13 +22,24 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from estratos.probe.estimators.registry import (DEFAULT_CLASSIFIER, RecordedEstimator,
-                                                estimator_names, get_estimator,
-                                                register_estimator)
+from estratos.probe.estimators.registry import (
+    DEFAULT_CLASSIFIER,
+    RecordedEstimator,
+    estimator_names,
+    get_estimator,
+    register_estimator,
+)
 from estratos.probe.estimators.scaling import scaled, scaler_for
 from estratos.stats.metrics import pearson_rows
-from estratos.vocab import (DEFAULT_KFOLD, DEFAULT_L2_GRID, DEFAULT_SEED, RAW_FEATURES, Role,
-                            STANDARDIZED_FEATURES, VALIDATION_SPLIT)
+from estratos.vocab import (
+    DEFAULT_KFOLD,
+    DEFAULT_L2_GRID,
+    DEFAULT_SEED,
+    RAW_FEATURES,
+    STANDARDIZED_FEATURES,
+    VALIDATION_SPLIT,
+    Role,
+)
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +174,13 @@ class SentEvalClassifier(RecordedEstimator):
              subsets: Optional[List[np.ndarray]], stop_on: str) -> "SentEvalClassifier":
         import torch
 
-        from estratos.probe.estimators.training import (StackedNet, as_groups, cross_entropy_grad,
-                                             torch_device, train_stacked)
+        from estratos.probe.estimators.training import (
+            StackedNet,
+            as_groups,
+            cross_entropy_grad,
+            torch_device,
+            train_stacked,
+        )
 
         self.scale_ = scaler_for(self.features, X)
         x, x_dev = as_groups(scaled(X, self.scale_)), as_groups(scaled(X_dev, self.scale_))
@@ -268,9 +284,14 @@ class RelatednessRegressor(RecordedEstimator):
     def fit(self, X, scores, X_dev, dev_scores) -> "RelatednessRegressor":
         import torch
 
-        from estratos.probe.estimators.training import (StackedNet, as_groups, seed_list,
-                                                        soft_mse_grad, torch_device,
-                                                        train_stacked)
+        from estratos.probe.estimators.training import (
+            StackedNet,
+            as_groups,
+            seed_list,
+            soft_mse_grad,
+            torch_device,
+            train_stacked,
+        )
 
         self.scale_ = scaler_for(self.features, X)
         x, x_dev = as_groups(scaled(X, self.scale_)), as_groups(scaled(X_dev, self.scale_))

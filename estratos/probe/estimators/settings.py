@@ -14,8 +14,13 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from estratos.errors import TaskError
-from estratos.probe.estimators.classifiers import (DEFAULT_CLASSIFIER, RecordedEstimator,
-                                        RelatednessRegressor, estimator_names, get_estimator)
+from estratos.probe.estimators.classifiers import (
+    DEFAULT_CLASSIFIER,
+    RecordedEstimator,
+    RelatednessRegressor,
+    estimator_names,
+    get_estimator,
+)
 from estratos.vocab import DEFAULT_L2_GRID, NOREG_GRID, OVERRIDE_KEYS, Role  # noqa: F401
 
 #: ``--classifier`` choices, from the estimator registry (:mod:`estratos.probe.estimators.registry`)

@@ -45,8 +45,7 @@ import time
 import traceback
 from collections import deque
 from multiprocessing.reduction import ForkingPickler
-from typing import (Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set,
-                    Tuple)
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from estratos.errors import EstratosError
 

@@ -23,24 +23,29 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
-
-from dataclasses import dataclass
 
 from estratos import errors as _errors
 from estratos.errors import DiskFull, EstratosError, MissingSentences, OptionError
 from estratos.options import available_cores, check_output_file, parse_layers
 from estratos.probe.cells import FUSED_SEED_DEVICES, resolve_probe_device
 from estratos.probe.config import ProbeConfig
-from estratos.probe.grid.plan import (TaskShape, WorkUnit, cell_cost, plan_units, shard_cells,
-                                 shard_path)
-from estratos.probe.grid.outcome import ProbeRun, UnitStat
-from estratos.probe.grid.progress import GridProgress
-from estratos.probe.records import CellSource
-from estratos.probe.grid.pool import Event, make_executor
 from estratos.probe.estimators.settings import task_estimator
+from estratos.probe.grid.outcome import ProbeRun, UnitStat
+from estratos.probe.grid.plan import (
+    TaskShape,
+    WorkUnit,
+    cell_cost,
+    plan_units,
+    shard_cells,
+    shard_path,
+)
+from estratos.probe.grid.pool import Event, make_executor
+from estratos.probe.grid.progress import GridProgress
 from estratos.probe.grid.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
+from estratos.probe.records import CellSource
 from estratos.results import ResultRecord
 from estratos.results.provenance import check_done_cells
 from estratos.results.reader import done_keys, expand_paths

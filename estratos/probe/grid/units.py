@@ -22,10 +22,10 @@ from estratos.errors import CacheError, MissingSentences
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
 from estratos.probe.config import ProbeConfig
 from estratos.probe.controls import control_record, control_task
+from estratos.probe.estimators.runtime import torch_runtime
 from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
 from estratos.probe.grid.plan import TaskShape, WorkUnit
 from estratos.probe.records import CellSource, cell_record, store_cells
-from estratos.probe.estimators.runtime import torch_runtime
 from estratos.results import ResultRecord, ResultsStore
 from estratos.vocab import CONTROL_TASK, LABEL_SHUFFLE
 

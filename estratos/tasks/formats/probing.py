@@ -17,8 +17,13 @@ from typing import Dict, Optional, Sequence
 from estratos.errors import InputError
 from estratos.tasks.building import TaskBuilder
 from estratos.tasks.formats import Format, Source, register_format
-from estratos.tasks.reading import (LoadContext, count_first_column, count_lines, read_lines,
-                                    split_columns)
+from estratos.tasks.reading import (
+    LoadContext,
+    count_first_column,
+    count_lines,
+    read_lines,
+    split_columns,
+)
 from estratos.tasks.types import TaskSpec
 
 #: SentEval's split tokens
