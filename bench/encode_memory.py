@@ -8,7 +8,7 @@ Each measurement runs in a fresh process and reports its peak RSS (``ru_maxrss``
 - ``encode``: ``encode_sentences`` (the whole pipeline, every hidden state, both default
   poolings, float16 storage) over ``--batches`` batches' worth of sentences of ``--length``
   tokens, at the budget ``--budget`` (``auto``: what encode picks on CPU,
-  :func:`estratos.encode.devices.cpu_batch_tokens`);
+  :func:`estratos.encode.models.devices.cpu_batch_tokens`);
 - ``plain``: the same model loaded the same way and ``model(**inputs)`` (no hidden states
   returned) on one batch of the shape encode's largest batch had.
 
@@ -97,7 +97,7 @@ def child_encode(folder: str, seed, budget, length: int, batches: int, threads: 
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from estratos.cache import open_cache
-    from estratos.encode.devices import cpu_batch_tokens
+    from estratos.encode.models.devices import cpu_batch_tokens
     from estratos.encode.run import encode_sentences
 
     config = AutoConfig.from_pretrained(folder)

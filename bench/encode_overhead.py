@@ -71,9 +71,9 @@ def bare_forward(sentences: list, batch_tokens: int, threads) -> dict:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from estratos.encode.token_batches import length_order, token_budget_batches
-    from estratos.encode.devices import prepare_cpu_threads
-    from estratos.encode.hf import default_max_length
+    from estratos.encode.models.token_batches import length_order, token_budget_batches
+    from estratos.encode.models.devices import prepare_cpu_threads
+    from estratos.encode.models.hf import default_max_length
     from estratos.text import sentence_key
 
     device = torch.device("cpu")
@@ -99,7 +99,7 @@ def bare_forward(sentences: list, batch_tokens: int, threads) -> dict:
 
 def full_encode(sentences: list, out: Path, batch_tokens: int, threads) -> dict:
     from estratos.encode import encode_sentences
-    from estratos.encode.hf import HFEncoder
+    from estratos.encode.models.hf import HFEncoder
 
     start = time.perf_counter()
     HFEncoder(model_dir(), threads=threads).load()  # what encode spends before batch one
@@ -162,7 +162,7 @@ def main() -> None:
         child(int(args.child[0]), Path(args.child[1]), Path(args.child[2]), args.batch_tokens,
               args.threads)
         return
-    from estratos.encode.devices import cpu_threads
+    from estratos.encode.models.devices import cpu_threads
 
     sizes = [int(s) for s in args.rss_sizes.split(",") if s]
     pool = collect(args.data_dir, max([args.n] + sizes))

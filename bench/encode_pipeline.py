@@ -95,8 +95,8 @@ def bare(model: str, sentences: list, device: str, batch_tokens, threads) -> dic
     import numpy as np
     import torch
 
-    from estratos.encode.devices import prepare_cpu_threads
-    from estratos.encode.hf import HFEncoder
+    from estratos.encode.models.devices import prepare_cpu_threads
+    from estratos.encode.models.hf import HFEncoder
 
     enc = HFEncoder(model, device=device, threads=threads)
     enc.load()
@@ -196,7 +196,7 @@ class GpuSampler:
 
 def full(model: str, sentences: list, out: Path, device: str, batch_tokens, threads) -> dict:
     from estratos.encode import encode_sentences
-    from estratos.encode.hf import HFEncoder
+    from estratos.encode.models.hf import HFEncoder
 
     start = time.perf_counter()
     HFEncoder(model, device=device, threads=threads).load()
@@ -222,7 +222,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="best of this many runs of each")
     args = ap.parse_args()
 
-    from estratos.encode.devices import cpu_threads
+    from estratos.encode.models.devices import cpu_threads
 
     sentences = collect(args)
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:

@@ -40,7 +40,7 @@ LayerSpec = Union[int, str]
 #: poolings a transformers model's hidden states are reduced with (``last``: the last real
 #: token, the sentence vector of decoder-only models). A new pooling takes two places: its
 #: name here (CLI choices, slurm checks and docs read this tuple) and its computation in
-#: estratos.encode.pooling.pool
+#: estratos.encode.models.pooling.pool
 POOLINGS: Tuple[str, ...] = ("cls", "mean", "last")
 #: what encode stores when ``--pooling`` is not given, by architecture (in this order: the
 #: first is what probe uses when ``--pooling`` is not given): an encoder's first position

@@ -16,8 +16,8 @@ from estratos.cache import open_cache
 from estratos.cli import cli
 from estratos.encode import encode_sentences, read_sentence_file
 from estratos.options import resolve_shard
-from estratos.encode.token_batches import length_order, token_budget_batches
-from estratos.encode.devices import autocast_dtype, compute_label
+from estratos.encode.models.token_batches import length_order, token_budget_batches
+from estratos.encode.models.devices import autocast_dtype, compute_label
 from estratos.errors import CacheError, InputError, OptionError, SettingsMismatch
 from estratos.options import PROBE_DEVICES, resolve_device
 
@@ -391,7 +391,7 @@ def test_length_order_and_token_budget():
 
 
 def test_cpu_threads(monkeypatch):
-    from estratos.encode.devices import cpu_threads, usable_cores
+    from estratos.encode.models.devices import cpu_threads, usable_cores
 
     assert cpu_threads(3) == 3
     assert cpu_threads() == 1  # OMP_NUM_THREADS=1 from the fixture

@@ -457,7 +457,7 @@ def test_cpu_auto_budget_scales_with_layers_and_width(bpe, tmp_path):  # noqa: F
     import transformers as tf
     from transformers import AutoModel
 
-    from estratos.encode.devices import CPU_BATCH_TOKENS, cpu_batch_tokens
+    from estratos.encode.models.devices import CPU_BATCH_TOKENS, cpu_batch_tokens
     from test_encode_models import tokenizer_for
 
     tok = tokenizer_for(bpe, "none", "right", False)

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from estratos.cache import open_cache
 from estratos.cli import cli
-from estratos.encode import pooling
+from estratos.encode.models import pooling
 from estratos.results import read_results
 from probe_toys import write_toy_task
 
@@ -495,7 +495,7 @@ def test_trust_remote_code_is_off_by_default(bpe, tmp_path, monkeypatch):
 
 # -- a hub id offline, a checkpoint without pooler ------------------------------------
 def test_hub_id_offline_fails_fast_once_with_a_pointer(tmp_path, monkeypatch):
-    from estratos.encode import hub
+    from estratos.encode.models import hub
 
     (tmp_path / "s.txt").write_text("hola.\n", encoding="utf-8")
     monkeypatch.delenv("HF_HUB_OFFLINE")
@@ -560,9 +560,9 @@ def test_checkpoint_without_pooler_loads_quietly(bpe, tmp_path, child_env):
 
 
 def test_missing_weights_are_reported_once_unless_only_the_pooler(caplog):
-    from estratos.encode.hf import explain_missing
+    from estratos.encode.models.hf import explain_missing
 
-    with caplog.at_level("DEBUG", logger="estratos.encode.hf"):
+    with caplog.at_level("DEBUG", logger="estratos.encode.models.hf"):
         explain_missing("m", ["pooler.dense.weight", "bert.pooler.dense.bias"])
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
     caplog.clear()

@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from estratos.cache import schema, verify_cache
 from estratos.cli import cli
 from estratos.encode import encode_sentences
-from estratos.encode import tokens as tokens_module
-from estratos.encode.token_batches import length_order, token_budget_batches
-from estratos.encode.devices import batch_tokens_for_memory
-from estratos.encode.hf import HFEncoder
+from estratos.encode.models import tokens as tokens_module
+from estratos.encode.models.token_batches import length_order, token_budget_batches
+from estratos.encode.models.devices import batch_tokens_for_memory
+from estratos.encode.models.hf import HFEncoder
 from estratos.encode.options import parse_batch_tokens
 from estratos.errors import OptionError
 from estratos.text import normalize_sentence, sentence_key

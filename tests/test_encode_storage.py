@@ -130,7 +130,7 @@ def test_only_batches_beyond_the_stored_range_are_checked_row_by_row():
     """The write thread checks a batch row by row only when its largest magnitude (reduced
     on the device) is beyond the stored precision's maximum; a value that still rounds to
     that maximum is then stored, one that does not stops the run."""
-    from estratos.encode.hf import HostVectors
+    from estratos.encode.models.hf import HostVectors
     from estratos.encode.stream import refuse_nonfinite
 
     def host(values, dtype="float16"):

@@ -409,7 +409,7 @@ def test_a_decoder_cache_read_raw_is_told_to_read_standardized_too(tmp_path, cap
 
     import h5py
 
-    from estratos.encode.pooling import DECODER
+    from estratos.encode.models.pooling import DECODER
 
     task, cache, loader = _toy(tmp_path)
     with h5py.File(cache, "r+") as f:

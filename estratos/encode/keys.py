@@ -1,8 +1,10 @@
-"""The sentences of a run as cache keys: normalized, non-blank, each key once.
+"""The sentences of a run as cache keys: normalized, non-blank, each key once, and which
+shard of a cluster array each key belongs to.
 
 Keys come from :func:`estratos.text.sentence_key` (the only way to key a sentence); the
 digest of all keys identifies the full input of a sharded run, so merge can tell shards of
-one input from shards of another.
+one input from shards of another. The shard of a key depends on the key alone
+(:func:`in_shard`), so every array task agrees on it without talking to the others.
 """
 
 from __future__ import annotations
@@ -40,3 +42,8 @@ def input_digest(keys: Iterable[bytes]) -> str:
     for k in sorted(keys):
         h.update(k)
     return h.hexdigest()
+
+
+def in_shard(key: bytes, shard: Tuple[int, int]) -> bool:
+    """Whether ``key`` belongs to shard ``(index, count)`` (``--shard I/N``)."""
+    return int.from_bytes(key[:8], "big") % shard[1] == shard[0]

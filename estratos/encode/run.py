@@ -4,7 +4,8 @@ One call turns any iterable of sentences into rows of a cache (docs/cache.md):
 
 1. sentences are normalized and keyed (:mod:`estratos.encode.keys`); each key is encoded once;
 2. with a shard ``i/n`` only the keys whose hash falls in shard ``i`` are kept
-   (:mod:`estratos.encode.shards`, ``--shard`` read by :func:`estratos.options.resolve_shard`);
+   (:func:`estratos.encode.keys.in_shard`, ``--shard`` read by
+   :func:`estratos.options.resolve_shard`);
 3. rows already in the cache are skipped (incremental cache); a killed run's ``.partial`` is
    resumed from its ``n_done`` rows (:mod:`estratos.cache.session`);
 4. the rest is sorted by token length and cut into token-budget batches. The plan depends
@@ -14,7 +15,7 @@ One call turns any iterable of sentences into rows of a cache (docs/cache.md):
    atomic rename.
 
 This module is the orchestration only: options (:mod:`~estratos.encode.options`), the
-encoder (:mod:`~estratos.encode.factory`), what the cache records about the software
+encoder (:mod:`~estratos.encode.models.factory`), what the cache records about the software
 (:mod:`~estratos.encode.environment`) and the summary (:mod:`~estratos.encode.summary`) live
 in their own modules.
 """
@@ -32,15 +33,14 @@ from estratos import __version__
 from estratos.cache import schema
 from estratos.cache.session import CacheSession, open_for_writing
 from estratos.encode.environment import library_versions
-from estratos.encode.factory import build_encoder
-from estratos.encode.keys import dedupe_sentences, input_digest
+from estratos.encode.keys import dedupe_sentences, in_shard, input_digest
+from estratos.encode.models.factory import build_encoder
+from estratos.encode.models.token_batches import length_order, token_budget_batches
 from estratos.encode.options import BatchTokens, parse_batch_tokens
 from estratos.encode.pipeline import Background
-from estratos.encode.shards import in_shard
 from estratos.encode.space import SHRINK_HINT, SpacePlan, plan_space
 from estratos.encode.stream import run_stream
 from estratos.encode.summary import EncodeSummary
-from estratos.encode.token_batches import length_order, token_budget_batches
 from estratos.errors import DiskFull, EstratosError, InputError, Interrupted, OptionError
 from estratos.faultpoints import fault_point
 from estratos.files import disk_full

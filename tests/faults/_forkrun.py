@@ -11,7 +11,7 @@ import torch  # noqa: F401  (preloaded in the server so children start fast)
 import transformers  # noqa: F401
 
 import estratos.cache  # noqa: F401
-import estratos.encode.hf  # noqa: F401
+import estratos.encode.models.hf  # noqa: F401
 import estratos.encode.run  # noqa: F401
 import estratos.encode.stream  # noqa: F401
 import estratos.probe.grid.runner  # noqa: F401

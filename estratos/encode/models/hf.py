@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from estratos.cache import schema
-from estratos.encode import devices, hub, pooling, tokens
 from estratos.encode import options as model_options
+from estratos.encode.models import devices, hub, pooling, tokens
 from estratos.errors import OptionError
 from estratos.options import ENCODE_DEVICES, is_local_model, model_identity, resolve_device
 from estratos.vocab import MEAN_TOKENS_PROMPTED, PROMPT_SLOT, RANDOM_INIT_PREFIX

@@ -17,7 +17,7 @@ def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optio
     (``model_dtype``, ``device_map``, ``trust_remote_code``, ``random_init``; see
     :class:`HFEncoder`)."""
     if encoder:
-        from estratos.encode.batcher import POOLING, BatcherEncoder
+        from estratos.encode.models.batcher import POOLING, BatcherEncoder
 
         if model:
             raise OptionError("--encoder and --model: give one of them")
@@ -33,7 +33,7 @@ def build_encoder(model: Optional[str], encoder: Optional[str], *, device: Optio
         return BatcherEncoder(encoder, lowercase=lowercase)
     if not model:
         raise OptionError("--model: required (or --encoder MODULE:FUNCTION)")
-    from estratos.encode.hf import HFEncoder
+    from estratos.encode.models.hf import HFEncoder
 
     return HFEncoder(model, device=device, max_length=max_length, lowercase=lowercase,
                      poolings=poolings, threads=threads, **model_options)

@@ -82,7 +82,7 @@ GPU_MEMORY_SHARE = 0.5
 #: bounds of the GPU budget (a power of two in between)
 GPU_BATCH_TOKENS = (8192, 262144)
 #: padded length the per-token attention estimate assumes (longer batches are bounded by the
-#: quadratic rule of :mod:`estratos.encode.token_batches`, which uses the same span)
+#: quadratic rule of :mod:`estratos.encode.models.token_batches`, which uses the same span)
 _SPAN = 128
 
 

@@ -185,7 +185,7 @@ class BatcherEncoder:
                             bool(np.isfinite(peak)) and peak <= schema.DTYPE_MAX[dtype])
 
     def auto_batch_tokens(self) -> int:
-        from estratos.encode.devices import CPU_BATCH_TOKENS
+        from estratos.encode.models.devices import CPU_BATCH_TOKENS
 
         return CPU_BATCH_TOKENS
 
