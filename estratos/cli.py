@@ -45,7 +45,7 @@ class _UserError(click.ClickException):
     """An :class:`EstratosError` shown as ``Error: message`` with the error's exit code."""
 
     def __init__(self, exc: EstratosError) -> None:
-        super().__init__(str(exc))
+        super().__init__(exc.cli_text())
         # click declares exit_code on the class and reads it from the instance: each error
         # carries its own code
         self.exit_code = exc.exit_code  # type: ignore[misc]

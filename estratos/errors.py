@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from typing import Any, Dict, Optional, Tuple
 
 
@@ -53,6 +54,11 @@ class EstratosError(Exception):
     def __str__(self) -> str:
         return self._prefix + self._text() + self._suffix
 
+    def cli_text(self) -> str:
+        """The message as the command line shows it (``Error: <this>``); the same as
+        ``str()`` except where an error names what a command-line user typed."""
+        return str(self)
+
 
 class InputError(EstratosError):
     """A malformed or missing input file. ``str()`` reads ``path:line: message``."""
@@ -73,9 +79,22 @@ class InputError(EstratosError):
 
 
 class OptionError(EstratosError):
-    """An invalid option value (the message names the option)."""
+    """An invalid option value. The message is written naming the command-line option
+    (``--model: ...``), which is what the CLI shows (:meth:`cli_text`); ``str()``, what a
+    Python caller sees, names the function's parameter instead (``model: ...``): the same
+    option with its dashes dropped and ``-`` read as ``_``."""
 
     exit_code = 2
+
+    def _text(self) -> str:
+        return _OPTION_PREFIX.sub(lambda m: m.group(1).replace("-", "_"), super()._text(), 1)
+
+    def cli_text(self) -> str:
+        return self._prefix + super()._text() + self._suffix
+
+
+#: the option an option error starts with (``--model:``, ``--data-dir ...``)
+_OPTION_PREFIX = re.compile(r"^--([a-z][a-z0-9-]*)(?=[:\s]|$)")
 
 
 class TaskError(EstratosError):

@@ -222,11 +222,11 @@ def test_run_baseline_appends_resumes_and_feeds_the_report(tmp_path: Path):
 
 
 def test_run_baseline_bad_options(tmp_path: Path):
-    with pytest.raises(OptionError, match="--seeds: give at least one seed"):
+    with pytest.raises(OptionError, match="seeds: give at least one seed"):
         run_baseline([_sentiment_task("split").spec], None, tmp_path / "o.jsonl", seeds=())
-    with pytest.raises(OptionError, match="--tasks"):
+    with pytest.raises(OptionError, match="tasks"):
         run_baseline([], None, tmp_path / "o.jsonl")
-    with pytest.raises(OptionError, match="--tasks"):
+    with pytest.raises(OptionError, match="tasks"):
         baseline_tasks("", tmp_path / "o.jsonl")
     assert not (tmp_path / "o.jsonl").exists()
 
@@ -239,7 +239,7 @@ def test_parse_seeds(text, expected):
 
 @pytest.mark.parametrize("text", ["a", "1,-2", ",", [True]])
 def test_parse_seeds_rejects(text):
-    with pytest.raises(OptionError, match="--seeds"):
+    with pytest.raises(OptionError, match="seeds"):
         parse_seeds(text)
 
 
@@ -430,7 +430,7 @@ def test_baseline_names_parse():
 
     assert parse_baselines("all") == SURFACE_BASELINES
     assert parse_baselines("Word-Bigrams, tfidf,word-bigrams") == ("word-bigrams", "tfidf")
-    with pytest.raises(OptionError, match="--baseline: name one baseline"):
+    with pytest.raises(OptionError, match="baseline: name one baseline"):
         baseline.get_baseline("all")
 
 

@@ -345,8 +345,8 @@ def test_cli_download_mismatch_exits_1_and_allow_mismatch_installs(server, tmp_p
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    ({"timeout": 0}, "--timeout"),
-    ({"base_url": "ftp://example.org"}, "--base-url"),
+    ({"timeout": 0}, "timeout"),
+    ({"base_url": "ftp://example.org"}, "base_url"),
 ])
 def test_bad_options(tmp_path, kwargs, needle):
     with pytest.raises(OptionError, match=needle):
@@ -357,7 +357,7 @@ def test_bad_options(tmp_path, kwargs, needle):
 def test_data_dir_is_a_file(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(OptionError, match="--data-dir"):
+    with pytest.raises(OptionError, match="data_dir"):
         download_es(f, base_url="http://127.0.0.1:9")
 
 

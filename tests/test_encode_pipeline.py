@@ -247,7 +247,7 @@ def test_batch_tokens_option(tmp_path):
     assert parse_batch_tokens("auto") == "auto" and parse_batch_tokens("512") == 512
     assert parse_batch_tokens(64) == 64
     for bad in ("0", "x", -1, 0, True, "1.5"):
-        with pytest.raises(OptionError, match="--batch-tokens"):
+        with pytest.raises(OptionError, match="batch_tokens"):
             parse_batch_tokens(bad)
     src = tmp_path / "s.txt"
     src.write_text("uno\n", encoding="utf-8")

@@ -74,7 +74,7 @@ def test_a_control_on_one_cosine_task_reads_well(tmp_path):
         _trained_only([get_spec("es-senteval:STS14")], "--control", "has no control")
     except OptionError as exc:
         assert ("--control: no selected task trains a probe (es-senteval:STS14: scored by an "
-                "untrained cosine, which has no control)") in str(exc)
+                "untrained cosine, which has no control)") in exc.cli_text()
     else:
         raise AssertionError("a cosine task alone has no control")
 
@@ -123,3 +123,28 @@ def test_encode_takes_the_tasks_and_the_task_file(tmp_path):
                       DataDirs.parse([f"synthetic-es={synth}"]))
     with open_cache(cache) as reader:
         assert reader.n_rows == len(set(custom.sentences) | set(tense.sentences))
+
+
+def test_python_api_errors_name_the_parameter_and_the_cli_names_the_option(tmp_path):
+    """The same bad value: a Python caller reads the function's parameter (``jobs``,
+    ``n_per_task``), the command line the option it typed (``--jobs``, ``--n-per-task``)."""
+    import pytest
+    from click.testing import CliRunner
+
+    from estratos.cli import cli
+    from estratos.errors import OptionError
+    from estratos.probe.config import ProbeConfig
+    from estratos.tasks.synthetic import build_synthetic_es
+
+    with pytest.raises(OptionError) as info:
+        ProbeConfig.build(jobs=0)
+    assert str(info.value).startswith("jobs: ") and "--jobs" not in str(info.value)
+    assert info.value.cli_text().startswith("--jobs: ")
+    with pytest.raises(OptionError, match=r"^n_per_task"):
+        build_synthetic_es(tmp_path / "s", n_per_task=10)
+    res = CliRunner().invoke(cli, ["probe", "--cache", str(tmp_path / "c.h5"), "--tasks", "x",
+                                   "--out", str(tmp_path / "r.jsonl"), "--jobs", "0"])
+    assert res.exit_code == 2 and "Error: --jobs: " in res.output
+    res = CliRunner().invoke(cli, ["tasks", "build", "synthetic-es", "--out", str(tmp_path / "t"),
+                                   "--n-per-task", "10"])
+    assert res.exit_code == 2 and "--n-per-task" in res.output

@@ -81,7 +81,7 @@ def test_parse_reference(text, expected):
 
 @pytest.mark.parametrize("text", ["middle", "nan", "inf", ""])
 def test_parse_reference_rejects_bad_values(text):
-    with pytest.raises(OptionError, match="--reference"):
+    with pytest.raises(OptionError, match="reference"):
         parse_reference(text)
 
 

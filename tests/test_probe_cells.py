@@ -83,7 +83,7 @@ def test_classifier_record_applies_the_task_overrides_and_refuses_bad_ones():
                                                                      "l2_grid": "noreg"}))
     assert classifier_record(task, "senteval")["nhid"] == 20
     assert classifier_record(task, "senteval")["l2_grid"] == [1e-9]
-    with pytest.raises(OptionError, match="--classifier"):
+    with pytest.raises(OptionError, match="classifier"):
         classifier_record(task, "svm")
     bad, _, _ = toy_split_task(40, task_spec=spec("Bad", classifier={"nhid": -2}))
     with pytest.raises(TaskError, match="toy:Bad"):
@@ -96,10 +96,10 @@ def test_resolve_probe_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_probe_device("auto") == torch.device("cpu")
     for text in ("cuda", "cuda:0", "CUDA:1"):
-        with pytest.raises(OptionError, match="--device.*CUDA is not available"):
+        with pytest.raises(OptionError, match="device.*CUDA is not available"):
             resolve_probe_device(text)
     for text in ("gpu", "cuda:x", ""):
-        with pytest.raises(OptionError, match="--device"):
+        with pytest.raises(OptionError, match="device"):
             resolve_probe_device(text)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

@@ -99,7 +99,7 @@ def test_control_labels_leave_out_untrained_tasks(tmp_path):
     records = run_probe(cache, [sts.spec, sick.spec], None, tmp_path / "r.jsonl",
                         loader=loader, layers="1", threads=1, control="label-shuffle")
     assert {r.task for r in records} == {sick.spec.id}
-    with pytest.raises(OptionError, match="--control: no selected task trains"):
+    with pytest.raises(OptionError, match="control: no selected task trains"):
         run_probe(cache, [sts.spec], None, tmp_path / "r2.jsonl", loader=loader,
                   layers="1", threads=1, control="label-shuffle")
 
@@ -229,7 +229,7 @@ def test_probe_mdl_records_and_cli(tmp_path):
     assert code[1]["compression"] > 3 > code[0]["compression"]
     assert code[1]["uniform_bits"] == pytest.approx(360.0)  # 360 training labels, 1 bit
     assert read_results(out) == list(records)
-    with pytest.raises(OptionError, match="--mdl: the lbfgs classifier"):
+    with pytest.raises(OptionError, match="mdl: the lbfgs classifier"):
         run_probe(cache, [task.spec], None, tmp_path / "x.jsonl", loader=loader,
                   classifier="lbfgs", mdl=True)
     assert not (tmp_path / "x.jsonl").exists()

@@ -83,7 +83,7 @@ def test_bad_overrides_name_the_task_and_key(overrides, needle):
 
 
 def test_unknown_classifier_names_the_option():
-    with pytest.raises(OptionError, match="--classifier"):
+    with pytest.raises(OptionError, match="classifier"):
         resolve_classifier({}, classifier="svm")
 
 
@@ -102,7 +102,7 @@ def test_parse_layers():
 def test_bad_layer_specs_name_the_option(expr, needle):
     with pytest.raises(OptionError, match=needle) as info:
         parse_layers(expr, 7)
-    assert "--layers" in str(info.value)
+    assert "layers" in str(info.value)
 
 
 def test_avg_is_the_mean_over_all_hidden_states():

@@ -271,7 +271,7 @@ def test_missing_results_file(tmp_path):
 
 
 def test_unknown_format_names_the_option(fixture_dir):
-    with pytest.raises(OptionError, match="--format: unknown format 'pdf'"):
+    with pytest.raises(OptionError, match="format: unknown format 'pdf'"):
         write_report(["results.jsonl"], "out", formats="md,pdf")
     assert not (fixture_dir / "out").exists()
     assert parse_formats("md, LaTeX,md") == ("md", "latex")
@@ -285,7 +285,7 @@ def test_baseline_file_must_hold_baselines(fixture_dir):
 
 def test_out_must_be_a_folder(fixture_dir):
     (fixture_dir / "afile").write_text("x")
-    with pytest.raises(OptionError, match="--out"):
+    with pytest.raises(OptionError, match="out"):
         write_report(["results.jsonl"], "afile")
 
 

@@ -343,9 +343,9 @@ def test_deterministic_and_seed_dependent(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    ({"n_per_task": 10}, "--n-per-task"),
-    ({"n_per_task": "many"}, "--n-per-task"),
-    ({"seed": "x"}, "--seed"),
+    ({"n_per_task": 10}, "n_per_task"),
+    ({"n_per_task": "many"}, "n_per_task"),
+    ({"seed": "x"}, "seed"),
     ({"tasks": ["Tense", "Nope"]}, "Nope"),
 ])
 def test_bad_options(tmp_path, kwargs, needle):

@@ -46,7 +46,7 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
     try:
         plan = plan_task(spec, data_dirs)
     except OptionError as exc:
-        info["missing"] = [str(exc)]
+        info["missing"] = [exc.cli_text()]
         return info
     info.update(protocol=plan.protocol, present=plan.present, fallback=plan.fallback,
                 missing=[str(p) for _, p in plan.missing])
@@ -57,7 +57,7 @@ def describe_task(spec: TaskSpec, data_dirs: DataDirs, counts: bool = False) -> 
         try:
             data = load_task(spec, data_dirs)
         except EstratosError as exc:
-            info["missing"].append(str(exc))
+            info["missing"].append(exc.cli_text())
             return info
         info["fallback"] = data.fallback
         if counts:
@@ -228,7 +228,7 @@ def check_tasks(specs: Sequence[TaskSpec], data_dirs: DataDirs) -> List[str]:
         except InputError as exc:  # file-level errors that end a file's reading
             ctx.problems.append(exc)
         except OptionError as exc:
-            problems.append(f"{exc} [{spec.id}]")
+            problems.append(f"{exc.cli_text()} [{spec.id}]")
             continue
         problems.extend(f"{message} [{spec.id}]" for message in ctx.messages())
     return problems
