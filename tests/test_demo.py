@@ -101,8 +101,8 @@ def test_rerun_resumes_and_other_settings_are_refused(tiny_demo, tiny_bert_dir):
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    ({"seeds": ()}, "--seed"),
-    ({"n_per_task": 10}, "--n-per-task"),
+    ({"seeds": ()}, "seed"),
+    ({"n_per_task": 10}, "n_per_task"),
 ])
 def test_bad_options_write_nothing(tmp_path, kwargs, needle):
     with pytest.raises(OptionError, match=needle):
