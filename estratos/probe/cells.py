@@ -64,14 +64,6 @@ def _classifier(task: TaskData, classifier: Classifier, **params: Any) -> Record
                               n_classes=max(1, len(task.labels)), **params)
 
 
-def _with_features(params: Dict[str, Any], features: Optional[str],
-                   accepted: Any) -> Dict[str, Any]:
-    """``params`` plus ``features`` where the estimator takes that parameter."""
-    if features is not None and "features" in accepted:
-        return {**params, "features": features}
-    return params
-
-
 def classifier_record(task: TaskData, classifier: Classifier) -> Dict[str, Any]:
     """What a result's ``classifier`` field holds for ``task`` under ``--classifier`` (or
     the baseline's estimator): the ``record()`` (from ``get_params()``) of the estimator its
@@ -183,8 +175,11 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
         return np.asarray(task.splits[split].labels, dtype=label_dtype)
 
     clf = _classifier(task, classifier)
-    clf = clf.set_params(**_with_features({}, features, clf.get_params()))
+    if features is not None and "features" in clf.get_params():  # not the surface baselines
+        clf = clf.set_params(features=features)
     params = clf.get_params()
+    # the relatedness regressor always reads features like the classifier (None: its default)
+    reading = {} if features is None else {"features": features}
     positive = positive_class(spec.id, spec.metric, spec.extra_metrics, task.labels)
     trains = protocol.trains
     if trains == Role.REGRESSOR and not clf.trains_regressor:
@@ -208,9 +203,7 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
             labels=labels, splits=tuple(task.splits), features=group_features, pairs=pairs,
             classifier=(factory(clf.fresh(**clf_on), seed)
                         if trains == Role.CLASSIFIER else None),
-            regressor=(factory(resolve_regressor(spec.score_range,
-                                                 **_with_features(on, features, ("features",))),
-                               seed)
+            regressor=(factory(resolve_regressor(spec.score_range, **on, **reading), seed)
                        if trains == Role.REGRESSOR else None),
             seed=int(seed if isinstance(seed, int) else seed[0]),
             l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError
 from estratos.options import (
@@ -32,6 +32,7 @@ from estratos.vocab import (
     DEFAULT_POOLING,
     DEFAULT_SEED,
     FEATURES,
+    RAW_FEATURES,
     LayerSpec,
 )
 
@@ -60,7 +61,7 @@ class ProbeConfig:
     pooling: Optional[str] = DEFAULT_POOLING
     seeds: Tuple[int, ...] = (DEFAULT_SEED,)
     classifier: Classifier = DEFAULT_CLASSIFIER
-    features: str = "raw"
+    features: str = RAW_FEATURES
     control: Optional[str] = None
     mdl: bool = False
     sequential: bool = False
@@ -119,10 +120,6 @@ class ProbeConfig:
     def replace(self, **changes: Any) -> "ProbeConfig":
         return dataclasses.replace(self, **changes)
 
-    def options(self) -> Dict[str, Any]:
-        """The fields as :meth:`build`'s keywords."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
 
 def check_features(value: Any, option: str = "--features") -> str:
     """``value`` if it is a features mode (:data:`estratos.vocab.FEATURES`), else an
@@ -134,15 +131,10 @@ def check_features(value: Any, option: str = "--features") -> str:
 
 def _default_features(estimator: Any) -> str:
     """The features mode an estimator (class or instance) reads when none is asked for: its
-    ``features`` parameter's default (or value), raw when it has none."""
-    if not isinstance(estimator, type):
-        return str(getattr(estimator, "features", "raw"))
-    import inspect
-
-    param = inspect.signature(estimator).parameters.get("features")
-    if param is None or param.default is inspect.Parameter.empty:
-        return str(getattr(estimator, "features", "raw"))
-    return str(param.default)
+    ``features`` (a registered class's default: every parameter has one), raw when it has
+    none."""
+    instance = estimator() if isinstance(estimator, type) else estimator
+    return str(getattr(instance, "features", RAW_FEATURES))
 
 
 __all__ = ["Classifier", "ProbeConfig", "check_features"]

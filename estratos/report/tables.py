@@ -145,7 +145,7 @@ def _row_label_cells(agg: Aggregate, row: Row, show_clf: bool) -> List[Cell]:
     return cells + [Cell(layer_label(row.layer)), Cell(seeds)]
 
 
-def control_rows(agg: Aggregate, rows: Sequence[Row]) -> List[int]:
+def control_rows(rows: Sequence[Row]) -> List[int]:
     """Indices of the control rows among ``rows`` (never ranked)."""
     return [i for i, row in enumerate(rows) if row.system.is_control]
 
@@ -222,7 +222,7 @@ def group_table(agg: Aggregate, notes: Footnotes, *,
                 cells.append(Cell(stat=stat, partial=bool(stat and stat.partial),
                                   one_class_datasets=flagged))
         rows.append(cells)
-    mark_cells(rows, range(n_labels, len(header)), exclude_rows=control_rows(agg, agg.rows))
+    mark_cells(rows, range(n_labels, len(header)), exclude_rows=control_rows(agg.rows))
     models = agg.identities()
     composition = "Datasets averaged per group: " + ", ".join(sizes) + "."
     return Table(key, title, header, header_notes, rows,
@@ -266,7 +266,7 @@ def dataset_tables(agg: Aggregate, notes: Footnotes, *,
                              else decorate(row, ds.task, value_cell(agg, row, ds.task)))
             rows.append(cells)
             shown.append(row)
-        mark_cells(rows, range(n_labels, len(header)), exclude_rows=control_rows(agg, shown))
+        mark_cells(rows, range(n_labels, len(header)), exclude_rows=control_rows(shown))
         metrics = ", ".join(f"{d.label} {d.metric}" for d in members)
         tables.append(Table(f"{key}-{group}", f"{title}: {group}", header, header_notes, rows,
                             caption=f"Metrics: {metrics}" + (f". {caption}" if caption else "")))
