@@ -267,7 +267,8 @@ def _execute(plan: RunPlan, data_dirs: Any, loader: Optional[Callable[[Any, Any]
         # the workers start now and import torch while this process does the same below
         # (resolving the device, building its own runner): the imports overlap
         with make_executor(processes, preload=WORKER_PRELOAD) as executor:
-            ran.device = str(resolve_probe_device(config.device))
+            device = resolve_probe_device(config.device)
+            ran.device = str(device)
             context = GridContext(config.replace(device=ran.device, threads=threads),
                                   str(plan.cache_path), str(plan.out),
                                   {spec.id: spec_state(spec) for spec in plan.specs},
@@ -282,8 +283,7 @@ def _execute(plan: RunPlan, data_dirs: Any, loader: Optional[Callable[[Any, Any]
                                          owned)
                 ran.grid_cells = len(owned)
             units = plan_units(pending, cost, executor.processes,
-                               seeds_apart=resolve_probe_device(ran.device).type
-                               not in FUSED_SEED_DEVICES)
+                               seeds_apart=device.type not in FUSED_SEED_DEVICES)
             ran.todo = sum(u.n_cells for u in units)
             log.info("%d cell(s) in %d unit(s) on %d process(es)", ran.todo, len(units),
                      executor.processes)
