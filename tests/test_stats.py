@@ -195,3 +195,32 @@ def test_compare_to_many_equals_one_by_one():
                for q in (0.6, 0.7, 0.8)]
     many = compare_to(samples[0], samples[1:], seed=5)
     assert many == [paired_bootstrap(samples[0], s, seed=5) for s in samples[1:]]
+
+
+# ---- differences of means over seeds (estratos.stats.seeds) ---------------------------------
+
+def test_seed_difference_is_welchs_interval():
+    from scipy import stats as sps
+
+    from estratos.stats.seeds import mean_difference
+
+    a = [49.1, 50.3, 48.7, 49.9, 50.0]
+    b = [51.2, 50.8, 52.9, 51.7]
+    d = mean_difference(a, b)
+    ref = sps.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    assert d.diff == pytest.approx(np.mean(b) - np.mean(a))
+    assert (d.lo, d.hi) == (pytest.approx(ref.low), pytest.approx(ref.high))
+    assert not d.contains(0.0)
+    wider = mean_difference(a, b, level=0.999)
+    assert wider.lo < d.lo and wider.hi > d.hi
+
+
+def test_seed_difference_of_deterministic_runs_is_exact():
+    from estratos.stats.seeds import mean_difference
+
+    d = mean_difference([71.25], [71.255])
+    assert d.lo == d.hi == pytest.approx(0.005)
+    assert not d.contains(0.0)
+    assert d.contains(0.0, tolerance=0.01)
+    with pytest.raises(ValueError, match="at least one score"):
+        mean_difference([], [1.0])

@@ -1,0 +1,364 @@
+"""Protocol parity: the Spanish benchmark's published evaluation code against ours, on the same
+cached vectors, task by task, over seeds.
+
+``bench/parity.py`` compares two estimators inside our own protocol code. This script runs
+the published code itself: the task classes of the Spanish benchmark's repository
+(OpenCENIA/Spanish-Sentence-Evaluation, ``senteval/`` and ``discoeval/``: their loaders,
+their feature construction, ``SplitClassifier``, ``KFoldClassifier``,
+``InnerKFoldClassifier``, ``RelatednessPytorch``, the STS cosine), with a batcher that reads
+the vectors of each sentence from an estratos cache. Our side is ``run_probe`` on the same
+cache. Any difference is then the protocols', not the encoders'.
+
+The published code is fetched by you and named with ``--published DIR`` (a checkout of that
+repository); nothing of it is part of estratos. It runs unmodified, in worker processes,
+with these shims, none of which changes a number:
+
+- CUDA calls become CPU no-ops (``.cuda()``, ``torch.device('cuda')``, the relatedness
+  class's ``torch.cuda.is_available()`` assertion); one torch thread per worker;
+- ``inspect.getargspec`` (removed in Python 3.11) is ``inspect.getfullargspec``, whose
+  first field is the same argument list;
+- RST's pickles are read by our restricted unpickler (``estratos.tasks.safe_pickle``), as
+  the data's README requires: the same records, no code run;
+- RST's published code numbers its labels in the iteration order of a ``set`` of strings,
+  which depends on Python's hash seed; the workers run with ``PYTHONHASHSEED=0`` so that the
+  bench repeats itself (another hash seed is another, equally published, label numbering);
+- a task whose published train file is absent from the data (SP: only ``valid`` and
+  ``test`` are published) is given a folder written from our loaded splits (train = valid
+  less our held-out 10%, that 10% as ``valid``), so both sides train, select and test on
+  the same examples.
+
+Each cell (task x layer spec) prints both sides' mean and standard deviation over seeds,
+the difference of means (ours - published) with its 95% Welch interval over seeds
+(:func:`estratos.stats.seeds.mean_difference`), whether 0 lies inside it, and both sides'
+seconds. The STS cosine trains nothing, so it has one run a side and must agree exactly.
+
+    python bench/protocol_parity.py --published Spanish-Sentence-Evaluation \\
+        --cache minilm.h5 --data-dir ../shared/data/es --jobs 2 --out parity.json
+
+``--inner-kfold K`` (default 3) runs MC's nested cross-validation with K x K folds on both
+sides instead of the benchmark's 10 x 10 (410 published fits per cell, hours on a laptop);
+``--inner-kfold 0`` keeps 10. Findings: docs/statistics.md ("Parity with the published code").
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+#: our task id -> (published engine, published task name); one task per protocol and format
+TASKS: Dict[str, Tuple[str, str]] = {
+    "es-senteval:TASS1": ("senteval", "TASS1"),                    # split
+    "es-senteval:SICKEntailment": ("senteval", "SICKEntailment"),  # split, sentence pairs
+    "es-senteval:SQC": ("senteval", "SQC"),                        # kfold (10 folds)
+    "es-senteval:MC": ("senteval", "MC"),                          # inner-kfold
+    "es-senteval:SICKRelatedness": ("senteval", "SICKRelatedness"),  # relatedness
+    "es-senteval:STS14": ("senteval", "STS14"),                    # cosine
+    "es-discoeval:SPthesis": ("discoeval", "SPthesis"),            # SP: 5 slots
+    "es-discoeval:BSOthesis": ("discoeval", "BSOthesis"),          # BSO: 2 slots
+    "es-discoeval:DCgdd": ("discoeval", "DCgdd"),                  # DC: 6 slots
+    "es-discoeval:RST": ("discoeval", "RST"),                      # RST: subtrees
+}
+#: the published scripts' classifier configuration (examples/transformer.py)
+PUBLISHED_CLASSIFIER = {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5,
+                        "epoch_size": 4}
+PUBLISHED_KFOLD = 10
+#: where the published engines look for each task's files, under task_path
+PUBLISHED_FOLDER = {"SPthesis": "discoeval/SP/thesis"}
+#: both sides round scores to 2 decimals (percent): deterministic sides agree
+#: within this
+ROUNDING = 0.01
+
+log = logging.getLogger("protocol_parity")
+
+
+# ---- the published side (worker processes) --------------------------------------------------
+
+_WORKER: Dict[str, Any] = {}
+
+
+class _CpuTorch:
+    """The ``torch`` the published classifiers see: torch itself, except that
+    ``torch.device(...)`` is the CPU (the code asks for 'cuda' by name)."""
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._torch, name)
+
+    def device(self, *args: Any, **kwargs: Any) -> Any:
+        return self._torch.device("cpu")
+
+
+def _install(published: str, cache_path: str, pooling: str) -> None:
+    """Worker start: the shims of the module docstring, the published packages, the cache."""
+    import inspect
+    import types
+
+    import torch
+
+    if not hasattr(inspect, "getargspec"):
+        inspect.getargspec = inspect.getfullargspec  # type: ignore[attr-defined]
+    torch.nn.Module.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+    torch.cuda.is_available = lambda: True
+    torch.set_num_threads(1)
+    sys.path.insert(0, published)
+    import discoeval.rst
+    import discoeval.tools.classifier
+    import senteval.tools.classifier
+
+    from estratos.tasks.safe_pickle import RestrictedUnpickler
+
+    for module in (senteval.tools.classifier, discoeval.tools.classifier):
+        module.torch = _CpuTorch(torch)
+    discoeval.rst.pickle = types.SimpleNamespace(
+        load=lambda f: RestrictedUnpickler(f).load())
+
+    from estratos.cache import open_cache
+    from estratos.text import normalize_sentence
+
+    cache = open_cache(cache_path)
+    _WORKER["cache"] = cache
+    _WORKER["pooling"] = pooling
+    # the published loaders split sentences on whitespace and the batcher gets the tokens
+    _WORKER["rows"] = {" ".join(normalize_sentence(t).split()): i
+                       for i, t in enumerate(cache.sentences())}
+
+
+def _batcher(params: Any, batch: Sequence[Sequence[str]]) -> np.ndarray:
+    """The published batcher's contract, read from the cache: one vector per token list
+    (the published transformer batcher sends an empty sentence as '.')."""
+    rows = _WORKER["rows"]
+    wanted = []
+    for tokens in batch:
+        text = " ".join(tokens) if len(tokens) else "."
+        if text not in rows:
+            raise KeyError(f"the published loader gave a sentence that is not in the cache: "
+                           f"{text[:80]!r}")
+        wanted.append(rows[text])
+    return _WORKER["cache"].read(wanted, _WORKER["pooling"], [params["layer"]])[:, 0]
+
+
+def _published_cell(engine: str, name: str, task_path: str, layer: Any, seed: int,
+                    kfold: int) -> Dict[str, Any]:
+    """One published run (one task, layer spec and seed): its result dict, and seconds."""
+    import importlib
+
+    module = importlib.import_module(f"{engine}.engine")
+    params = {"task_path": task_path, "usepytorch": True, "kfold": kfold, "batch_size": 128,
+              "layer": layer, "seed": seed, "classifier": dict(PUBLISHED_CLASSIFIER)}
+    t0 = time.perf_counter()
+    result = module.SE(params, _batcher, lambda p, s: None).eval(name)
+    seconds = time.perf_counter() - t0
+    return {"result": _plain(result), "seconds": seconds}
+
+
+def _plain(value: Any) -> Any:
+    """A result dict as JSON values (numpy scalars, scipy results and tuples unpacked;
+    per-example arrays dropped)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if k != "yhat"}
+    if isinstance(value, (tuple, list)) or hasattr(value, "_asdict"):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+# ---- the two sides' scores --------------------------------------------------------------------
+
+def published_scores(name: str, result: Dict[str, Any]) -> Dict[str, float]:
+    """The published result's test (and dev) figures on our records' scale (correlations
+    x100, as a result's ``score``)."""
+    if name == "SICKRelatedness":
+        return {"test": 100 * float(result["pearson"]), "dev": 100 * float(result["devpearson"])}
+    if name.startswith("STS"):
+        pearson = result["all"]["pearson"]
+        return {"test": 100 * float(pearson["wmean"]), "mean": 100 * float(pearson["mean"])}
+    return {"test": float(result["acc"]), "dev": float(result["devacc"])}
+
+
+def our_scores(record: Any) -> Dict[str, float]:
+    """Our record's test (and dev) figures."""
+    test, dev = record.test, record.dev or {}
+    if "accuracy" in test:
+        return {"test": float(test["accuracy"]), "dev": float(dev["accuracy"])}
+    if "pearson_wmean" in test:
+        return {"test": float(test["pearson_wmean"]), "mean": float(test["pearson_mean"])}
+    return {"test": float(test["pearson"]), "dev": float(dev["pearson"])}
+
+
+# ---- folders for tasks whose published files are absent ---------------------------------------
+
+def write_published_folder(task: Any, folder: Path) -> None:
+    """``train.txt`` / ``valid.txt`` / ``test.txt`` in the published DiscoEval layout
+    (``label<TAB>s1<TAB>...``) from our loaded splits: train, our held-out dev, test."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for ours, theirs in (("train", "train"), ("dev", "valid"), ("test", "test")):
+        split = task.splits[ours]
+        with open(folder / f"{theirs}.txt", "w", encoding="utf-8") as f:
+            for i, label in enumerate(split.labels):
+                texts = [task.sentences[int(s.indices[s.offsets[i]])] for s in split.slots]
+                f.write("\t".join([task.labels[int(label)], *texts]) + "\n")
+
+
+# ---- one task -----------------------------------------------------------------------------
+
+def run_ours(cache: str, spec: Any, data_dir: str, layers: List[Any], seeds: List[int],
+             pooling: str) -> Tuple[Dict[Tuple[str, int], Dict[str, float]], float]:
+    """Our probe on the task's cells: scores per (layer label, seed), and seconds."""
+    from estratos.probe.grid.runner import run_probe
+    from estratos.tasks import DataDirs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        run = run_probe(cache, [spec], DataDirs.parse([data_dir]), Path(tmp) / "ours.jsonl",
+                        layers=layers, seeds=seeds, pooling=pooling, classifier="senteval",
+                        features="raw", jobs=1, threads=1)
+        seconds = time.perf_counter() - t0
+    return {(str(r.layer), int(r.seed)): our_scores(r) for r in run}, seconds
+
+
+def _spread(x: List[float]) -> str:
+    return f" ± {np.std(x, ddof=1):4.2f}" if len(x) > 1 else "       "
+
+
+def compare_cell(task_id: str, layer: str, ours: List[float], published: List[float],
+                 seconds: Tuple[float, float]) -> Dict[str, Any]:
+    """One printed row and its JSON."""
+    from estratos.stats.seeds import mean_difference
+
+    d = mean_difference(published, ours)
+    deterministic = len(ours) == 1 and len(published) == 1
+    inside = d.contains(0.0, ROUNDING if deterministic else 0.0)
+    row = {"task": task_id, "layer": layer, "ours": ours, "published": published,
+           "diff": round(d.diff, 2), "lo": round(d.lo, 2), "hi": round(d.hi, 2),
+           "zero_inside": bool(inside), "seconds_ours": round(seconds[0], 1),
+           "seconds_published": round(seconds[1], 1)}
+    print(f"{task_id:30s} {layer:>4s}  published {np.mean(published):6.2f}{_spread(published)}"
+          f"  ours {np.mean(ours):6.2f}{_spread(ours)}  ours - published {d.diff:+5.2f} "
+          f"[{d.lo:+5.2f}, {d.hi:+5.2f}]  0 inside: {'yes' if inside else 'NO'}", flush=True)
+    return row
+
+
+def markdown(rows: List[Dict[str, Any]], seeds: int) -> str:
+    """The docs table."""
+    lines = ["| task | layer | published | ours | ours - published (95% interval) | 0 inside |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        def show(x: List[float]) -> str:
+            return f"{np.mean(x):.2f} ± {np.std(x, ddof=1):.2f}" if len(x) > 1 else f"{x[0]:.2f}"
+        lines.append(f"| {r['task']} | {r['layer']} | {show(r['published'])} | "
+                     f"{show(r['ours'])} | {r['diff']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}] | "
+                     f"{'yes' if r['zero_inside'] else 'no'} |")
+    return "\n".join(lines) + f"\n\n({seeds} seeds a side; the cosine task has one run a side)"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--published", required=True,
+                    help="a checkout of OpenCENIA/Spanish-Sentence-Evaluation")
+    ap.add_argument("--cache", required=True, help="a cache holding the tasks' sentences")
+    ap.add_argument("--data-dir", required=True, help="the Spanish benchmark's data folder")
+    ap.add_argument("--tasks", default=",".join(TASKS), help="task ids (from the ten above)")
+    ap.add_argument("--layers", default="last,avg",
+                    help="layer specs: state indices, last, avg (default: last,avg)")
+    ap.add_argument("--pooling", default="cls", choices=("cls", "mean"),
+                    help="cached vectors (cls: what the published batcher reads)")
+    ap.add_argument("--seeds", default="1111,1,2,3,4")
+    ap.add_argument("--inner-kfold", type=int, default=3,
+                    help="K of MC's nested K x K cross-validation, both sides (0: the "
+                         "benchmark's 10)")
+    ap.add_argument("--jobs", type=int, default=1, help="published runs in parallel")
+    ap.add_argument("--out", default=None, help="also write every figure as JSON here")
+    ap.add_argument("--markdown", action="store_true", help="print the docs table at the end")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    from estratos.cache import open_cache
+    from estratos.tasks import DataDirs, load_task, select_tasks
+
+    published = str(Path(args.published).resolve())
+    if not (Path(published) / "senteval" / "tools" / "validation.py").is_file():
+        raise SystemExit(f"--published {args.published}: not a checkout of the Spanish "
+                         "benchmark's repository (no senteval/tools/validation.py)")
+    task_ids = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in task_ids if t not in TASKS]
+    if unknown:
+        raise SystemExit(f"--tasks: {unknown} not among {list(TASKS)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    with open_cache(args.cache) as cache:
+        last = cache.n_states - 1
+    layers: List[Any] = []
+    for part in args.layers.split(","):
+        part = part.strip()
+        layers.append(last if part == "last" else part if part == "avg" else int(part))
+    labels = [str(x) for x in layers]
+    data_dir = str(Path(args.data_dir).resolve())
+    dirs = DataDirs.parse([data_dir])
+
+    rows: List[Dict[str, Any]] = []
+    os.environ["PYTHONHASHSEED"] = "0"  # spawned workers inherit it (see the docstring)
+    context = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(
+            args.jobs, mp_context=context, initializer=_install,
+            initargs=(published, str(Path(args.cache).resolve()), args.pooling)) as pool:
+        for task_id in task_ids:
+            engine, name = TASKS[task_id]
+            (spec,) = select_tasks(task_id)
+            kfold = PUBLISHED_KFOLD
+            if spec.protocol == "inner-kfold" and args.inner_kfold:
+                kfold = args.inner_kfold
+                spec = dataclasses.replace(spec, classifier={**spec.classifier,
+                                                             "kfold": kfold})
+            task_path = data_dir
+            if name in PUBLISHED_FOLDER:
+                task_path = str(Path(tmp) / name)
+                write_published_folder(load_task(spec, dirs), Path(task_path) /
+                                       PUBLISHED_FOLDER[name])
+            runs_per_layer = 1 if spec.protocol == "cosine" else len(seeds)
+            jobs = {(label, seed): pool.submit(_published_cell, engine, name, task_path,
+                                               layer, seed, kfold)
+                    for layer, label in zip(layers, labels) for seed in seeds[:runs_per_layer]}
+            ours, ours_seconds = run_ours(args.cache, spec, data_dir, layers,
+                                          seeds[:runs_per_layer], args.pooling)
+            theirs = {key: job.result() for key, job in jobs.items()}
+            their_seconds = sum(v["seconds"] for v in theirs.values())
+            for label in labels:
+                keys = [(label, s) for s in seeds[:runs_per_layer]]
+                a = [published_scores(name, theirs[k]["result"])["test"] for k in keys]
+                b = [ours[k]["test"] for k in keys]
+                rows.append(compare_cell(task_id, label, b, a,
+                                         (ours_seconds / len(labels),
+                                          their_seconds / len(labels))))
+            print(f"{'':30s} seconds: ours {ours_seconds:.1f}, published {their_seconds:.1f} "
+                  f"(kfold {kfold if spec.protocol != 'split' else '-'})", flush=True)
+    inside = sum(r["zero_inside"] for r in rows)
+    print(f"0 inside the interval for {inside} of {len(rows)} cells", flush=True)
+    if args.markdown:
+        print(markdown(rows, len(seeds)))
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
