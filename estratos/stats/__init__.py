@@ -10,7 +10,9 @@ leaf: every part may import it, it imports no other part of estratos).
   package's one Pearson and Spearman (:func:`pearson_rows`, :func:`spearman_rows`);
 - :mod:`.bootstrap`: percentile bootstrap intervals over test examples, paired bootstrap
   between two cells sharing a test set;
-- :mod:`.significance`: McNemar's exact test and the Holm correction.
+- :mod:`.significance`: McNemar's exact test and the Holm correction;
+- :mod:`.seeds`: two runs of one cell compared over seeds (difference of means, Welch
+  interval), for parity checks against other implementations.
 """
 
 from estratos.stats.bootstrap import (
