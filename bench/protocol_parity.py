@@ -105,8 +105,10 @@ class _CpuTorch:
         return self._torch.device("cpu")
 
 
-def _install(published: str, cache_path: str, pooling: str) -> None:
-    """Worker start: the shims of the module docstring, the published packages, the cache."""
+def _install(published: str, cache_path: str, pooling: str,
+             encoder: Optional[str] = None) -> None:
+    """Worker start: the shims of the module docstring, the published packages, the cache
+    (or, with ``encoder``, the published batcher on that model)."""
     import inspect
     import types
 
@@ -130,6 +132,9 @@ def _install(published: str, cache_path: str, pooling: str) -> None:
     discoeval.rst.pickle = types.SimpleNamespace(
         load=lambda f: RestrictedUnpickler(f).load())
 
+    if encoder is not None:
+        _install_encoder(published, encoder)
+        return
     from estratos.cache import open_cache
     from estratos.text import normalize_sentence
 
@@ -141,9 +146,58 @@ def _install(published: str, cache_path: str, pooling: str) -> None:
                        for i, t in enumerate(cache.sentences())}
 
 
+class _FirstPositionMemo:
+    """The model as the published batcher calls it, each distinct batch run once: outputs
+    are kept at the first position only (hidden states ``(b, 1, d)``), which is all the
+    batcher reads (``[:, 0]``), so every run after the first of a batch is a lookup. It
+    returns the 4-tuple the script unpacks (``last, pooled, hidden_states, attentions``;
+    the attentions, never read, as None)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.name_or_path = model.name_or_path
+        self.memo: Dict[bytes, Any] = {}
+
+    def __call__(self, ids: Any, **kwargs: Any) -> Any:
+        key = ids.numpy().tobytes() + kwargs["attention_mask"].numpy().tobytes()
+        if key not in self.memo:
+            import torch
+
+            with torch.no_grad():
+                # (last, pooled, states, attentions[, cross-attentions]): transformers 5
+                # adds an empty cross-attention tuple; the script unpacks the first four
+                last, pooled, states = self.model(ids, **kwargs)[:3]
+            self.memo[key] = (last[:, :1].clone(), pooled, tuple(h[:, :1].clone()
+                                                                 for h in states), None)
+        return self.memo[key]
+
+
+def _install_encoder(published: str, model_id: str) -> None:
+    """The published pipeline end to end: ``examples/transformer.py``'s batcher (its
+    tokenization, lower-casing, [CLS] read and layer average) on ``model_id``, loaded as that
+    script loads it (hidden states and attentions returned; eager attention, which returns
+    them)."""
+    sys.path.insert(0, str(Path(published) / "examples"))
+    import transformer  # the published example script (its main is guarded)
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(model_id)
+    config.output_hidden_states = True
+    config.output_attentions = True
+    model = AutoModel.from_pretrained(model_id, config=config, attn_implementation="eager")
+    model.eval()
+    _WORKER["encoder"] = {"model": _FirstPositionMemo(model),
+                          "tokenizer": AutoTokenizer.from_pretrained(model_id),
+                          "batcher": transformer.batcher}
+
+
 def _batcher(params: Any, batch: Sequence[Sequence[str]]) -> np.ndarray:
     """The published batcher's contract, read from the cache: one vector per token list
     (the published transformer batcher sends an empty sentence as '.')."""
+    if "encoder" in _WORKER:
+        encoder = _WORKER["encoder"]
+        params["model"], params["tokenizer"] = encoder["model"], encoder["tokenizer"]
+        return encoder["batcher"](params, batch)
     rows = _WORKER["rows"]
     wanted = []
     for tokens in batch:
@@ -287,6 +341,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--inner-kfold", type=int, default=3,
                     help="K of MC's nested K x K cross-validation, both sides (0: the "
                          "benchmark's 10)")
+    ap.add_argument("--published-encoder", default=None, metavar="MODEL",
+                    help="end to end: the published side encodes with the published batcher "
+                         "(examples/transformer.py) on MODEL instead of reading the cache")
     ap.add_argument("--jobs", type=int, default=1, help="published runs in parallel")
     ap.add_argument("--out", default=None, help="also write every figure as JSON here")
     ap.add_argument("--markdown", action="store_true", help="print the docs table at the end")
@@ -320,7 +377,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(
             args.jobs, mp_context=context, initializer=_install,
-            initargs=(published, str(Path(args.cache).resolve()), args.pooling)) as pool:
+            initargs=(published, str(Path(args.cache).resolve()), args.pooling,
+                      args.published_encoder)) as pool:
         for task_id in task_ids:
             engine, name = TASKS[task_id]
             (spec,) = select_tasks(task_id)
