@@ -13,6 +13,9 @@ The published code is fetched by you and named with ``--published DIR`` (a check
 repository); nothing of it is part of estratos. It runs unmodified, in worker processes,
 with these shims, none of which changes a number:
 
+- the STS loader builds ``np.array`` of token lists of different lengths, which numpy 1.24
+  and later refuse; it is given numpy with an ``array`` that makes the 1-d object array
+  older numpy made of such lists;
 - CUDA calls become CPU no-ops (``.cuda()``, ``torch.device('cuda')``, the relatedness
   class's ``torch.cuda.is_available()`` assertion); one torch thread per worker;
 - ``inspect.getargspec`` (removed in Python 3.11) is ``inspect.getfullargspec``, whose
@@ -91,6 +94,24 @@ log = logging.getLogger("protocol_parity")
 _WORKER: Dict[str, Any] = {}
 
 
+class _RaggedNumpy:
+    """numpy for the published STS loader: ``array`` of ragged lists is a 1-d object array
+    (what numpy < 1.24 returned), everything else is numpy itself."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(np, name)
+
+    @staticmethod
+    def array(value: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        try:
+            return np.array(value, *args, **kwargs)
+        except ValueError:
+            out = np.empty(len(value), dtype=object)
+            for i, item in enumerate(value):
+                out[i] = item
+            return out
+
+
 class _CpuTorch:
     """The ``torch`` the published classifiers see: torch itself, except that
     ``torch.device(...)`` is the CPU (the code asks for 'cuda' by name)."""
@@ -123,12 +144,14 @@ def _install(published: str, cache_path: str, pooling: str,
     sys.path.insert(0, published)
     import discoeval.rst
     import discoeval.tools.classifier
+    import senteval.sts
     import senteval.tools.classifier
 
     from estratos.tasks.safe_pickle import RestrictedUnpickler
 
     for module in (senteval.tools.classifier, discoeval.tools.classifier):
         module.torch = _CpuTorch(torch)
+    senteval.sts.np = _RaggedNumpy()
     discoeval.rst.pickle = types.SimpleNamespace(
         load=lambda f: RestrictedUnpickler(f).load())
 
@@ -142,8 +165,16 @@ def _install(published: str, cache_path: str, pooling: str,
     _WORKER["cache"] = cache
     _WORKER["pooling"] = pooling
     # the published loaders split sentences on whitespace and the batcher gets the tokens
-    _WORKER["rows"] = {" ".join(normalize_sentence(t).split()): i
-                       for i, t in enumerate(cache.sentences())}
+    rows: Dict[str, int] = {}
+    collisions = 0
+    for i, text in enumerate(cache.sentences()):
+        key = " ".join(normalize_sentence(text).split())
+        collisions += key in rows
+        rows[key] = i
+    if collisions:
+        log.warning("%d cached sentences differ from another only in inner whitespace: the "
+                    "published side reads one vector for each such group", collisions)
+    _WORKER["rows"] = rows
 
 
 class _FirstPositionMemo:
@@ -164,11 +195,17 @@ class _FirstPositionMemo:
             import torch
 
             with torch.no_grad():
-                # (last, pooled, states, attentions[, cross-attentions]): transformers 5
-                # adds an empty cross-attention tuple; the script unpacks the first four
-                last, pooled, states = self.model(ids, **kwargs)[:3]
-            self.memo[key] = (last[:, :1].clone(), pooled, tuple(h[:, :1].clone()
-                                                                 for h in states), None)
+                out = self.model(ids, **kwargs)
+            # (last, [pooled,] states, attentions[, cross-attentions]): transformers 5 adds
+            # an empty cross-attention tuple the script does not unpack
+            if "electra" in self.name_or_path:
+                last, pooled, states = out[0], None, out[1]
+            else:
+                last, pooled, states = out[0], out[1], out[2]
+            first = tuple(h[:, :1].clone() for h in states)
+            # the script unpacks (last, states, _) for ELECTRA (no pooler), else four
+            self.memo[key] = ((last[:, :1].clone(), first, None) if "electra" in
+                              self.name_or_path else (last[:, :1].clone(), pooled, first, None))
         return self.memo[key]
 
 
@@ -198,15 +235,21 @@ def _batcher(params: Any, batch: Sequence[Sequence[str]]) -> np.ndarray:
         encoder = _WORKER["encoder"]
         params["model"], params["tokenizer"] = encoder["model"], encoder["tokenizer"]
         return encoder["batcher"](params, batch)
+    from estratos.text import normalize_sentence
+
     rows = _WORKER["rows"]
     wanted = []
     for tokens in batch:
-        text = " ".join(tokens) if len(tokens) else "."
+        # the cache's keys are NFC (some published lines carry decomposed accents)
+        text = normalize_sentence(" ".join(tokens)) if len(tokens) else "."
         if text not in rows:
             raise KeyError(f"the published loader gave a sentence that is not in the cache: "
                            f"{text[:80]!r}")
         wanted.append(rows[text])
-    return _WORKER["cache"].read(wanted, _WORKER["pooling"], [params["layer"]])[:, 0]
+    cache = _WORKER["cache"]
+    if params["layer"] == "avg" and not cache.has_avg:  # the mean over states, as ours does
+        return cache.read(wanted, _WORKER["pooling"]).mean(axis=1)
+    return cache.read(wanted, _WORKER["pooling"], [params["layer"]])[:, 0]
 
 
 def _published_cell(engine: str, name: str, task_path: str, layer: Any, seed: int,
@@ -215,7 +258,9 @@ def _published_cell(engine: str, name: str, task_path: str, layer: Any, seed: in
     import importlib
 
     module = importlib.import_module(f"{engine}.engine")
-    params = {"task_path": task_path, "usepytorch": True, "kfold": kfold, "batch_size": 128,
+    # the published script encodes in batches of 16 (padding); cached vectors need none
+    batch_size = 16 if "encoder" in _WORKER else 128
+    params = {"task_path": task_path, "usepytorch": True, "kfold": kfold, "batch_size": batch_size,
               "layer": layer, "seed": seed, "classifier": dict(PUBLISHED_CLASSIFIER)}
     t0 = time.perf_counter()
     result = module.SE(params, _batcher, lambda p, s: None).eval(name)
@@ -251,13 +296,15 @@ def published_scores(name: str, result: Dict[str, Any]) -> Dict[str, float]:
 
 
 def our_scores(record: Any) -> Dict[str, float]:
-    """Our record's test (and dev) figures."""
+    """Our record's test (and dev) figures, on the paper's scale: accuracy in percent as
+    stored, correlations (stored as fractions) x100 as in a record's ``score``."""
     test, dev = record.test, record.dev or {}
     if "accuracy" in test:
         return {"test": float(test["accuracy"]), "dev": float(dev["accuracy"])}
     if "pearson_wmean" in test:
-        return {"test": float(test["pearson_wmean"]), "mean": float(test["pearson_mean"])}
-    return {"test": float(test["pearson"]), "dev": float(dev["pearson"])}
+        return {"test": 100 * float(test["pearson_wmean"]),
+                "mean": 100 * float(test["pearson_mean"])}
+    return {"test": 100 * float(test["pearson"]), "dev": 100 * float(dev["pearson"])}
 
 
 # ---- folders for tasks whose published files are absent ---------------------------------------
@@ -345,7 +392,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="end to end: the published side encodes with the published batcher "
                          "(examples/transformer.py) on MODEL instead of reading the cache")
     ap.add_argument("--jobs", type=int, default=1, help="published runs in parallel")
-    ap.add_argument("--out", default=None, help="also write every figure as JSON here")
+    ap.add_argument("--out", default=None,
+                    help="every figure as JSON, written after each task; tasks already in "
+                         "it are kept, not run again")
     ap.add_argument("--markdown", action="store_true", help="print the docs table at the end")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -372,14 +421,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     data_dir = str(Path(args.data_dir).resolve())
     dirs = DataDirs.parse([data_dir])
 
+    out_path = Path(args.out) if args.out else None
     rows: List[Dict[str, Any]] = []
+    if out_path is not None and out_path.exists():  # earlier tasks of this comparison
+        rows = [r for r in json.loads(out_path.read_text()) if "error" not in r]
+    done = {r["task"] for r in rows}
+    todo = [t for t in task_ids if t not in done]
+    if done & set(task_ids):
+        print(f"kept from {out_path}: {sorted(done & set(task_ids))}", flush=True)
+
+    def save() -> None:
+        if out_path is not None:
+            out_path.write_text(json.dumps(rows, indent=1) + "\n")
+
     os.environ["PYTHONHASHSEED"] = "0"  # spawned workers inherit it (see the docstring)
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(
             args.jobs, mp_context=context, initializer=_install,
             initargs=(published, str(Path(args.cache).resolve()), args.pooling,
                       args.published_encoder)) as pool:
-        for task_id in task_ids:
+        # every published run is queued first, so the workers stay busy while ours run here
+        plans = {}
+        for task_id in todo:
             engine, name = TASKS[task_id]
             (spec,) = select_tasks(task_id)
             kfold = PUBLISHED_KFOLD
@@ -392,30 +455,39 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 task_path = str(Path(tmp) / name)
                 write_published_folder(load_task(spec, dirs), Path(task_path) /
                                        PUBLISHED_FOLDER[name])
-            runs_per_layer = 1 if spec.protocol == "cosine" else len(seeds)
+            runs = seeds[:1] if spec.protocol == "cosine" else seeds
             jobs = {(label, seed): pool.submit(_published_cell, engine, name, task_path,
                                                layer, seed, kfold)
-                    for layer, label in zip(layers, labels) for seed in seeds[:runs_per_layer]}
-            ours, ours_seconds = run_ours(args.cache, spec, data_dir, layers,
-                                          seeds[:runs_per_layer], args.pooling)
-            theirs = {key: job.result() for key, job in jobs.items()}
+                    for layer, label in zip(layers, labels) for seed in runs}
+            plans[task_id] = (name, spec, kfold, runs, jobs)
+        for task_id, (name, spec, kfold, runs, jobs) in plans.items():
+            try:
+                ours, ours_seconds = run_ours(args.cache, spec, data_dir, layers, runs,
+                                              args.pooling)
+                theirs = {key: job.result() for key, job in jobs.items()}
+            except Exception as exc:  # noqa: BLE001 (one task's failure must not lose the others)
+                print(f"{task_id}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                rows.append({"task": task_id, "error": f"{type(exc).__name__}: {exc}"})
+                save()
+                continue
             their_seconds = sum(v["seconds"] for v in theirs.values())
             for label in labels:
-                keys = [(label, s) for s in seeds[:runs_per_layer]]
+                keys = [(label, s) for s in runs]
                 a = [published_scores(name, theirs[k]["result"])["test"] for k in keys]
                 b = [ours[k]["test"] for k in keys]
-                rows.append(compare_cell(task_id, label, b, a,
-                                         (ours_seconds / len(labels),
-                                          their_seconds / len(labels))))
+                row = compare_cell(task_id, label, b, a,
+                                   (ours_seconds / len(labels), their_seconds / len(labels)))
+                row["kfold"] = kfold if spec.protocol in ("kfold", "inner-kfold") else None
+                rows.append(row)
             print(f"{'':30s} seconds: ours {ours_seconds:.1f}, published {their_seconds:.1f} "
                   f"(kfold {kfold if spec.protocol != 'split' else '-'})", flush=True)
-    inside = sum(r["zero_inside"] for r in rows)
-    print(f"0 inside the interval for {inside} of {len(rows)} cells", flush=True)
+            save()
+    cells = [r for r in rows if "error" not in r]
+    inside = sum(r["zero_inside"] for r in cells)
+    print(f"0 inside the interval for {inside} of {len(cells)} cells", flush=True)
     if args.markdown:
-        print(markdown(rows, len(seeds)))
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
-    return 0
+        print(markdown(cells, len(seeds)))
+    return 1 if len(cells) < len(rows) else 0
 
 
 if __name__ == "__main__":
