@@ -261,7 +261,7 @@ TOKENIZE_PER_CORE = 20000  # sentences per second a fast tokenizer handles on on
 #: the models of the estimate: layers, width, non-embedding parameters, stored states
 MODELS = {
     "MiniLM-L6 (measured here)": {"layers": 6, "dim": 384, "params": 10.6e6, "states": 7,
-                                  "dtype_flops": "fp32_flops"},
+                                  "dtype_flops": "bf16_flops"},
     "24-layer base encoder (d=1024)": {"layers": 24, "dim": 1024, "params": 302e6,
                                        "states": 25, "dtype_flops": "bf16_flops"},
     "8B decoder, --states every:4": {"layers": 32, "dim": 4096, "params": 6.98e9, "states": 9,
@@ -293,8 +293,8 @@ def gpu_estimate(ledger: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Expected encode and probe seconds of the ledger's suites on one H100, per model.
 
     Encode: the larger of the forward's arithmetic (2 x non-embedding parameters per token
-    at ``GPU_MFU`` of the dtype's peak; MiniLM's checkpoint is float32 and TF32 is off, so
-    its peak is fp32's), tokenizing on 8 cores, and writing the cache. Probe: each task's
+    at ``GPU_MFU`` of bfloat16's peak: encode runs the forward under bfloat16 autocast on
+    CUDA, whatever the checkpoint's dtype), tokenizing on 8 cores, and writing the cache. Probe: each task's
     counted arithmetic scaled to the model (layer specs x width; same epochs assumed) at
     fp32 peak, or its optimizer steps at ``GPU_STEP_SECONDS`` each, whichever is larger;
     the steps multiply when a layer-spec group must be cut to stay under the 1 GB feature
