@@ -16,8 +16,10 @@ with these shims, none of which changes a number:
 - the STS loader builds ``np.array`` of token lists of different lengths, which numpy 1.24
   and later refuse; it is given numpy with an ``array`` that makes the 1-d object array
   older numpy made of such lists;
-- CUDA calls become CPU no-ops (``.cuda()``, ``torch.device('cuda')``, the relatedness
-  class's ``torch.cuda.is_available()`` assertion); one torch thread per worker;
+- on CPU (``--device cpu``, the default), CUDA calls become CPU no-ops (``.cuda()``,
+  ``torch.device('cuda')``, the relatedness class's ``torch.cuda.is_available()``
+  assertion) and each worker has one torch thread; with ``--device cuda`` the published
+  code runs on the GPU as written;
 - ``inspect.getargspec`` (removed in Python 3.11) is ``inspect.getfullargspec``, whose
   first field is the same argument list;
 - RST's pickles are read by our restricted unpickler (``estratos.tasks.safe_pickle``), as
@@ -127,7 +129,7 @@ class _CpuTorch:
 
 
 def _install(published: str, cache_path: str, pooling: str,
-             encoder: Optional[str] = None) -> None:
+             encoder: Optional[str] = None, device: str = "cpu") -> None:
     """Worker start: the shims of the module docstring, the published packages, the cache
     (or, with ``encoder``, the published batcher on that model)."""
     import inspect
@@ -137,10 +139,12 @@ def _install(published: str, cache_path: str, pooling: str,
 
     if not hasattr(inspect, "getargspec"):
         inspect.getargspec = inspect.getfullargspec  # type: ignore[attr-defined]
-    torch.nn.Module.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
-    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
-    torch.cuda.is_available = lambda: True
-    torch.set_num_threads(1)
+    on_cpu = device == "cpu"
+    if on_cpu:  # the published code asks for CUDA by name; on a GPU it runs as written
+        torch.nn.Module.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+        torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+        torch.cuda.is_available = lambda: True
+        torch.set_num_threads(1)
     sys.path.insert(0, published)
     import discoeval.rst
     import discoeval.tools.classifier
@@ -150,7 +154,8 @@ def _install(published: str, cache_path: str, pooling: str,
     from estratos.tasks.safe_pickle import RestrictedUnpickler
 
     for module in (senteval.tools.classifier, discoeval.tools.classifier):
-        module.torch = _CpuTorch(torch)
+        if on_cpu:
+            module.torch = _CpuTorch(torch)
     senteval.sts.np = _RaggedNumpy()
     discoeval.rst.pickle = types.SimpleNamespace(
         load=lambda f: RestrictedUnpickler(f).load())
@@ -324,7 +329,7 @@ def write_published_folder(task: Any, folder: Path) -> None:
 # ---- one task -----------------------------------------------------------------------------
 
 def run_ours(cache: str, spec: Any, data_dir: str, layers: List[Any], seeds: List[int],
-             pooling: str) -> Tuple[Dict[Tuple[str, int], Dict[str, float]], float]:
+             pooling: str, device: str = "cpu") -> Tuple[Dict[Tuple[str, int], Dict[str, float]], float]:
     """Our probe on the task's cells: scores per (layer label, seed), and seconds."""
     from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs
@@ -333,7 +338,7 @@ def run_ours(cache: str, spec: Any, data_dir: str, layers: List[Any], seeds: Lis
         t0 = time.perf_counter()
         run = run_probe(cache, [spec], DataDirs.parse([data_dir]), Path(tmp) / "ours.jsonl",
                         layers=layers, seeds=seeds, pooling=pooling, classifier="senteval",
-                        features="raw", jobs=1, threads=1)
+                        features="raw", jobs=1, threads=1, device=device)
         seconds = time.perf_counter() - t0
     return {(str(r.layer), int(r.seed)): our_scores(r) for r in run}, seconds
 
@@ -391,6 +396,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--published-encoder", default=None, metavar="MODEL",
                     help="end to end: the published side encodes with the published batcher "
                          "(examples/transformer.py) on MODEL instead of reading the cache")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="where both sides train (cuda: the published code runs as written, "
+                         "without the CPU shims; DC's 2000-unit MLP needs hours on a laptop)")
     ap.add_argument("--jobs", type=int, default=1, help="published runs in parallel")
     ap.add_argument("--out", default=None,
                     help="every figure as JSON, written after each task; tasks already in "
@@ -439,7 +447,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(
             args.jobs, mp_context=context, initializer=_install,
             initargs=(published, str(Path(args.cache).resolve()), args.pooling,
-                      args.published_encoder)) as pool:
+                      args.published_encoder, args.device)) as pool:
         # every published run is queued first, so the workers stay busy while ours run here
         plans = {}
         for task_id in todo:
@@ -463,7 +471,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for task_id, (name, spec, kfold, runs, jobs) in plans.items():
             try:
                 ours, ours_seconds = run_ours(args.cache, spec, data_dir, layers, runs,
-                                              args.pooling)
+                                              args.pooling, args.device)
                 theirs = {key: job.result() for key, job in jobs.items()}
             except Exception as exc:  # noqa: BLE001 (one task's failure must not lose the others)
                 print(f"{task_id}: FAILED: {type(exc).__name__}: {exc}", flush=True)
