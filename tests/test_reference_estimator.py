@@ -57,3 +57,23 @@ def test_sentevals_size_average_flag_leaves_the_batch_mean_we_train_with():
     assert torch.allclose(loss(z, y), torch.nn.functional.cross_entropy(z, y))
     assert not torch.allclose(loss(z, y),
                               torch.nn.functional.cross_entropy(z, y, reduction="sum"))
+
+
+def test_the_mlp_probe_follows_the_plain_torch_mlp():
+    """DiscoEval's DC probe is SentEval's MLP (Linear, Dropout(0), Sigmoid, Linear): our
+    hand-written forward, backward and stacked Adam follow torch.nn + torch.optim.Adam from
+    the same initial weights and example order, model for model."""
+    X, y = _data(2)
+    tr, dv, te = slice(0, 160), slice(160, 200), slice(200, 240)
+    kw = dict(max_epoch=12, tenacity=2, epoch_size=2)
+    with torch_runtime(1):
+        ours = P.split_protocol(
+            lambda: SentEvalClassifier(n_classes=3, seed=7, nhid=16, **kw),
+            (X[:, tr], y[tr]), (X[:, dv], y[dv]), (X[:, te], y[te]), [1e-5, 1e-2])
+        plain = P.split_protocol(
+            lambda: ReferenceEstimator(3, 7, streams="estratos", nhid=16, **kw),
+            (X[:, tr], y[tr]), (X[:, dv], y[dv]), (X[:, te], y[te]), [1e-5, 1e-2])
+    assert [o.dev for o in ours] == [o.dev for o in plain]
+    assert [o.epochs for o in ours] == [o.epochs for o in plain]
+    assert [o.test for o in ours] == [o.test for o in plain]
+    assert ReferenceEstimator(3, 7, nhid=16).get_params()["nhid"] == 16

@@ -1,5 +1,9 @@
 """SentEval's fit loop written the plain way: one ``torch.nn`` model, ``torch.optim.Adam``.
 
+The model is SentEval's: ``Linear(F, C)``, or with ``nhid`` hidden units
+``Linear(F, H), Dropout(0), Sigmoid, Linear(H, C)`` (DiscoEval's DC probe); dropout above 0
+is not reproduced (its masks are drawn from other streams).
+
 Why it exists: it is the yardstick for
 :class:`~estratos.probe.estimators.classifiers.SentEvalClassifier`. The tests check that the
 batched trainer gives this loop's numbers, and
@@ -28,22 +32,24 @@ def reference_senteval_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_de
                            epoch_size: int = _SENTEVAL["epoch_size"],
                            max_epoch: int = _SENTEVAL["max_epoch"],
                            batch_size: int = _SENTEVAL["batch_size"],
-                           n_classes: Optional[int] = None
-                           ) -> Tuple[float, int, torch.nn.Linear]:
-    """Train one linear probe as SentEval does; returns (best dev accuracy, epochs, model).
+                           n_classes: Optional[int] = None, nhid: int = 0
+                           ) -> Tuple[float, int, torch.nn.Module]:
+    """Train one probe as SentEval does; returns (best dev accuracy, epochs, model).
 
     Early stopping as published: rounds of ``epoch_size`` passes, then dev accuracy; the
-    non-improvement count is cumulative.
+    non-improvement count is cumulative. The initial weights are our trainer's draws
+    (``torch.nn.Linear``'s distribution, each layer's weight then bias from one generator
+    seeded by ``seed``).
     """
-    n_features = x.shape[1]
     if n_classes is None:
         n_classes = int(max(y.max(), y_dev.max()) + 1)
     gen = torch.Generator().manual_seed(int(seed))
-    bound = 1 / np.sqrt(n_features)
-    model = torch.nn.Linear(n_features, n_classes)
-    with torch.no_grad():  # torch.nn.Linear's init, drawn from the seeded generator
-        model.weight.copy_((torch.rand((n_classes, n_features), generator=gen) * 2 - 1) * bound)
-        model.bias.copy_((torch.rand((n_classes,), generator=gen) * 2 - 1) * bound)
+    model = _senteval_model(x.shape[1], n_classes, nhid)
+    with torch.no_grad():
+        for layer in _linears(model):
+            bound = 1 / np.sqrt(layer.in_features)
+            layer.weight.copy_((torch.rand(layer.weight.shape, generator=gen) * 2 - 1) * bound)
+            layer.bias.copy_((torch.rand(layer.bias.shape, generator=gen) * 2 - 1) * bound)
     return _early_stopped_adam(model, x, y, x_dev, y_dev, l2, tenacity=tenacity,
                                epoch_size=epoch_size, max_epoch=max_epoch,
                                batch_size=batch_size,
@@ -55,21 +61,22 @@ def senteval_streams_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_dev:
                          epoch_size: int = _SENTEVAL["epoch_size"],
                          max_epoch: int = _SENTEVAL["max_epoch"],
                          batch_size: int = _SENTEVAL["batch_size"],
-                         n_classes: Optional[int] = None) -> Tuple[float, int, torch.nn.Linear]:
+                         n_classes: Optional[int] = None, nhid: int = 0
+                         ) -> Tuple[float, int, torch.nn.Module]:
     """The same loop with SentEval's own random streams: ``torch.manual_seed(seed)`` before
     ``nn.Linear``'s default initialisation and ``np.random.seed(seed)`` before one
     ``np.random.permutation`` per pass (here as private generators, so no global state is
     touched). Our trainer draws the same distributions from other streams, so its cells and
     these are two samples of one distribution over seeds (``bench/parity.py``)."""
-    n_features = x.shape[1]
     if n_classes is None:
         n_classes = int(max(y.max(), y_dev.max()) + 1)
     gen = torch.Generator().manual_seed(int(seed))
-    bound = 1 / np.sqrt(n_features)  # kaiming_uniform_(a=sqrt(5)) of nn.Linear, and its bias
-    model = torch.nn.Linear(n_features, n_classes)
-    with torch.no_grad():
-        model.weight.uniform_(-bound, bound, generator=gen)
-        model.bias.uniform_(-bound, bound, generator=gen)
+    model = _senteval_model(x.shape[1], n_classes, nhid)
+    with torch.no_grad():  # kaiming_uniform_(a=sqrt(5)) of nn.Linear, and its bias
+        for layer in _linears(model):
+            bound = 1 / np.sqrt(layer.in_features)
+            layer.weight.uniform_(-bound, bound, generator=gen)
+            layer.bias.uniform_(-bound, bound, generator=gen)
     numpy_stream = np.random.RandomState(int(seed))
     return _early_stopped_adam(model, x, y, x_dev, y_dev, l2, tenacity=tenacity,
                                epoch_size=epoch_size, max_epoch=max_epoch,
@@ -77,11 +84,23 @@ def senteval_streams_fit(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_dev:
                                permutation=lambda _: numpy_stream.permutation(len(x)))
 
 
-def _early_stopped_adam(model: torch.nn.Linear, x: np.ndarray, y: np.ndarray,
+def _senteval_model(n_features: int, n_classes: int, nhid: int) -> torch.nn.Module:
+    """SentEval's probe: logistic regression, or its one-hidden-layer MLP (dropout 0)."""
+    if nhid == 0:
+        return torch.nn.Linear(n_features, n_classes)
+    return torch.nn.Sequential(torch.nn.Linear(n_features, nhid), torch.nn.Dropout(0.0),
+                               torch.nn.Sigmoid(), torch.nn.Linear(nhid, n_classes))
+
+
+def _linears(model: torch.nn.Module) -> List[torch.nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def _early_stopped_adam(model: torch.nn.Module, x: np.ndarray, y: np.ndarray,
                         x_dev: np.ndarray, y_dev: np.ndarray, l2: float, *, tenacity: int,
                         epoch_size: int, max_epoch: int, batch_size: int,
                         permutation: Callable[[int], np.ndarray]
-                        ) -> Tuple[float, int, torch.nn.Linear]:
+                        ) -> Tuple[float, int, torch.nn.Module]:
     """SentEval's loop: Adam (lr 1e-3, weight decay ``l2``), rounds of ``epoch_size`` passes
     in the order ``permutation(pass_index)`` gives, then dev accuracy; the cumulative
     non-improvement count stops it after ``tenacity``."""
@@ -119,14 +138,17 @@ class ReferenceEstimator:
     time: ``fit(X, y, X_dev, y_dev, l2)`` with ``X`` ``(G, n, F)`` and ``l2`` a grid ``(R,)``
     or table ``(G, R)``; ``dev_score_``/``epochs_`` ``(G, R)``; ``predict(X) -> (G, R, n)``.
     ``streams``: ``"senteval"`` (:func:`senteval_streams_fit`) or ``"estratos"``
-    (:func:`reference_senteval_fit`, our trainer's streams). Linear probes only (nhid 0)."""
+    (:func:`reference_senteval_fit`, our trainer's streams). ``nhid``: hidden units (0: the
+    linear probe), without dropout."""
 
     def __init__(self, n_classes: int, seed: int, *, tenacity: int = _SENTEVAL["tenacity"],
                  epoch_size: int = _SENTEVAL["epoch_size"],
                  max_epoch: int = _SENTEVAL["max_epoch"],
-                 batch_size: int = _SENTEVAL["batch_size"], streams: str = "senteval") -> None:
+                 batch_size: int = _SENTEVAL["batch_size"], streams: str = "senteval",
+                 nhid: int = 0) -> None:
         if streams not in ("senteval", "estratos"):
             raise ValueError(f"unknown streams {streams!r}")
+        self.nhid = int(nhid)
         self.n_classes, self.seed, self.streams = n_classes, seed, streams
         self.tenacity, self.epoch_size = tenacity, epoch_size
         self.max_epoch, self.batch_size = max_epoch, batch_size
@@ -134,7 +156,7 @@ class ReferenceEstimator:
     def get_params(self, deep: bool = True) -> dict:
         return {"n_classes": self.n_classes, "seed": self.seed, "tenacity": self.tenacity,
                 "epoch_size": self.epoch_size, "max_epoch": self.max_epoch,
-                "batch_size": self.batch_size, "streams": self.streams}
+                "batch_size": self.batch_size, "streams": self.streams, "nhid": self.nhid}
 
     def fit(self, X, y, X_dev, y_dev, l2) -> "ReferenceEstimator":
         fit_one = senteval_streams_fit if self.streams == "senteval" else reference_senteval_fit
@@ -152,7 +174,7 @@ class ReferenceEstimator:
                     X[g], y, X_dev[g], y_dev, float(table[g, r]), seed=self.seed,
                     tenacity=self.tenacity, epoch_size=self.epoch_size,
                     max_epoch=self.max_epoch, batch_size=self.batch_size,
-                    n_classes=self.n_classes)
+                    n_classes=self.n_classes, nhid=self.nhid)
                 self.dev_score_[g, r], self.epochs_[g, r] = best, epochs
                 self.models_[g][r] = model
         return self
