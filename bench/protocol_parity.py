@@ -486,6 +486,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 row = compare_cell(task_id, label, b, a,
                                    (ours_seconds / len(labels), their_seconds / len(labels)))
                 row["kfold"] = kfold if spec.protocol in ("kfold", "inner-kfold") else None
+                # the selection figure (dev, or the cross-validated mean) of every run
+                row["seeds"] = runs
+                row["published_dev"] = [published_scores(name, theirs[k]["result"]).get("dev")
+                                        for k in keys]
+                row["ours_dev"] = [ours[k].get("dev") for k in keys]
                 rows.append(row)
             print(f"{'':30s} seconds: ours {ours_seconds:.1f}, published {their_seconds:.1f} "
                   f"(kfold {kfold if spec.protocol != 'split' else '-'})", flush=True)
