@@ -195,15 +195,20 @@ def probe_options(args: argparse.Namespace) -> Dict[str, Any]:
             "pooling": None, "classifier": args.classifier}
 
 
-def stage_probe1(args: argparse.Namespace, part: str) -> Dict[str, Any]:
-    """Each task alone, one process; per-task seconds and arithmetic."""
+def stage_probe1(args: argparse.Namespace, part: str, record: Dict[str, Any],
+                 save: Any) -> Dict[str, Any]:
+    """Each task alone, one process; per-task seconds and arithmetic. Each task's figures
+    are saved as it ends (``record["probe1_tasks"]``), and tasks already there are not run
+    again, so a long part can be stopped and resumed."""
     from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs, select_tasks
 
     dirs = DataDirs.parse([args.data_dir])
-    tasks: Dict[str, Any] = {}
+    tasks: Dict[str, Any] = record.setdefault("probe1_tasks", {})
     with tempfile.TemporaryDirectory() as tmp:
         for spec in select_tasks(part):
+            if spec.id in tasks:
+                continue
             counter = FlopCounter()
             t0 = time.perf_counter()
             with counter.counting():
@@ -222,6 +227,8 @@ def stage_probe1(args: argparse.Namespace, part: str) -> Dict[str, Any]:
                 "steps": counter.steps, "features": counter.features}
             print(f"  {spec.id:36s} {len(run):4d} cells {seconds:8.1f} s "
                   f"{(counter.train + counter.dev) / 1e9:9.1f} GFLOP", flush=True)
+            save()
+    record.pop("probe1_tasks")
     return {"tasks": tasks, "seconds": round(sum(t["seconds"] for t in tasks.values()), 1)}
 
 
@@ -330,7 +337,8 @@ def task_rows(ledger: Dict[str, Any]) -> List[Dict[str, Any]]:
     rate = ledger.get("matmul", {}).get("peak")
     rows = []
     for part in ledger.get("parts", {}).values():
-        for task, t in part.get("probe1", {}).get("tasks", {}).items():
+        done = part.get("probe1", {}).get("tasks") or part.get("probe1_tasks", {})
+        for task, t in done.items():
             gflop = t["gflop_train"] + t["gflop_dev"]
             limit = gflop / rate if rate else None
             rows.append({"task": task, **t, "gflop": gflop, "limit_seconds": limit})
@@ -458,7 +466,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if stage == "encode":
                 record[stage] = stage_encode(args, part)
             elif stage == "probe1":
-                record[stage] = stage_probe1(args, part)
+                record[stage] = stage_probe1(args, part, record, save)
             elif stage == "probe2":
                 record[stage] = stage_probe2(args, part)
             elif "probe2" in record:
