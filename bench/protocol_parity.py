@@ -367,12 +367,15 @@ def compare_cell(task_id: str, layer: str, ours: List[float], published: List[fl
 
 def markdown(rows: List[Dict[str, Any]], seeds: int) -> str:
     """The docs table."""
-    lines = ["| task | layer | published | ours | ours - published (95% interval) | 0 inside |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| task | protocol | layer | published | ours | ours - published (95% interval) "
+             "| 0 inside |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         def show(x: List[float]) -> str:
             return f"{np.mean(x):.2f} ± {np.std(x, ddof=1):.2f}" if len(x) > 1 else f"{x[0]:.2f}"
-        lines.append(f"| {r['task']} | {r['layer']} | {show(r['published'])} | "
+        protocol = r.get("protocol", "")
+        if r.get("kfold"):
+            protocol += f" (k={r['kfold']})"
+        lines.append(f"| {r['task']} | {protocol} | {r['layer']} | {show(r['published'])} | "
                      f"{show(r['ours'])} | {r['diff']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}] | "
                      f"{'yes' if r['zero_inside'] else 'no'} |")
     return "\n".join(lines) + f"\n\n({seeds} seeds a side; the cosine task has one run a side)"
@@ -485,6 +488,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 b = [ours[k]["test"] for k in keys]
                 row = compare_cell(task_id, label, b, a,
                                    (ours_seconds / len(labels), their_seconds / len(labels)))
+                row["protocol"] = spec.protocol
                 row["kfold"] = kfold if spec.protocol in ("kfold", "inner-kfold") else None
                 # the selection figure (dev, or the cross-validated mean) of every run
                 row["seeds"] = runs
