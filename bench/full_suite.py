@@ -263,8 +263,10 @@ H100 = {"bf16_flops": 989e12, "fp32_flops": 67e12, "hbm_bytes": 3.35e12}
 #: assumptions the estimate states (no GPU was lent to measure them)
 GPU_MFU = 0.4           # share of bf16 peak a transformer forward reaches at these lengths
 GPU_STEP_SECONDS = 250e-6  # one probe optimizer step: ~30 kernel launches from Python
-DISK_BYTES = 2e9        # sequential HDF5 writes to a node's NVMe scratch
-TOKENIZE_PER_CORE = 20000  # sentences per second a fast tokenizer handles on one core
+DISK_BYTES = 1e9        # HDF5 writes with checksums from one writer thread to NVMe scratch
+#: sentences per second and core a fast tokenizer handles (docs/encode.md: 20,000 sentences
+#: in 4.97 s on this machine under load)
+TOKENIZE_PER_CORE = 4000
 #: the models of the estimate: layers, width, non-embedding parameters, stored states
 MODELS = {
     "MiniLM-L6 (measured here)": {"layers": 6, "dim": 384, "params": 10.6e6, "states": 7,
