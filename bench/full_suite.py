@@ -256,6 +256,67 @@ def stage_report(args: argparse.Namespace, part: str, results: str) -> Dict[str,
                           "--out", str(Path(tmp) / "report")])
 
 
+# ---- the arithmetic from a results file ---------------------------------------------------------
+
+def estimate_from_results(results: str) -> Dict[str, Dict[str, Any]]:
+    """Per task, from a results file alone: cells, busy seconds (the cells' ``seconds``,
+    which add up to the seconds of the units that wrote them) and the issue's arithmetic,
+    ``epochs x examples x width x classes``: every fit a cell makes (L2 grid x folds, what
+    :meth:`estratos.protocols.Protocol.examples_trained` adds up) is counted with the epochs
+    of the model the cell tested (the refit's, or the outer folds' mean). The live count of
+    the ``probe1`` stage uses each fit's own epochs; this estimate needs no rerun."""
+    from estratos.protocols import get_protocol
+    from estratos.results.reader import read_results
+    from estratos.tasks import select_tasks
+    from estratos.vocab import COMBINERS, DEFAULT_KFOLD
+
+    out: Dict[str, Dict[str, Any]] = {}
+    for r in read_results(results):
+        if r.kind != "probe" or r.control:
+            continue
+        (spec,) = select_tasks(r.task)
+        clf = r.classifier or {}
+        t = out.setdefault(r.task, {"cells": 0, "seconds": 0.0, "gflop": 0.0,
+                                    "protocol": r.protocol, "classifier": clf.get("name"),
+                                    "sizes": dict(r.sizes or {})})
+        t["cells"] += 1
+        t["seconds"] += float(r.seconds or 0.0)
+        protocol = get_protocol(r.protocol)
+        if protocol.trains is None or not r.epochs:
+            continue
+        width = COMBINERS[spec.combiner].width * int(r.cache["dim"])
+        classes = int((r.chance or {}).get("n_classes") or 5)
+        hidden = int(clf.get("nhid") or 0)
+        grid = len(clf.get("l2_grid") or (0.0,))
+        per_example = (4.0 * width * classes if hidden == 0
+                       else 4.0 * width * hidden + 6.0 * hidden * classes)
+        k = int(clf.get("kfold") or spec.classifier.get("kfold", DEFAULT_KFOLD))
+        examples = protocol.examples_trained(t["sizes"], grid, k)
+        t["gflop"] += float(r.epochs) * examples * per_example / 1e9
+    for t in out.values():
+        t["train_examples"] = int(t["sizes"].get("train", t["sizes"].get("all", 0)))
+    return out
+
+
+def print_estimate(results: str, rate: Optional[float]) -> None:
+    """The per-task table of :func:`estimate_from_results` (markdown)."""
+    tasks = estimate_from_results(results)
+    total = sum(t["seconds"] for t in tasks.values()) or 1.0
+    print("| task | cells | train ex. | protocol | busy s | share | GFLOP (est.) | s at peak "
+          "| time / limit |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, t in sorted(tasks.items(), key=lambda kv: -kv[1]["seconds"]):
+        limit = t["gflop"] / rate if rate else None
+        print(f"| {name} | {t['cells']} | {t['train_examples']} | {t['protocol']} | "
+              f"{t['seconds']:.0f} | {100 * t['seconds'] / total:.1f}% | {t['gflop']:.0f} | "
+              + ("- | -" if not limit else f"{limit:.0f} | {t['seconds'] / limit:.1f}x")
+              + " |")
+    gflop = sum(t["gflop"] for t in tasks.values())
+    print(f"\n{len(tasks)} tasks, {sum(t['cells'] for t in tasks.values())} cells, busy "
+          f"{total:.0f} s, {gflop:.0f} GFLOP (est.)"
+          + (f", {gflop / rate:.0f} s at {rate} GFLOP/s" if rate else ""))
+
+
 # ---- a GPU, on paper -------------------------------------------------------------------------
 
 #: NVIDIA H100 SXM, from its data sheet (dense, no sparsity)
@@ -422,6 +483,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="every figure, kept between runs; parts in it are not run again")
     ap.add_argument("--redo", action="store_true", help="run parts already in the ledger")
     ap.add_argument("--markdown", action="store_true", help="print the docs table and stop")
+    ap.add_argument("--estimate", metavar="RESULTS", default=None,
+                    help="print the per-task arithmetic estimated from a results file and stop")
     ap.add_argument("--gpu", action="store_true",
                     help="print the H100 estimate from the ledger (counts tokens once) and stop")
     args = ap.parse_args(argv)
@@ -431,6 +494,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               else {"parts": {}})
     if args.markdown:
         print_table(ledger, markdown=True)
+        return 0
+    if args.estimate:
+        print_estimate(args.estimate, ledger.get("matmul", {}).get("peak"))
         return 0
     if args.gpu:
         print_gpu(ledger, args.model)
