@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -214,16 +214,18 @@ class SentEvalClassifier(RecordedEstimator):
         self.l2_ = table
         return self
 
-    def _logits(self, X) -> "torch.Tensor":
+    def _logits(self, X, reduce: Optional[Callable[["torch.Tensor"], "torch.Tensor"]] = None
+                ) -> "torch.Tensor":
         from estratos.probe.estimators.training import as_groups
 
         net = self._state.net
         groups = None if len(net.seeds) == 1 else net.stream_group
-        return net.logits(as_groups(scaled(X, self.scale_)), self._state.best, groups)
+        return net.logits(as_groups(scaled(X, self.scale_)), self._state.best, groups, reduce)
 
     def predict(self, X) -> np.ndarray:
-        """Labels ``(G', R, n)`` of every model's best weights."""
-        return self._logits(X).argmax(dim=-1).transpose(1, 2).cpu().numpy()
+        """Labels ``(G', R, n)`` of every model's best weights (the argmax is taken chunk by
+        chunk, so the logits of every row are never held at once)."""
+        return self._logits(X, lambda z: z.argmax(dim=-1)).transpose(1, 2).cpu().numpy()
 
     def log_proba(self, X) -> np.ndarray:
         """Natural-log class probabilities ``(G', R, n, C)`` of every model's best weights
