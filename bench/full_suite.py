@@ -49,7 +49,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -137,6 +137,16 @@ def matmul_rates() -> Dict[str, float]:
     return out
 
 
+def flops_per_example(features: int, classes: int, hidden: int = 0) -> Tuple[float, float]:
+    """(training, evaluation) flops of one example through SentEval's probe: forward and
+    backward of ``Linear(F, C)`` without an input gradient (4FC), with a hidden layer
+    4FH + 6HC; a dev check is the forward alone."""
+    if hidden == 0:
+        return 4.0 * features * classes, 2.0 * features * classes
+    return (4.0 * features * hidden + 6.0 * hidden * classes,
+            2.0 * (features * hidden + hidden * classes))
+
+
 class FlopCounter:
     """Counts the arithmetic of every batched fit (see the module docstring) while active."""
 
@@ -160,9 +170,8 @@ class FlopCounter:
             n, n_dev = int(x.shape[1]), int(x_dev.shape[1])
             if kw.get("subsets") is not None:  # MDL block models: their own subset sizes
                 n = int(np.mean([len(s) for s in kw["subsets"]]))
-            F, C, H = net.F, net.C, net.H
-            per_example = 4.0 * F * C if H == 0 else 4.0 * F * H + 6.0 * H * C
-            per_dev = 2.0 * F * C if H == 0 else 2.0 * (F * H + H * C)
+            F = net.F
+            per_example, per_dev = flops_per_example(F, net.C, net.H)
             self.examples += float(epochs.sum()) * n
             self.train += float(epochs.sum()) * n * per_example
             self.dev += float((epochs / max(1, kw["epoch_size"])).sum()) * n_dev * per_dev
@@ -260,7 +269,7 @@ def stage_report(args: argparse.Namespace, part: str, results: str) -> Dict[str,
 
 def estimate_from_results(results: str) -> Dict[str, Dict[str, Any]]:
     """Per task, from a results file alone: cells, busy seconds (the cells' ``seconds``,
-    which add up to the seconds of the units that wrote them) and the issue's arithmetic,
+    which add up to the seconds of the units that wrote them) and the arithmetic floor,
     ``epochs x examples x width x classes``: every fit a cell makes (L2 grid x folds, what
     :meth:`estratos.protocols.Protocol.examples_trained` adds up) is counted with the epochs
     of the model the cell tested (the refit's, or the outer folds' mean). The live count of
@@ -284,16 +293,14 @@ def estimate_from_results(results: str) -> Dict[str, Dict[str, Any]]:
         seeds = t.setdefault("max_epochs", {})
         seeds[r.seed] = max(seeds.get(r.seed, 0), int(r.epochs or 0))
         t["kfold"] = int(clf.get("kfold") or spec.classifier.get("kfold", DEFAULT_KFOLD))
+        t["batch_size"] = int(clf.get("batch_size") or 64)
         t["width"] = COMBINERS[spec.combiner].width * int(r.cache["dim"])
         protocol = get_protocol(r.protocol)
         if protocol.trains is None or not r.epochs:
             continue
-        width = COMBINERS[spec.combiner].width * int(r.cache["dim"])
-        classes = int((r.chance or {}).get("n_classes") or 5)
-        hidden = int(clf.get("nhid") or 0)
+        classes = int((r.chance or {}).get("n_classes") or 5)  # relatedness: 5 score classes
         grid = len(clf.get("l2_grid") or (0.0,))
-        per_example = (4.0 * width * classes if hidden == 0
-                       else 4.0 * width * hidden + 6.0 * hidden * classes)
+        per_example = flops_per_example(t["width"], classes, int(clf.get("nhid") or 0))[0]
         k = int(clf.get("kfold") or spec.classifier.get("kfold", DEFAULT_KFOLD))
         examples = protocol.examples_trained(t["sizes"], grid, k)
         t["gflop"] += float(r.epochs) * examples * per_example / 1e9
@@ -309,13 +316,13 @@ def program_steps(t: Dict[str, Any]) -> int:
     for that seed): what a GPU pays in kernel launches whatever the width. ``split`` and
     ``relatedness`` run their seeds as one program on a GPU; folds are programs of their
     own."""
-    n, k = t["train_examples"], t.get("kfold", 10)
+    n, k, batch = t["train_examples"], t.get("kfold", 10), t.get("batch_size", 64)
     epochs = list(t.get("max_epochs", {}).values())
     if not epochs or t["protocol"] == "cosine":
         return 0
 
     def steps(examples: float, passes: int) -> int:
-        return passes * -(-int(examples) // 64)
+        return passes * -(-int(examples) // batch)
 
     if t["protocol"] in ("split", "relatedness"):
         return steps(n, max(epochs))
@@ -348,7 +355,7 @@ def print_estimate(results: str, rate: Optional[float]) -> None:
 # ---- a GPU, on paper -------------------------------------------------------------------------
 
 #: NVIDIA H100 SXM, from its data sheet (dense, no sparsity)
-H100 = {"bf16_flops": 989e12, "fp32_flops": 67e12, "hbm_bytes": 3.35e12}
+H100 = {"bf16_flops": 989e12, "fp32_flops": 67e12}
 #: assumptions the estimate states (no GPU was lent to measure them)
 GPU_MFU = 0.4           # share of bf16 peak a transformer forward reaches at these lengths
 GPU_STEP_SECONDS = 250e-6  # one probe optimizer step: ~30 kernel launches from Python

@@ -224,3 +224,10 @@ def test_seed_difference_of_deterministic_runs_is_exact():
     assert d.contains(0.0, tolerance=0.01)
     with pytest.raises(ValueError, match="at least one score"):
         mean_difference([], [1.0])
+
+
+def test_seed_difference_refuses_undefined_scores():
+    from estratos.stats.seeds import mean_difference
+
+    with pytest.raises(ValueError, match="finite"):
+        mean_difference([float("nan"), 1.0], [2.0, 3.0])

@@ -4,9 +4,9 @@ Why apart from :mod:`.bootstrap`: that module resamples test examples (test-set 
 one shared test set); this one treats each seed's score as one independent draw of a run's
 training randomness, as parity checks do when they ask whether two implementations of one
 protocol differ by more than their seeds do. With the handful of seeds such checks afford
-(3 to 10 a side), a percentile bootstrap over seeds is too narrow; Welch's t interval
-(unequal variances, Welch-Satterthwaite degrees of freedom) is the textbook interval for a
-difference of two small-sample means.
+(3 to 15 a side), a percentile bootstrap over seeds understates the spread of a mean;
+Welch's t interval (unequal variances, Welch-Satterthwaite degrees of freedom) is the
+textbook interval for a difference of two small-sample means.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def mean_difference(a: Sequence[float], b: Sequence[float],
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if len(x) == 0 or len(y) == 0:
         raise ValueError("each side needs at least one score")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("scores must be finite (an undefined score has no place in a mean)")
     if not (0.0 < level < 1.0):
         raise ValueError(f"level must be in (0, 1), got {level}")
     diff = float(y.mean() - x.mean())
