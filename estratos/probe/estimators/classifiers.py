@@ -528,7 +528,7 @@ def seeds_cannot_differ(classifier: Optional[str], protocol: Optional[str]) -> b
         cls, proto = get_estimator(str(classifier)), get_protocol(str(protocol))
     except Exception:  # noqa: BLE001 - an unknown name (another version's): may differ
         return False
-    return bool(cls.deterministic and proto.trains == "classifier" and proto.seeds_share_data)
+    return bool(cls.deterministic and proto.trains == Role.CLASSIFIER and proto.seeds_share_data)
 
 
 __all__ = ["DEFAULT_CLASSIFIER", "LBFGSClassifier", "LogisticGrid", "RecordedEstimator",
