@@ -259,7 +259,7 @@ def stage_probe2(args: argparse.Namespace, part: str) -> Dict[str, Any]:
             "cells": len(run), "results": str(out)}
 
 
-def stage_report(args: argparse.Namespace, part: str, results: str) -> Dict[str, Any]:
+def stage_report(results: str) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         return run_timed([sys.executable, "-m", "estratos", "report", results,
                           "--out", str(Path(tmp) / "report")])
@@ -283,54 +283,49 @@ def estimate_from_results(results: str) -> Dict[str, Dict[str, Any]]:
     for r in read_results(results):
         if r.kind != "probe" or r.control:
             continue
-        (spec,) = select_tasks(r.task)
         clf = r.classifier or {}
-        t = out.setdefault(r.task, {"cells": 0, "seconds": 0.0, "gflop": 0.0,
-                                    "protocol": r.protocol, "classifier": clf.get("name"),
-                                    "sizes": dict(r.sizes or {})})
+        t = out.get(r.task)
+        if t is None:  # what the task's spec and classifier say, once
+            (spec,) = select_tasks(r.task)
+            sizes = dict(r.sizes or {})
+            t = out[r.task] = {
+                "cells": 0, "seconds": 0.0, "gflop": 0.0, "protocol": r.protocol,
+                "classifier": clf.get("name"), "sizes": sizes, "max_epochs": {},
+                "train_examples": int(sizes.get("train", sizes.get("all", 0))),
+                "kfold": int(clf.get("kfold") or spec.classifier.get("kfold", DEFAULT_KFOLD)),
+                "batch_size": int(clf.get("batch_size") or 64),
+                "width": COMBINERS[spec.combiner].width * int(r.cache["dim"])}
         t["cells"] += 1
         t["seconds"] += float(r.seconds or 0.0)
-        seeds = t.setdefault("max_epochs", {})
-        seeds[r.seed] = max(seeds.get(r.seed, 0), int(r.epochs or 0))
-        t["kfold"] = int(clf.get("kfold") or spec.classifier.get("kfold", DEFAULT_KFOLD))
-        t["batch_size"] = int(clf.get("batch_size") or 64)
-        t["width"] = COMBINERS[spec.combiner].width * int(r.cache["dim"])
+        t["max_epochs"][r.seed] = max(t["max_epochs"].get(r.seed, 0), int(r.epochs or 0))
         protocol = get_protocol(r.protocol)
         if protocol.trains is None or not r.epochs:
             continue
         classes = int((r.chance or {}).get("n_classes") or 5)  # relatedness: 5 score classes
         grid = len(clf.get("l2_grid") or (0.0,))
         per_example = flops_per_example(t["width"], classes, int(clf.get("nhid") or 0))[0]
-        k = int(clf.get("kfold") or spec.classifier.get("kfold", DEFAULT_KFOLD))
-        examples = protocol.examples_trained(t["sizes"], grid, k)
+        examples = protocol.examples_trained(t["sizes"], grid, t["kfold"])
         t["gflop"] += float(r.epochs) * examples * per_example / 1e9
     for t in out.values():
-        t["train_examples"] = int(t["sizes"].get("train", t["sizes"].get("all", 0)))
         t["steps"] = program_steps(t)
     return out
 
 
 def program_steps(t: Dict[str, Any]) -> int:
-    """Optimizer steps of a task's batched programs (every layer spec and L2 value of a fit
-    in one program; a program runs as long as its longest model, here the task's most epochs
-    for that seed): what a GPU pays in kernel launches whatever the width. ``split`` and
-    ``relatedness`` run their seeds as one program on a GPU; folds are programs of their
-    own."""
-    n, k, batch = t["train_examples"], t.get("kfold", 10), t.get("batch_size", 64)
-    epochs = list(t.get("max_epochs", {}).values())
-    if not epochs or t["protocol"] == "cosine":
+    """Optimizer steps of a task's batched programs: what a GPU pays in kernel launches
+    whatever the width. Every layer spec and L2 value of a fit share a program, which runs as
+    long as its longest model (here the task's most epochs for a seed); a pass of every fit
+    is :meth:`~estratos.protocols.Protocol.examples_trained` examples (one L2 value) in
+    batches. The seeds of a protocol whose seeds share their data (``split``,
+    ``relatedness``) train as one program on a GPU; the others' seeds one after another."""
+    from estratos.protocols import get_protocol
+
+    protocol = get_protocol(t["protocol"])
+    epochs = list(t["max_epochs"].values())
+    if protocol.trains is None or not epochs:
         return 0
-
-    def steps(examples: float, passes: int) -> int:
-        return passes * -(-int(examples) // batch)
-
-    if t["protocol"] in ("split", "relatedness"):
-        return steps(n, max(epochs))
-    if t["protocol"] == "kfold":
-        return sum(k * steps(n * (k - 1) / k, e) + steps(0.95 * n, e) for e in epochs)
-    outer = n * (k - 1) / k  # inner-kfold: k outer folds, each k inner fits and a refit
-    return sum(k * (k * steps(outer * (k - 1) / k, e) + steps(0.95 * outer, e))
-               for e in epochs)
+    per_pass = -(-int(protocol.examples_trained(t["sizes"], 1, t["kfold"])) // t["batch_size"])
+    return per_pass * (max(epochs) if protocol.seeds_share_data else sum(epochs))
 
 
 def print_estimate(results: str, rate: Optional[float]) -> None:
@@ -400,11 +395,11 @@ def gpu_estimate(ledger: Dict[str, Any],
 
     Encode: the larger of the forward's arithmetic (2 x non-embedding parameters per token
     at ``GPU_MFU`` of bfloat16's peak: encode runs the forward under bfloat16 autocast on
-    CUDA, whatever the checkpoint's dtype), tokenizing on 8 cores, and writing the cache. Probe: each task's
-    counted arithmetic scaled to the model (layer specs x width; same epochs assumed) at
-    fp32 peak, or its optimizer steps at ``GPU_STEP_SECONDS`` each, whichever is larger;
-    the steps multiply when a layer-spec group must be cut to stay under the 1 GB feature
-    budget (``estratos.probe.grid.units.FEATURE_BUDGET_BYTES``).
+    CUDA, whatever the checkpoint's dtype), tokenizing on 8 cores, and writing the cache.
+    Probe: each task's counted arithmetic scaled to the model (layer specs x width; same
+    epochs assumed) at fp32 peak, or its optimizer steps at ``GPU_STEP_SECONDS`` each,
+    whichever is larger; the steps multiply when a layer-spec group must be cut to stay
+    under the 1 GB feature budget (``estratos.probe.grid.units.FEATURE_BUDGET_BYTES``).
     """
     from estratos.probe.grid.units import FEATURE_BUDGET_BYTES
 
@@ -577,7 +572,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             elif stage == "probe2":
                 record[stage] = stage_probe2(args, part)
             elif "probe2" in record:
-                record[stage] = stage_report(args, part, record["probe2"]["results"])
+                record[stage] = stage_report(record["probe2"]["results"])
             else:
                 print(f"{part}: report needs the probe2 stage's results first", flush=True)
                 continue

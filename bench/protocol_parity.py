@@ -65,6 +65,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from estratos.text import normalize_sentence  # noqa: E402 (light: the workers use it per batch)
+from estratos.vocab import METRIC_INFO  # noqa: E402
+
 #: our task id -> (published engine, published task name); one task per protocol and format
 TASKS: Dict[str, Tuple[str, str]] = {
     "es-senteval:TASS1": ("senteval", "TASS1"),                    # split
@@ -153,8 +156,8 @@ def _install(published: str, cache_path: str, pooling: str,
 
     from estratos.tasks.safe_pickle import RestrictedUnpickler
 
-    for module in (senteval.tools.classifier, discoeval.tools.classifier):
-        if on_cpu:
+    if on_cpu:
+        for module in (senteval.tools.classifier, discoeval.tools.classifier):
             module.torch = _CpuTorch(torch)
     senteval.sts.np = _RaggedNumpy()
     discoeval.rst.pickle = types.SimpleNamespace(
@@ -164,7 +167,6 @@ def _install(published: str, cache_path: str, pooling: str,
         _install_encoder(published, encoder)
         return
     from estratos.cache import open_cache
-    from estratos.text import normalize_sentence
 
     cache = open_cache(cache_path)
     _WORKER["cache"] = cache
@@ -192,6 +194,8 @@ class _FirstPositionMemo:
     def __init__(self, model: Any) -> None:
         self.model = model
         self.name_or_path = model.name_or_path
+        #: ELECTRA has no pooler: the script unpacks (last, states, _) for it
+        self.electra = "electra" in self.name_or_path
         self.memo: Dict[bytes, Any] = {}
 
     def __call__(self, ids: Any, **kwargs: Any) -> Any:
@@ -203,14 +207,11 @@ class _FirstPositionMemo:
                 out = self.model(ids, **kwargs)
             # (last, [pooled,] states, attentions[, cross-attentions]): transformers 5 adds
             # an empty cross-attention tuple the script does not unpack
-            if "electra" in self.name_or_path:
-                last, pooled, states = out[0], None, out[1]
+            last = out[0][:, :1].clone()
+            if self.electra:
+                self.memo[key] = (last, tuple(h[:, :1].clone() for h in out[1]), None)
             else:
-                last, pooled, states = out[0], out[1], out[2]
-            first = tuple(h[:, :1].clone() for h in states)
-            # the script unpacks (last, states, _) for ELECTRA (no pooler), else four
-            self.memo[key] = ((last[:, :1].clone(), first, None) if "electra" in
-                              self.name_or_path else (last[:, :1].clone(), pooled, first, None))
+                self.memo[key] = (last, out[1], tuple(h[:, :1].clone() for h in out[2]), None)
         return self.memo[key]
 
 
@@ -240,8 +241,6 @@ def _batcher(params: Any, batch: Sequence[Sequence[str]]) -> np.ndarray:
         encoder = _WORKER["encoder"]
         params["model"], params["tokenizer"] = encoder["model"], encoder["tokenizer"]
         return encoder["batcher"](params, batch)
-    from estratos.text import normalize_sentence
-
     rows = _WORKER["rows"]
     wanted = []
     for tokens in batch:
@@ -301,15 +300,18 @@ def published_scores(name: str, result: Dict[str, Any]) -> Dict[str, float]:
 
 
 def our_scores(record: Any) -> Dict[str, float]:
-    """Our record's test (and dev) figures, on the paper's scale: accuracy in percent as
-    stored, correlations (stored as fractions) x100 as in a record's ``score``."""
+    """Our record's test (and dev) figures, unrounded, on the paper's scale (the metric's
+    ``raw_scale``: accuracy stored in percent, correlations as fractions). An STS record's
+    test value is the size-weighted mean over subsets; ``mean`` is the plain mean."""
+    metric = record.metric
+    scale = METRIC_INFO[metric].raw_scale
     test, dev = record.test, record.dev or {}
-    if "accuracy" in test:
-        return {"test": float(test["accuracy"]), "dev": float(dev["accuracy"])}
-    if "pearson_wmean" in test:
-        return {"test": 100 * float(test["pearson_wmean"]),
-                "mean": 100 * float(test["pearson_mean"])}
-    return {"test": 100 * float(test["pearson"]), "dev": 100 * float(dev["pearson"])}
+    out = {"test": scale * float(test[metric])}
+    if dev.get(metric) is not None:
+        out["dev"] = scale * float(dev[metric])
+    if test.get(f"{metric}_mean") is not None:
+        out["mean"] = scale * float(test[f"{metric}_mean"])
+    return out
 
 
 # ---- folders for tasks whose published files are absent ---------------------------------------
@@ -329,7 +331,8 @@ def write_published_folder(task: Any, folder: Path) -> None:
 # ---- one task -----------------------------------------------------------------------------
 
 def run_ours(cache: str, spec: Any, data_dir: str, layers: List[Any], seeds: List[int],
-             pooling: str, device: str = "cpu") -> Tuple[Dict[Tuple[str, int], Dict[str, float]], float]:
+             pooling: str, device: str = "cpu"
+             ) -> Tuple[Dict[Tuple[str, int], Dict[str, float]], float]:
     """Our probe on the task's cells: scores per (layer label, seed), and seconds."""
     from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs
