@@ -176,14 +176,12 @@ class SentEvalClassifier(RecordedEstimator):
 
         from estratos.probe.estimators.training import (
             StackedNet,
-            as_groups,
             cross_entropy_grad,
             torch_device,
             train_stacked,
         )
 
-        self.scale_ = scaler_for(self.features, X)
-        x, x_dev = as_groups(scaled(X, self.scale_)), as_groups(scaled(X_dev, self.scale_))
+        x, x_dev = _fit_inputs(self, X, X_dev)
         device = torch_device(self.device)
         y = np.asarray(y, dtype=np.int64)
         y_dev_t = torch.from_numpy(np.asarray(y_dev, dtype=np.int64)).to(device)
@@ -214,25 +212,17 @@ class SentEvalClassifier(RecordedEstimator):
         self.l2_ = table
         return self
 
-    def _logits(self, X, reduce: Optional[Callable[["torch.Tensor"], "torch.Tensor"]] = None
-                ) -> "torch.Tensor":
-        from estratos.probe.estimators.training import as_groups
-
-        net = self._state.net
-        groups = None if len(net.seeds) == 1 else net.stream_group
-        return net.logits(as_groups(scaled(X, self.scale_)), self._state.best, groups, reduce)
-
     def predict(self, X) -> np.ndarray:
         """Labels ``(G', R, n)`` of every model's best weights (the argmax is taken chunk by
         chunk, so the logits of every row are never held at once)."""
-        return self._logits(X, lambda z: z.argmax(dim=-1)).transpose(1, 2).cpu().numpy()
+        return _best_logits(self, X, lambda z: z.argmax(dim=-1)).transpose(1, 2).cpu().numpy()
 
     def log_proba(self, X) -> np.ndarray:
         """Natural-log class probabilities ``(G', R, n, C)`` of every model's best weights
         (log-softmax in float64: finite even where a probability underflows)."""
         import torch
 
-        logits = self._logits(X).to(torch.float64)
+        logits = _best_logits(self, X).to(torch.float64)
         return torch.log_softmax(logits, dim=-1).transpose(1, 2).cpu().numpy()
 
     def score(self, X, y) -> np.ndarray:
@@ -288,15 +278,13 @@ class RelatednessRegressor(RecordedEstimator):
 
         from estratos.probe.estimators.training import (
             StackedNet,
-            as_groups,
             seed_list,
             soft_mse_grad,
             torch_device,
             train_stacked,
         )
 
-        self.scale_ = scaler_for(self.features, X)
-        x, x_dev = as_groups(scaled(X, self.scale_)), as_groups(scaled(X_dev, self.scale_))
+        x, x_dev = _fit_inputs(self, X, X_dev)
         device = torch_device(self.device)
         seeds = seed_list(self.seed)
         target = torch.from_numpy(score_distribution(scores, self.n_classes).astype(np.float32))
@@ -324,13 +312,34 @@ class RelatednessRegressor(RecordedEstimator):
         """Expected scores ``(G', n)`` (G' = S x G with S seeds, seed-major)."""
         import torch
 
-        from estratos.probe.estimators.training import as_groups
-
-        net = self._state.net
-        groups = None if len(net.seeds) == 1 else net.stream_group
-        logits = net.logits(as_groups(scaled(X, self.scale_)), self._state.best, groups)[:, :, 0]
-        levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64, device=net.device)
+        logits = _best_logits(self, X)[:, :, 0]
+        levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64,
+                              device=self._state.net.device)
         return (torch.softmax(logits.to(torch.float64), dim=-1) @ levels).cpu().numpy()
+
+
+def _fit_inputs(estimator: Any, X: Any, X_dev: Any) -> "tuple[torch.Tensor, torch.Tensor]":
+    """Fit ``estimator``'s feature scaling on ``X`` (its ``scale_``, from its ``features``
+    mode) and give both parts as scaled feature groups ``(G, n, F)``: what every
+    batch-trained estimator here starts a fit from."""
+    from estratos.probe.estimators.training import as_groups
+
+    estimator.scale_ = scaler_for(estimator.features, X)
+    return as_groups(scaled(X, estimator.scale_)), as_groups(scaled(X_dev, estimator.scale_))
+
+
+def _best_logits(estimator: Any, X: Any,
+                 reduce: Optional[Callable[["torch.Tensor"], "torch.Tensor"]] = None
+                 ) -> "torch.Tensor":
+    """Eval-mode logits of every fitted model's best weights on ``X``, scaled as the fit
+    scaled its data (``reduce``: see
+    :meth:`~estratos.probe.estimators.training.StackedNet.logits`)."""
+    from estratos.probe.estimators.training import as_groups
+
+    net = estimator._state.net
+    groups = None if len(net.seeds) == 1 else net.stream_group
+    return net.logits(as_groups(scaled(X, estimator.scale_)), estimator._state.best, groups,
+                      reduce)
 
 
 def score_distribution(scores: Sequence[float], n_classes: int = 5) -> np.ndarray:
