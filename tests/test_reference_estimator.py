@@ -82,15 +82,13 @@ def test_the_mlp_probe_follows_the_plain_torch_mlp():
 def test_the_relatedness_regressor_follows_the_plain_torch_loop():
     """SentEval's SICK-R regressor (Linear + Softmax, MSE against Tai et al.'s score
     distribution, Adam, early stopping on dev Pearson every ``epoch_size`` passes) written
-    with torch.nn and torch.optim, from our initial weights and example order: our
-    hand-written gradient and stacked Adam give its dev Pearson and epochs."""
-    import copy
-
+    with torch.nn and torch.optim (:func:`reference_relatedness_fit`), from our initial
+    weights and example order: our hand-written gradient and stacked Adam give its dev
+    Pearson and epochs."""
     import torch
-    from scipy.stats import pearsonr
 
-    from estratos.probe.estimators.classifiers import RelatednessRegressor, score_distribution
-    from estratos.probe.estimators.training import pass_permutation
+    from estratos.probe.estimators.classifiers import RelatednessRegressor
+    from estratos.testing.reference import reference_relatedness_fit
 
     rng = np.random.default_rng(3)
     n, f, seed, size, cap = 300, 8, 13, 3, 30
@@ -100,36 +98,10 @@ def test_the_relatedness_regressor_follows_the_plain_torch_loop():
     with torch_runtime(1):
         ours = RelatednessRegressor(seed=seed, epoch_size=size, max_epoch=cap, tenacity=2).fit(
             xtr, ytr, xdv, ydv)
-        gen = torch.Generator().manual_seed(seed)
-        linear = torch.nn.Linear(f, 5)
+        best, nepoch, best_model = reference_relatedness_fit(
+            xtr, ytr, xdv, ydv, seed=seed, tenacity=2, epoch_size=size, max_epoch=cap)
         with torch.no_grad():
-            bound = 1 / np.sqrt(f)
-            linear.weight.copy_((torch.rand((5, f), generator=gen) * 2 - 1) * bound)
-            linear.bias.copy_((torch.rand((5,), generator=gen) * 2 - 1) * bound)
-        model = torch.nn.Sequential(linear, torch.nn.Softmax(dim=-1))
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        target = torch.from_numpy(score_distribution(ytr).astype(np.float32))
-        X, Xd, levels = torch.from_numpy(xtr), torch.from_numpy(xdv), np.arange(1, 6)
-        nepoch, best, count, stop, best_model = 0, -1.0, 0, False, None
-        while not stop and nepoch <= cap:
-            for p in range(nepoch, nepoch + size):
-                order = torch.from_numpy(pass_permutation(n, seed, p))
-                for i in range(0, n, 64):
-                    idx = order[i:i + 64]
-                    loss = torch.nn.functional.mse_loss(model(X[idx]), target[idx])
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-            nepoch += size
-            with torch.no_grad():
-                r = pearsonr(model(Xd).numpy() @ levels, ydv)[0]
-            if r > best:
-                best, best_model = r, copy.deepcopy(model)
-            else:
-                stop = count >= 2
-                count += 1
-        with torch.no_grad():
-            plain_test = best_model(Xd).numpy() @ levels
+            plain_test = best_model(torch.from_numpy(xdv)).numpy() @ np.arange(1, 6)
     assert ours.epochs_[0] == nepoch
     assert abs(ours.dev_score_[0] - best) < 1e-6
     assert np.allclose(ours.predict(xdv)[0], plain_test, atol=1e-5)

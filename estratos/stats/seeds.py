@@ -19,8 +19,6 @@ import numpy as np
 
 from estratos.stats.bootstrap import DEFAULT_LEVEL
 
-METHOD = "Welch t interval over seeds"
-
 
 @dataclass(frozen=True)
 class SeedDifference:
