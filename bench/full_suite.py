@@ -116,13 +116,17 @@ def run_timed(cmd: Sequence[str]) -> Dict[str, Any]:
 
 
 def matmul_rates() -> Dict[str, float]:
-    """float32 GFLOP/s of one thread: large blocks (the peak) and the probe's step shape."""
+    """float32 GFLOP/s of one thread: large blocks (the peak) and the probe's step shapes:
+    a 2-class step over 4 L2 values with the models' outputs as the product's columns
+    (``probe_step``, ``x @ W``) and as its rows (``probe_step_tall``, ``W @ x^T``, how the
+    trainer multiplies), and a wide step."""
     import torch
 
     torch.set_num_threads(1)
     out = {}
     for name, (m, k, n), reps in (("peak", (1024, 1024, 1024), 20),
                                   ("probe_step", (64, 384, 8), 20000),
+                                  ("probe_step_tall", (8, 384, 64), 20000),
                                   ("probe_step_wide", (64, 1536, 24), 5000)):
         a, b = torch.randn(m, k), torch.randn(k, n)
         torch.mm(a, b)

@@ -97,7 +97,7 @@ def test_matches_a_plain_torch_senteval_loop():
         x, y, xd, yd, [1e-3])
     assert ours.dev_score_[0, 0] == pytest.approx(ref_acc, abs=1e-12)
     assert ours.epochs_[0, 0] == ref_epochs
-    w = ours._state.best[0][0].numpy().T  # (C, F)
+    w = ours._state.best[0][0].numpy()  # (C, F), as torch.nn.Linear keeps it
     np.testing.assert_allclose(w, ref_model.weight.detach().numpy(), atol=1e-4)
 
 
@@ -198,6 +198,45 @@ def test_batched_seeds_equal_each_seed_alone(nhid, dropout):
         np.testing.assert_array_equal(alone.predict(xd), pred[rows])
         for a, b in zip(alone._state.best, together._state.best):
             np.testing.assert_allclose(a.numpy(), b[rows].numpy(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("nhid,dropout,features,mode", [
+    (0, 0.0, "raw", True), (16, 0.3, "raw", True), (0, 0.0, "standardized", True),
+    (0, 0.0, "raw", None)])  # None: as the device says (the CPU: fold after fold)
+def test_folds_fitted_at_once_equal_each_fold_fitted_alone(nhid, dropout, features, mode):
+    """``fit_folds`` (k-fold cross-validation's fits as one program, as on a GPU) gives every
+    fold's models the dev scores, epochs and predictions of fitting that fold alone; folds
+    of unequal sizes (103 examples in 4 folds) take different numbers of steps and last
+    batch sizes, and stop at different times (tenacity 1)."""
+    from estratos.protocols.folds import stratified_folds
+
+    x_all, y_all = blobs(143, spread=3.0, groups=2, seed=9)
+    x, y, xt = x_all[:, :103], y_all[:103], x_all[:, 103:]
+    folds = stratified_folds(y, 4, 1111)
+    assert len({len(tr) for tr, _ in folds}) > 1
+    kw = dict(nhid=nhid, dropout=dropout, tenacity=1, epoch_size=2, max_epoch=30, seed=5,
+              batch_size=16, features=features)
+    grid = [1e-5, 1e-2]
+    at_once = SentEvalClassifier(**kw).fit_folds(x, y, folds, grid, at_once=mode)
+    pred = at_once.predict(xt)
+    assert at_once.dev_score_.shape == (8, 2) and pred.shape == (8, 2, 40)
+    assert isinstance(at_once._folds, list) == (features == "standardized" or mode is None)
+    assert len(set(at_once.epochs_.ravel().tolist())) > 1
+    for k, (tr, te) in enumerate(folds):
+        alone = SentEvalClassifier(**kw).fit(x[:, tr], y[tr], x[:, te], y[te], grid)
+        rows = slice(2 * k, 2 * k + 2)
+        np.testing.assert_array_equal(alone.dev_score_, at_once.dev_score_[rows])
+        np.testing.assert_array_equal(alone.epochs_, at_once.epochs_[rows])
+        np.testing.assert_array_equal(alone.predict(xt), pred[rows])
+
+
+def test_fit_folds_refuses_several_seeds_and_no_folds():
+    x, y = blobs(40)
+    with pytest.raises(ValueError, match="one seed"):
+        SentEvalClassifier(seed=[1, 2]).fit_folds(x, y, [(np.arange(30), np.arange(30, 40))],
+                                                  [1e-3])
+    with pytest.raises(ValueError, match="at least one fold"):
+        SentEvalClassifier().fit_folds(x, y, [], [1e-3])
 
 
 def test_batched_seeds_of_the_relatedness_regressor_match_each_seed_alone():

@@ -5,7 +5,10 @@ A protocol only needs an estimator *factory* ``make() -> estimator``. Classifier
 - ``fit(X, y, X_dev, y_dev, l2)``: ``X`` is G feature groups (an array ``(G, n, F)`` or a list
   of G 2-d matrices, e.g. sparse), ``l2`` a grid ``(R,)`` or a table ``(G, R)``;
 - ``dev_score_`` ``(G', R)``: best dev accuracy (fraction); ``epochs_`` ``(G', R)``;
-- ``predict(X)`` -> labels ``(G', R, n)``.
+- ``predict(X)`` -> labels ``(G', R, n)``;
+- optionally ``fit_folds(X, y, folds, l2)``: k-fold cross-validation's fits, fold ``k``'s
+  models trained on its ``(train, held_out)`` index pair of ``X``; ``dev_score_`` and
+  ``epochs_`` ``(K * G', R)``, fold-major (the protocols fit fold after fold without it).
 
 Regressors (relatedness): ``fit(X, y, X_dev, y_dev)``, ``dev_score_ (G',)`` (dev Pearson),
 ``epochs_ (G',)``, ``predict(X) -> (G', n)``.

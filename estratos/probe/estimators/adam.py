@@ -113,6 +113,6 @@ def _select_models(t: torch.Tensor, block: int, rows: torch.Tensor,
     t = t.index_select(0, rows)
     if block == 0:  # (G, R, ...)
         return t.index_select(1, cols).contiguous()
-    g, x, rk = t.shape
-    return t.view(g, x, rk // block, block).index_select(2, cols).reshape(
-        g, x, len(cols) * block)
+    g, rk, x = t.shape  # (G, R*K, X)
+    return t.view(g, rk // block, block, x).index_select(1, cols).reshape(
+        g, len(cols) * block, x)
