@@ -192,8 +192,8 @@ class SentEvalClassifier(RecordedEstimator):
         train as streams of one program (:meth:`fit_subsets`'s machinery, each stream on its
         own fold and its own held-out part), K times fewer steps. That pays where a step
         costs its launches (a GPU). On the CPU a fold's step already runs from the cache and
-        K folds' batches at once spill it: measured on a 2-class, 8-layer, 1,620-example
-        fold set, 5.1 s fold after fold against 5.5 s at once. Standardized features are
+        K folds' batches at once spill it: on a 2-class, 8-layer-spec, 10-fold set of 1,800
+        examples, 4.5 s fold after fold against 5.6 s at once (``bench/kfold_fits.py``). Standardized features are
         scaled with each fold's own training statistics, so there folds are always fitted
         one after the other."""
         from estratos.probe.estimators.training import seed_list, torch_device
