@@ -193,9 +193,9 @@ class SentEvalClassifier(RecordedEstimator):
         own fold and its own held-out part), K times fewer steps. That pays where a step
         costs its launches (a GPU). On the CPU a fold's step already runs from the cache and
         K folds' batches at once spill it: on a 2-class, 8-layer-spec, 10-fold set of 1,800
-        examples, 4.5 s fold after fold against 5.6 s at once (``bench/kfold_fits.py``). Standardized features are
-        scaled with each fold's own training statistics, so there folds are always fitted
-        one after the other."""
+        examples, 4.5 s fold after fold against 5.6 s at once (``bench/kfold_fits.py``).
+        Standardized features are scaled with each fold's own training statistics, so there
+        folds are always fitted one after the other."""
         from estratos.probe.estimators.training import seed_list, torch_device
 
         if len(seed_list(self.seed)) != 1:
