@@ -321,14 +321,16 @@ def program_steps(t: Dict[str, Any]) -> int:
     long as its longest model (here the task's most epochs for a seed); a pass of every fit
     is :meth:`~estratos.protocols.Protocol.examples_trained` examples (one L2 value) in
     batches. The seeds of a protocol whose seeds share their data (``split``,
-    ``relatedness``) train as one program on a GPU; the others' seeds one after another."""
+    ``relatedness``) train as one program on a GPU; the others' seeds one after another,
+    with the k folds of each cross-validation as one program (``fit_folds``)."""
     from estratos.protocols import get_protocol
 
     protocol = get_protocol(t["protocol"])
     epochs = list(t["max_epochs"].values())
     if protocol.trains is None or not epochs:
         return 0
-    per_pass = -(-int(protocol.examples_trained(t["sizes"], 1, t["kfold"])) // t["batch_size"])
+    per_pass = -(-int(protocol.examples_trained(t["sizes"], 1, t["kfold"], folds_together=True))
+                 // t["batch_size"])
     return per_pass * (max(epochs) if protocol.seeds_share_data else sum(epochs))
 
 

@@ -351,5 +351,7 @@ def test_cost_counts_each_protocols_fits():
     sizes = {"train": 100, "dev": 10, "test": 20, "all": 100}
     assert get_protocol("split").examples_trained(sizes, 4, 10) == 400
     assert get_protocol("kfold").examples_trained(sizes, 4, 10) == 4 * 10 * 90 + 100
+    assert get_protocol("kfold").examples_trained(sizes, 4, 10, folds_together=True) == \
+        4 * 90 + 100
     assert get_protocol("inner-kfold").examples_trained(sizes, 4, 10) == \
         10 * (4 * 10 * 81 + 90)

@@ -165,10 +165,13 @@ class Protocol:
         """One :class:`CellOutcome` per feature group (per estimator group)."""
         raise NotImplementedError
 
-    def examples_trained(self, sizes: Mapping[str, int], grid: int, k: int) -> float:
+    def examples_trained(self, sizes: Mapping[str, int], grid: int, k: int,
+                         folds_together: bool = False) -> float:
         """Training examples one cell's model fits see per pass, summed over every fit the
         protocol makes (``grid`` L2 values, ``k`` folds): what a cost estimate scales with.
-        By default one model per L2 value on :attr:`train_split`."""
+        ``folds_together``: the k folds of a cross-validation count once, as when they
+        train as one program and share its steps (``fit_folds`` on a GPU). By default one
+        model per L2 value on :attr:`train_split`."""
         return float(grid * sizes.get(self.train_split or "train", sum(sizes.values())))
 
     def code_data(self, inputs: "Inputs") -> Optional[Tuple[Tuple[Any, np.ndarray],

@@ -207,9 +207,10 @@ def _held_out(X: Any, y: np.ndarray, inputs: Inputs) -> Tuple[Data, Data]:
     return (take(X, tr), y[tr]), (take(X, dv), y[dv])
 
 
-def _kfold_examples(n: float, grid: int, k: int) -> float:
-    """Examples k-fold selection on ``n`` trains on: k folds per L2 value, then one refit."""
-    return float(grid * k * n * (k - 1) / k + n)
+def _kfold_examples(n: float, grid: int, k: int, folds_together: bool = False) -> float:
+    """Examples k-fold selection on ``n`` trains on: k folds per L2 value (counted once when
+    they train together), then one refit."""
+    return float(grid * (1 if folds_together else k) * n * (k - 1) / k + n)
 
 
 # ---- the registered protocols --------------------------------------------------------------
@@ -251,8 +252,8 @@ class KFoldProtocol(Protocol):
                 f"test file {names('test')} alone")
         return SplitPlan(InnerKFoldProtocol.name, (("test", "all"),), ("all",), fallback=text)
 
-    def examples_trained(self, sizes, grid, k):
-        return _kfold_examples(sizes.get("train", 0), grid, k)
+    def examples_trained(self, sizes, grid, k, folds_together=False):
+        return _kfold_examples(sizes.get("train", 0), grid, k, folds_together)
 
     def code_data(self, inputs: Inputs):
         # the refit's data: train, with its seeded held-out share as dev
@@ -277,9 +278,10 @@ class InnerKFoldProtocol(Protocol):
     def plan(self, published, present, names, holdout):
         return plan_all_required(self.name, published, present, "all")
 
-    def examples_trained(self, sizes, grid, k):
+    def examples_trained(self, sizes, grid, k, folds_together=False):
         # per outer fold: inner k folds per L2 value, then one refit
-        return float(k * _kfold_examples(sizes.get("all", 0) * (k - 1) / k, grid, k))
+        return float(k * _kfold_examples(sizes.get("all", 0) * (k - 1) / k, grid, k,
+                                         folds_together))
 
     def code_data(self, inputs: Inputs):
         return _held_out(inputs.feature_source()("all"), inputs.labels("all"), inputs)
