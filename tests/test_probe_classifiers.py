@@ -230,11 +230,16 @@ def test_folds_fitted_at_once_equal_each_fold_fitted_alone(nhid, dropout, featur
         np.testing.assert_array_equal(alone.predict(xt), pred[rows])
 
 
-def test_fit_folds_refuses_several_seeds_and_no_folds():
-    x, y = blobs(40)
-    with pytest.raises(ValueError, match="one seed"):
-        SentEvalClassifier(seed=[1, 2]).fit_folds(x, y, [(np.arange(30), np.arange(30, 40))],
-                                                  [1e-3])
+def test_fit_folds_of_several_seeds_fits_fold_by_fold_and_refuses_no_folds():
+    x, y = blobs(60, groups=2)
+    folds = [(np.arange(40), np.arange(40, 60)), (np.arange(20, 60), np.arange(20))]
+    kw = dict(max_epoch=8, tenacity=1, epoch_size=2)
+    both = SentEvalClassifier(seed=[1, 2], **kw).fit_folds(x, y, folds, [1e-3], at_once=True)
+    assert both.dev_score_.shape == (8, 1)  # fold-major, then seed-major
+    for k, (tr, te) in enumerate(folds):
+        alone = SentEvalClassifier(seed=[1, 2], **kw).fit(x[:, tr], y[tr], x[:, te], y[te],
+                                                         [1e-3])
+        np.testing.assert_array_equal(alone.dev_score_, both.dev_score_[4 * k:4 * k + 4])
     with pytest.raises(ValueError, match="at least one fold"):
         SentEvalClassifier().fit_folds(x, y, [], [1e-3])
 

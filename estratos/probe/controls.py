@@ -161,6 +161,10 @@ class ShuffledLabels:
     ``predict``...) is the wrapped estimator's.
     """
 
+    #: no fold fits at once: the protocols fit each fold through :meth:`fit`, which
+    #: shuffles that fold's own training and dev labels
+    fit_folds = None
+
     def __init__(self, make: EstimatorFactory, seed: int) -> None:
         self.make = make
         self.seed = int(seed)

@@ -49,6 +49,9 @@ class OneAtATime:
     changes nothing and to measure what batching saves.
     """
 
+    #: every fold's models are trained alone through :meth:`fit`
+    fit_folds = None
+
     def __init__(self, make: EstimatorFactory) -> None:
         self.make = make
 

@@ -18,7 +18,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 import numpy as np
 
@@ -118,6 +129,7 @@ class SentEvalClassifier(RecordedEstimator):
                  "dropout", "l2_grid")
     dev_score_: np.ndarray
     epochs_: np.ndarray
+    l2_: np.ndarray
 
     def __init__(self, n_classes: Optional[int] = None, nhid: int = 0, dropout: float = 0.0,
                  optim: str = "adam", batch_size: int = 64, tenacity: int = 5,
@@ -184,8 +196,10 @@ class SentEvalClassifier(RecordedEstimator):
         """k-fold cross-validation's fits: for each ``(train, held_out)`` index pair of
         ``folds``, every (group, L2) model trained on ``X``'s ``train`` rows and
         early-stopping on its ``held_out`` rows; ``dev_score_``/``epochs_`` ``(K * G, R)``,
-        fold-major in the order of ``folds`` (group ``k * G + g``), each as when that fold
-        is fitted alone with :meth:`fit`.
+        fold-major in the order of ``folds`` (group ``k * G + g``; with S seeds, ``k * S * G
+        + s * G + g``), each as when that fold is fitted alone with :meth:`fit` (at once:
+        tested equal on the CPU; on CUDA a kernel may round a fold's products by how many
+        folds share the program, so there it is equal to float rounding).
 
         ``at_once`` (None: on the devices of :data:`FOLDS_AT_ONCE_DEVICES`): the K folds'
         models are independent and start alike (same seed), so on raw features they can
@@ -198,16 +212,15 @@ class SentEvalClassifier(RecordedEstimator):
         folds are always fitted one after the other."""
         from estratos.probe.estimators.training import seed_list, torch_device
 
-        if len(seed_list(self.seed)) != 1:
-            raise ValueError("fit_folds trains one seed")
         if not folds:
             raise ValueError("cross-validation needs at least one fold")
         x, y = _groups_array(X), np.asarray(y)
         if at_once is None:
             at_once = torch_device(self.device).type in FOLDS_AT_ONCE_DEVICES
-        if not at_once or check_features(self.features, "features") != RAW_FEATURES:
-            params = self.get_params()
-            fits = [SentEvalClassifier(**params).fit(x[:, tr], y[tr], x[:, te], y[te], l2)
+        if (not at_once or len(seed_list(self.seed)) != 1
+                or check_features(self.features, "features") != RAW_FEATURES):
+            fits = [cast(SentEvalClassifier, self.fresh()).fit(x[:, tr], y[tr], x[:, te],
+                                                              y[te], l2)
                     for tr, te in folds]
             self.dev_score_ = np.concatenate([f.dev_score_ for f in fits])
             self.epochs_ = np.concatenate([f.epochs_ for f in fits])
@@ -222,6 +235,7 @@ class SentEvalClassifier(RecordedEstimator):
         back = np.concatenate([np.arange(G) + G * order.index(k) for k in range(len(folds))])
         self.dev_score_ = self.dev_score_[back]
         self.epochs_ = self.epochs_[back]
+        self.l2_ = self.l2_[back]
         self._folds = back
         return self
 
@@ -362,8 +376,9 @@ class RelatednessRegressor(RecordedEstimator):
         levels = torch.arange(1, self.n_classes + 1, dtype=torch.float64, device=device)
 
         def score(logits: torch.Tensor, rows: Optional[np.ndarray]) -> np.ndarray:
+            target = dev if rows is None else dev[rows]
             yhat = torch.softmax(logits.to(torch.float64), dim=-1) @ levels  # (Ga, n, 1)
-            r = pearson_rows(yhat.transpose(1, 2).cpu().numpy(), dev)
+            r = pearson_rows(yhat.transpose(1, 2).cpu().numpy(), target)
             # early stopping compares these: an undefined dev correlation (constant
             # predictions) counts as no correlation
             return np.where(np.isnan(r), 0.0, r)

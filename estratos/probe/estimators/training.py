@@ -85,10 +85,11 @@ class StackedNet:
     ``(P, B, R, C)`` (contiguous, so softmax over C is a fast inner-dimension reduction).
 
     Why the first layer's weights are stored as torch.nn.Linear stores them, outputs by
-    inputs: the R models' outputs are few (R*C: 10 for a 2-class task), and a product whose
-    small dimension is the output's rows (``W @ x^T``, ``dz^T @ x``) runs 3-5 times faster
-    than one where it is the columns (``x @ W``, ``x^T @ dz``) on MKL (measured: 47-59
-    against 12-14 GFLOP/s for 80 streams of 64 x 384 x 10, one thread; bench/full_suite.py).
+    inputs: the R models' outputs are few (R*C: 8 for a 2-class task over 4 L2 values), and
+    a product whose small dimension is the result's rows (``W @ x^T``, ``dz^T @ x``) runs
+    about 4 times faster than one where it is the columns (``x @ W``, ``x^T @ dz``) on MKL
+    (one thread: 53.4 against 13.3 GFLOP/s, ``probe_step_tall`` and ``probe_step`` in
+    bench/full_suite.py; the es-senteval grid 1.5x faster, docs/probe.md).
 
     Random numbers (init, dropout masks) are drawn on the CPU from one generator per seed and
     moved to the device, so a model starts and drops out the same way on every device.
@@ -293,7 +294,8 @@ def train_stacked(net: StackedNet, x: torch.Tensor, targets: torch.Tensor, x_dev
            first_best: float = -1.0) -> FitState:
     """SentEval's fit loop, for all P x R models at once (see the module docstring).
 
-    ``x (G, n, F)`` and ``x_dev`` are shared by every seed; ``l2 (P, R)``. Each step gathers
+    ``x (G, n, F)`` and ``x_dev`` are shared by every seed (each stream reads its own rows
+    of them with ``subsets`` and ``dev_subsets``); ``l2 (P, R)``. Each step gathers
     every live stream's batch from its seed's example order. Models leave the program when
     they stop: after each round, the streams (rows) and L2 values (columns) with no active
     model left are dropped from every tensor.
