@@ -231,7 +231,7 @@ def stage_probe1(args: argparse.Namespace, part: str, record: Dict[str, Any],
             first = run.records[0]
             sizes = dict(first.sizes or {})
             tasks[spec.id] = {
-                "cells": len(run), "seconds": round(seconds, 2), "protocol": spec.protocol,
+                "cells": len(run), "seconds": round(seconds, 2), "protocol": first.protocol,
                 "classifier": (first.classifier or {}).get("name", args.classifier),
                 "train_examples": int(sizes.get("train", sizes.get("all", 0))),
                 "sizes": sizes, "gflop_train": round(counter.train / 1e9, 3),
