@@ -405,9 +405,9 @@ def gpu_estimate(ledger: Dict[str, Any],
     Probe: each task's counted arithmetic scaled to the model (layer specs x width; same
     epochs assumed) at fp32 peak, or its optimizer steps at ``GPU_STEP_SECONDS`` each,
     whichever is larger; the steps multiply when a layer-spec group must be cut to stay
-    under the 1 GB feature budget (``estratos.probe.grid.units.FEATURE_BUDGET_BYTES``).
+    under the 1 GB budget of a program (``estratos.probe.grid.units.FEATURE_BUDGET_BYTES``).
     """
-    from estratos.probe.grid.units import FEATURE_BUDGET_BYTES
+    from estratos.probe.grid.units import FEATURE_BUDGET_BYTES, layer_bytes
 
     base = MODELS["MiniLM-L6 (measured here)"]
     tokens = sum(r.get("tokens", 0) for r in ledger["parts"].values())
@@ -422,7 +422,10 @@ def gpu_estimate(ledger: Dict[str, Any],
         probe = 0.0
         for r in rows:
             width = m["dim"] * max(1, r.get("features") or r.get("width", 0)) / base["dim"]
-            per_layer = sum(r["sizes"].values()) * width * 4
+            examples = sum(r["sizes"].values())
+            # cached rows: at most a sentence per dim of the combined width per example
+            per_layer = layer_bytes(int(examples * width // m["dim"]), m["dim"], examples,
+                                    int(width))
             chunks = -(-(m["states"] + 1) * per_layer // FEATURE_BUDGET_BYTES)
             arithmetic = r["gflop"] * 1e9 * scale / H100["fp32_flops"]
             probe += max(arithmetic, r.get("steps", 0) * max(1, chunks) * GPU_STEP_SECONDS)

@@ -187,6 +187,32 @@ def test_scheduler_runs_every_unit_once_in_processes(grid, tmp_path):
     assert "18 cell(s) in" in two.timing() and "on cpu, 2 process(es)" in two.timing()
 
 
+def test_a_unit_over_the_memory_budget_trains_in_chunks_with_the_same_numbers(
+        grid, tmp_path, monkeypatch):
+    """What a chunk holds per layer spec (its cached vectors, features and the trainer's
+    copy) is kept under the budget by training the layer specs in chunks; the numbers do not
+    depend on it."""
+    from estratos.probe.grid import units
+
+    assert units.layer_bytes(100, 8, 50, 16) == 4 * (100 * 8 + 2 * 50 * 16)
+    assert units._layer_chunks(["0", "1", "2", "avg"], units.FEATURE_BUDGET_BYTES // 2) == [
+        ["0", "1"], ["2", "avg"]]
+    cache, specs = grid
+    whole = _run(cache, specs, tmp_path / "whole.jsonl")
+    reads = []
+    real = units.UnitRunner._vectors
+
+    def counted(self, task_id, rows, layers, sentences):
+        reads.append(list(layers))
+        return real(self, task_id, rows, layers, sentences)
+
+    monkeypatch.setattr(units, "FEATURE_BUDGET_BYTES", 1)  # one layer spec a chunk
+    monkeypatch.setattr(units.UnitRunner, "_vectors", counted)
+    chunked = _run(cache, specs, tmp_path / "chunked.jsonl")
+    assert reads and all(len(layers) == 1 for layers in reads)
+    assert _numbers(read_results(tmp_path / "chunked.jsonl")) == _numbers(whole)
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_failing_unit_names_its_task_and_keeps_the_others(tmp_path, jobs):
     cache = _grid_cache(tmp_path / "nan.h5", nan_task="B")

@@ -31,9 +31,10 @@ from estratos.vocab import CONTROL_TASK, LABEL_SHUFFLE
 
 log = logging.getLogger(__name__)
 
-#: features of one program are kept under this many bytes by splitting its layer specs into
-#: groups trained one after the other (results do not depend on it); the trainer holds one
-#: more (example-major) copy of the training features
+#: what one program holds of its layer specs (their vectors read from the cache, their
+#: features and the trainer's example-major copy, :func:`layer_bytes`) is kept under this
+#: many bytes by splitting its layer specs into groups trained one after the other (results
+#: do not depend on it): two processes of ``--jobs 2`` then stay under 4 GB together
 FEATURE_BUDGET_BYTES = 1_000_000_000
 #: loaded tasks each process keeps for its next units (a unit of the same task skips the load)
 TASKS_KEPT = 2
@@ -69,10 +70,15 @@ def _check_vectors(cache_path: Path, spec_id: str, vectors: np.ndarray,
                          "them)")
 
 
-def _layer_chunks(layers: Sequence[LayerSpec], n_examples: int, n_features: int
-                  ) -> List[List[LayerSpec]]:
-    per_layer = max(1, n_examples * n_features * 4)
-    size = max(1, FEATURE_BUDGET_BYTES // per_layer)
+def layer_bytes(n_rows: int, dim: int, n_examples: int, n_features: int) -> int:
+    """Bytes one layer spec of a program holds at once (float32): its ``n_rows`` cached
+    vectors, its examples' combined features and the trainer's example-major copy of them
+    (at most every example)."""
+    return 4 * (n_rows * dim + 2 * n_examples * n_features)
+
+
+def _layer_chunks(layers: Sequence[LayerSpec], per_layer: int) -> List[List[LayerSpec]]:
+    size = max(1, FEATURE_BUDGET_BYTES // max(1, per_layer))
     return [list(layers[i:i + size]) for i in range(0, len(layers), size)]
 
 
@@ -203,7 +209,8 @@ class UnitRunner:
         # one chunk of layer specs at a time, its vectors read for it alone: the features of a
         # program (and the vectors behind them) stay under FEATURE_BUDGET_BYTES whatever the
         # width and the number of hidden states (docs/probe.md, "Memory")
-        for chunk in _layer_chunks(list(unit.layers), n_examples, n_features):
+        per_layer = layer_bytes(len(rows), self.cache.dim, n_examples, n_features)
+        for chunk in _layer_chunks(list(unit.layers), per_layer):
             vectors, positions = self._vectors(unit.task, rows, chunk, task.sentences)
             for labelled, seeds in runs:
                 self._evaluate(labelled, vectors, positions, seeds, chunk, system, classifier,
