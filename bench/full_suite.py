@@ -375,6 +375,18 @@ MODELS = {
 }
 
 
+def encode_parts(ledger: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """The ledger's parts less those whose tasks all lie in another part (a part probed
+    on its own, e.g. a few tasks of an encoded suite): what tokens and sentences add up
+    over, each sentence once."""
+    from estratos.tasks import select_tasks
+
+    parts = ledger.get("parts", {})
+    ids = {part: {spec.id for spec in select_tasks(part)} for part in parts}
+    return {part: record for part, record in parts.items()
+            if not any(other != part and ids[part] <= ids[other] for other in parts)}
+
+
 def suite_tokens(ledger: Dict[str, Any], model: str) -> int:
     """Tokens of every part's unique sentences under the model's tokenizer (counted once and
     kept in the ledger)."""
@@ -384,7 +396,7 @@ def suite_tokens(ledger: Dict[str, Any], model: str) -> int:
 
     total = 0
     tokenizer = None
-    for part, record in ledger.get("parts", {}).items():
+    for part, record in encode_parts(ledger).items():
         if "tokens" not in record:
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
             sentences = task_sentences(part, [ledger["data_dir"]])
@@ -410,8 +422,9 @@ def gpu_estimate(ledger: Dict[str, Any],
     from estratos.probe.grid.units import FEATURE_BUDGET_BYTES, layer_bytes
 
     base = MODELS["MiniLM-L6 (measured here)"]
-    tokens = sum(r.get("tokens", 0) for r in ledger["parts"].values())
-    sentences = sum(r.get("sentences", 0) for r in ledger["parts"].values())
+    parts = encode_parts(ledger).values()
+    tokens = sum(r.get("tokens", 0) for r in parts)
+    sentences = sum(r.get("sentences", 0) for r in parts)
     rows = task_rows(ledger) if rows is None else rows
     out = []
     for name, m in MODELS.items():
