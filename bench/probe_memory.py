@@ -8,8 +8,9 @@ stored avg; a 7-8B LLM's shape: 20,000 x 33 x 4,096 is 5.6 GB), with a class sig
 few dimensions, and a custom two-class task over those sentences (70/15/15 split), then runs
 ``estratos probe --layers LAYERS`` in a fresh process and prints its peak RSS.
 
-What bounds the memory: the probe trains a unit's layer specs in chunks whose features stay
-under ``FEATURE_BUDGET_BYTES`` (1 GB; ``estratos.probe.grid.runner``), and reads each chunk's
+What bounds the memory: the probe trains a unit's layer specs in chunks whose cached
+vectors, features and trainer's copy stay under ``FEATURE_BUDGET_BYTES`` (1 GB;
+``estratos.probe.grid.units.layer_bytes``), and reads each chunk's
 hidden states from the cache for that chunk alone (the stored avg is one more column, never
 "every state"). Without that, reading every hidden state of 20,000 sentences at 4,096 dims as
 float32 is 10.8 GB. Target: peak RSS under 4 GB.
