@@ -326,3 +326,33 @@ def test_a_fit_stopped_at_the_cap_is_recorded_in_the_result():
     assert "capped" not in cell_record(task, done[0], system, layer=0, pooling="cls",
                                        features="standardized", seed=1,
                                        classifier={"name": "lbfgs"}, seconds=1.0).to_json()
+
+
+@pytest.mark.parametrize("seeds", [(7,), (3, 11, 5)])
+def test_masks_drawn_a_pass_ahead_equal_masks_drawn_per_step(monkeypatch, seeds):
+    """The accelerator's dropout masks (a whole pass drawn ahead in a thread from each
+    seed's generator, cut per step) are the masks drawn step by step: the same models, the
+    same numbers, one seed or several stopping at different times. Run on the CPU by
+    declaring it a pass-mask device."""
+    from estratos.probe.estimators import training
+
+    x_all, y_all = blobs(330, spread=2.0, groups=2, seed=4)
+    x, y, xd, yd = x_all[:, :250], y_all[:250], x_all[:, 250:], y_all[250:]
+    kw = dict(nhid=16, dropout=0.3, tenacity=1, epoch_size=2, max_epoch=30, seed=seeds)
+    per_step = SentEvalClassifier(**kw).fit(x, y, xd, yd, [1e-5, 1e-1])
+    monkeypatch.setattr(training, "PASS_MASK_DEVICES", ("cuda", "cpu"))
+    drawn = []
+    real = training.StackedNet.pass_masks
+
+    def spy(self, live, n):
+        drawn.append(len(live))
+        return real(self, live, n)
+
+    monkeypatch.setattr(training.StackedNet, "pass_masks", spy)
+    by_pass = SentEvalClassifier(**kw).fit(x, y, xd, yd, [1e-5, 1e-1])
+    assert drawn  # the pass-wise path ran
+    np.testing.assert_array_equal(per_step.dev_score_, by_pass.dev_score_)
+    np.testing.assert_array_equal(per_step.epochs_, by_pass.epochs_)
+    np.testing.assert_array_equal(per_step.predict(xd), by_pass.predict(xd))
+    for a, b in zip(per_step._state.best, by_pass._state.best):
+        assert torch.equal(a, b)
