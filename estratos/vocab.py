@@ -65,6 +65,18 @@ PROMPT_SLOT = "{}"
 #: what ``mean`` averages in a prompted cache (recorded as ``mean_tokens``): the sentence's
 #: own tokens, never the prompt's, which are the same for every sentence
 MEAN_TOKENS_PROMPTED = "sentence"
+#: the encode settings that change a vector without changing a cell's identity (model,
+#: revision, random-init seed and prompt are identity), as cache attribute -> the encode
+#: option that sets it: a results line records them (``encoding``, from the cache) and
+#: resume and report refuse to take a cell of other settings for this one. ``avg``: what a
+#: cell of the ``avg`` layer spec averaged (``all`` stored at encode time, else the states
+#: a cache without it stores, averaged at probe time: ``--states``)
+VECTOR_SETTINGS: Mapping[str, str] = MappingProxyType({
+    "encoder": "--encoder", "max_length": "--max-length", "lowercase": "--lowercase",
+    "dtype": "--dtype", "model_dtype": "--model-dtype", "mean_first_token": "--mean-first-token",
+    "prompt_kind": "--chat-template", "mean_tokens": "--prompt", "avg": "--states"})
+#: ``encoding["avg"]`` of a cache that stores the mean over every state
+AVG_OF_ALL = "all"
 
 # ---- control models --------------------------------------------------------------------------
 #: the ``revision`` of a control model (``encode --random-init SEED``) is this prefix + SEED:

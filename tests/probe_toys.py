@@ -18,8 +18,9 @@ MODEL = "test/tiny-model"
 
 def write_cache(path: Path, sentences: Sequence[str], cls: np.ndarray,
                 mean: Optional[np.ndarray] = None, *, model: str = MODEL,
-                dtype: str = "float32", complete: bool = True) -> Path:
-    """A cache holding ``sentences`` with vectors ``cls``/``mean`` (N, L+1, D)."""
+                dtype: str = "float32", complete: bool = True, **settings) -> Path:
+    """A cache holding ``sentences`` with vectors ``cls``/``mean`` (N, L+1, D);
+    ``settings``: root attributes other than the defaults (e.g. ``max_length``)."""
     import h5py
 
     from estratos.cache import schema
@@ -28,7 +29,7 @@ def write_cache(path: Path, sentences: Sequence[str], cls: np.ndarray,
     mean = cls if mean is None else mean
     attrs = {"encoder": "hf", "model": model, "revision": "rev-1", "tokenizer": model,
              "max_length": 128, "lowercase": False, "dtype": dtype,
-             "poolings": ("cls", "mean")}
+             "poolings": ("cls", "mean"), **settings}
     writer = CacheWriter.create(schema.partial_path(path), attrs)
     writer.append([sentence_key(s) for s in sentences], list(sentences),
                   [5] * len(sentences), [False] * len(sentences),

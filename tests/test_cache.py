@@ -76,7 +76,9 @@ def test_open_cache_checks_expected_settings(big_cache, batcher_target):
                                        "pooling": "encoder"}) as c:
         ident = c.identity()
         assert set(ident) == {"model", "revision", "tokenizer", "max_length", "dtype", "path",
-                              "n_rows", "n_states", "dim", "random_init", "prompt"}
+                              "n_rows", "n_states", "dim", "random_init", "prompt", "encoding"}
+        # the settings that change a vector without being a cell's identity
+        assert ident["encoding"]["dtype"] == "float32" and "model" not in ident["encoding"]
         assert ident["random_init"] is None  # trained weights (a control model: its seed)
         assert (ident["n_states"], ident["dim"], ident["dtype"]) == (4, 6, "float32")
     with pytest.raises(SettingsMismatch) as err:

@@ -20,7 +20,7 @@ from probe_toys import (MODEL, MemoryLoader, WorkerFailingLoader, single_task, s
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
                  "pooling", "features", "seed", "protocol", "fallback", "classifier", "metric", "score",
                  "l2", "dev", "test", "ci", "sizes", "chance", "epochs", "seconds", "model", "revision",
-                 "cache", "estratos_version", "created", "device", "data_digest"}
+                 "cache", "estratos_version", "created", "device", "data_digest", "encoding"}
 
 
 @pytest.fixture
@@ -481,6 +481,79 @@ def test_resume_refuses_cells_computed_on_other_data(toml_task, tmp_path):
     assert second.data_digest != first.data_digest
     res = runner.invoke(cli, base)  # the same data again: resumed as before
     assert res.exit_code == 0 and "nothing to do" in res.output, res.output
+
+
+@pytest.mark.parametrize("setting, value, shown", [
+    ("max_length", 8, "max_length 128 there, 8 here (--max-length)"),
+    ("dtype", "float16", "dtype float32 there, float16 here (--dtype)"),
+    ("model_dtype", "bfloat16", "model_dtype float32 there, bfloat16 here (--model-dtype)"),
+    ("lowercase", True, "lowercase false there, true here (--lowercase)"),
+    ("mean_first_token", "keep", "mean_first_token skip there, keep here (--mean-first-token)"),
+])
+def test_resume_refuses_cells_of_a_cache_with_other_encode_settings(tmp_path, setting, value,
+                                                                    shown):
+    # the same sentences, model and revision encoded with another setting: the cells already
+    # in --out hold other vectors' scores and are never kept as this cache's
+    sentences, vec, y = toy_classification(300, informative=(1, 2))
+    names = ("neg", "pos")
+    parts = {"train": range(0, 180), "dev": range(180, 240), "test": range(240, 300)}
+    task_file = write_toy_task(tmp_path, {split: [(names[y[i]], sentences[i]) for i in rows]
+                                          for split, rows in parts.items()})
+    first = {"model_dtype": "float32", "mean_first_token": "skip"}
+    a = write_cache(tmp_path / "a.h5", sentences, vec, **first)
+    b = write_cache(tmp_path / "b.h5", sentences, vec, **{**first, setting: value})
+    out = tmp_path / "r.jsonl"
+    runner = CliRunner()
+
+    def probe(cache, *extra):
+        return runner.invoke(cli, ["probe", "--cache", str(cache), "--task-file",
+                                   str(task_file), "--out", str(out), "--threads", "1",
+                                   "--layers", "1,avg", "--seeds", "1", *extra])
+
+    res = probe(a)
+    assert res.exit_code == 0, res.output
+    recorded = {**write_defaults, **first}[setting]
+    assert {r.layer: r.encoding.get(setting) for r in read_results(out)} == {
+        1: recorded, "avg": recorded}
+    res = probe(b)
+    assert res.exit_code == 1, res.output
+    assert res.output.count("Error:") == 1 and "Traceback" not in res.output
+    assert (f"{out}:1: 2 cell(s) already in the results were probed on vectors made with "
+            f"other encode settings than the cache {b} ({shown})") in res.output
+    assert "--overwrite" in res.output and "nothing to do" not in res.output
+    assert len(read_results(out, latest=False)) == 2  # nothing written
+    res = probe(b, "--overwrite")
+    assert res.exit_code == 0 and "wrote 2 cell(s)" in res.output, res.output
+    assert {r.encoding[setting] for r in read_results(out)} == {value}
+    res = probe(b)  # the same settings again: resumed as before
+    assert res.exit_code == 0 and "nothing to do" in res.output, res.output
+
+
+#: the settings :func:`probe_toys.write_cache` writes unless told otherwise
+write_defaults = {"max_length": 128, "dtype": "float32", "lowercase": False}
+
+
+def test_an_avg_cell_records_what_its_mean_averaged(tmp_path):
+    # a cache without the stored mean over every state: the probe averages the states it
+    # stores, so a cache of other --states holds another avg vector, and only the avg cell
+    # says so (layer 1's vector is the same whatever else is stored)
+    from estratos.results.provenance import cell_encoding, encoding_diff
+    from estratos.cache import open_cache
+
+    sentences, vec, y = toy_classification(60, informative=(1, 2))
+    cache = write_cache(tmp_path / "a.h5", sentences, vec)
+    with open_cache(cache) as reader:
+        settings = reader.identity()["encoding"]
+    assert settings["avg"] == [0, 1, 2] and settings["max_length"] == 128
+    assert "avg" not in cell_encoding(settings, 1)
+    assert cell_encoding(settings, "avg")["avg"] == [0, 1, 2]
+    some = {**settings, "avg": [0, 2]}
+    assert encoding_diff(cell_encoding(settings, 1), cell_encoding(some, 1)) == {}
+    assert encoding_diff(cell_encoding(settings, "avg"), cell_encoding(some, "avg")) == {
+        "avg": ([0, 1, 2], [0, 2])}
+    stored = {**settings, "avg": "all"}  # a cache that stores the mean over every state
+    assert encoding_diff(cell_encoding(stored, "avg"), cell_encoding(settings, "avg"))
+    assert encoding_diff({"dtype": "float16"}, {"max_length": 8}) == {}  # unknown: any
 
 
 @pytest.mark.parametrize("make_out, needle", [

@@ -221,6 +221,41 @@ def test_duplicate_cells_last_wins_and_is_reported(tmp_path):
     assert "last one is kept" in loaded.notices[1].message
 
 
+def test_report_refuses_one_cell_from_caches_of_other_encode_settings(tmp_path):
+    # the case: the same cells probed from a --max-length 512 cache into a.jsonl and
+    # from a --max-length 8 one into b.jsonl; one report row would show whichever file came
+    # last. Older lines (no ``encoding``) read theirs from their ``cache`` object.
+    def line(score, max_length, **extra):
+        return record("s:A", "SC", 0, 1, score, schema=2) | {
+            "cache": {"dtype": "float16", "max_length": max_length}} | extra
+
+    a = write_lines(tmp_path / "a.jsonl", [line(70.0, 512)])
+    b = write_lines(tmp_path / "b.jsonl", [line(50.0, 8, encoding={
+        "dtype": "float16", "max_length": 8, "model_dtype": "float32"})])
+    [loc] = load_results([a]).records
+    assert loc.record.encoding == {"dtype": "float16", "max_length": 512}  # migrated
+    out = tmp_path / "rep"
+    for files in ([a, b], [b, a]):
+        res = CliRunner().invoke(cli, ["report", *map(str, files), "--out", str(out)])
+        assert res.exit_code == 1, res.output
+        assert res.output.count("Error:") == 1 and "Traceback" not in res.output
+        first, last = files
+        assert (f"cell s:A layer 0 seed 1 of org/beto is in two results files, probed on "
+                f"vectors made with other encode settings: max_length "
+                f"{512 if first == a else 8} at {first}:1, {8 if first == a else 512} at "
+                f"{last}:1 (--max-length)") in res.output
+        assert not out.exists()
+    # a rerun with --overwrite within one file is meant to replace the old copy
+    one = write_lines(tmp_path / "one.jsonl", [line(70.0, 512), line(50.0, 8)])
+    res = CliRunner().invoke(cli, ["report", str(one), "--out", str(out), "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    # copies whose settings agree are copies, whatever else they do not record
+    c = write_lines(tmp_path / "c.jsonl", [line(70.0, 512, encoding={"max_length": 512})])
+    res = CliRunner().invoke(cli, ["report", str(a), str(c), "--out", str(out),
+                                   "--format", "csv"])
+    assert res.exit_code == 0, res.output
+
+
 @pytest.mark.parametrize("change, message", [
     ({"score": "high"}, "field 'score' must be a number"),
     ({"layer": -1}, "field 'layer' must be a hidden-state index"),

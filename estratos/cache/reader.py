@@ -96,7 +96,8 @@ class CacheReader:
                 "tokenizer": a.get("tokenizer"), "max_length": a.get("max_length"),
                 "dtype": a.get("dtype"), "path": str(self.path.resolve()),
                 "n_rows": self.n_rows, "n_states": self.n_states, "dim": self.dim,
-                "random_init": a.get("random_init"), "prompt": a.get("prompt")}
+                "random_init": a.get("random_init"), "prompt": a.get("prompt"),
+                "encoding": schema.vector_settings(a, self.has_avg)}
 
     def check(self, expect: Mapping[str, Any]) -> None:
         """Raise :class:`SettingsMismatch` naming both values for each attribute that differs.

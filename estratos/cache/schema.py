@@ -26,6 +26,7 @@ import numpy as np
 
 from estratos.errors import CacheError, DamagedCache
 from estratos.text import KEY_BYTES
+from estratos.vocab import AVG_OF_ALL, VECTOR_SETTINGS
 
 SCHEMA_VERSION = 2
 #: the oldest cache format version read (through :func:`migrate`)
@@ -357,6 +358,30 @@ def mean_first_token(attrs: Mapping[str, Any]) -> Optional[str]:
     if value is None and attrs.get("mean_skips_bos") is not None:
         value = LEGACY_MEAN_FIRST[bool(attrs["mean_skips_bos"])]
     return value
+
+
+def vector_settings(attrs: Mapping[str, Any], avg_stored: bool) -> Dict[str, Any]:
+    """The settings a cache's vectors were made with that are not part of a cell's
+    identity (:data:`estratos.vocab.VECTOR_SETTINGS`), what each results line records as
+    ``encoding``: unset settings and those the cache lists as ``unrecorded`` are left out
+    (they match any); ``avg`` is ``all`` when the mean over every state is stored, else the
+    stored states the probe averages."""
+    out: Dict[str, Any] = {}
+    unrecorded = set(attrs.get(UNRECORDED, ()))
+    for name in VECTOR_SETTINGS:
+        if name in unrecorded:
+            continue
+        if name == "avg":
+            states = stored_states(attrs)
+            value: Any = AVG_OF_ALL if avg_stored else (
+                None if states is None else list(states))
+        elif name == "mean_first_token":
+            value = mean_first_token(attrs)
+        else:
+            value = attrs.get(name)
+        if value is not None:
+            out[name] = value
+    return out
 
 
 def settings_diff(have: Mapping[str, Any], want: Mapping[str, Any]) -> Dict[str, tuple]:

@@ -23,6 +23,7 @@ from estratos import __version__
 from estratos.protocols import CellOutcome, get_protocol
 from estratos.results import ResultRecord, ResultsStore, primary_score
 from estratos.results.predictions import CellPredictions, write_predictions
+from estratos.results.provenance import cell_encoding
 from estratos.results.record import CellKey, Layer, cell_key
 from estratos.tasks.types import TaskData
 from estratos.vocab import ONE_CLASS_SHARE, utc_now
@@ -36,7 +37,9 @@ class CellSource:
     """What produced a run's cells: ``kind`` (``"probe"`` or ``"baseline"``), the model and
     revision that identify it, the cache's identity (None: the baseline reads no cache), the
     device the probes ran on (None: not recorded) and, for a control model's cache (``encode
-    --random-init``), the seed of its random weights."""
+    --random-init``), the seed of its random weights; ``encoding``: the cache's vector
+    settings (:func:`estratos.cache.schema.vector_settings`; None: no cache), what each cell
+    records for its layer (:func:`estratos.results.provenance.cell_encoding`)."""
 
     kind: str
     model: str
@@ -45,6 +48,7 @@ class CellSource:
     device: Optional[str] = None
     random_init: Optional[int] = None
     prompt: Optional[str] = None
+    encoding: Optional[Mapping[str, Any]] = None
 
     @classmethod
     def of_cache(cls, identity: Mapping[str, Any], device: Optional[str] = None
@@ -54,7 +58,8 @@ class CellSource:
         return cls(kind="probe", model=str(identity.get("model") or ""),
                    revision=identity.get("revision"),
                    cache={k: identity.get(k) for k in CACHE_FIELDS}, device=device,
-                   random_init=identity.get("random_init"), prompt=identity.get("prompt"))
+                   random_init=identity.get("random_init"), prompt=identity.get("prompt"),
+                   encoding=identity.get("encoding"))
 
     def key(self, task: str, layer: Layer, pooling: Optional[str], seed: int,
             classifier: Optional[str], control: Optional[str] = None,
@@ -125,7 +130,8 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: CellSource, *, lay
         estratos_version=__version__, created=utc_now(), device=system.device,
         capped=None if outcome.capped is None else {"max_iter": int(outcome.capped)},
         mdl=outcome.extra.get("mdl"), degenerate=degenerate(task, outcome),
-        data_digest=data_digest or task.digest, **extra)
+        data_digest=data_digest or task.digest,
+        encoding=cell_encoding(system.encoding, layer), **extra)
 
 
 def store_cells(out: Union[str, os.PathLike], task: TaskData,

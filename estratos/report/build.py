@@ -32,7 +32,7 @@ from estratos.report.surface import SURFACE_INTRO, surface_tables
 from estratos.report.tables import Cell, Footnotes, Table, dataset_tables, group_table, layer_tables
 from estratos.report.writers import DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section
 from estratos.results import LoadedResults, Located, Notice, expand_paths, load_results
-from estratos.results.provenance import data_builds, describe_builds
+from estratos.results.provenance import check_copies, data_builds, describe_builds
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +212,7 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
                                f"{rec.record.kind!r}")
     if not loaded.records:
         raise ResultsError(f"no results to report in {', '.join(paths)}")
+    check_copies(loaded.copies)  # one cell from vectors of other encode settings: refused
     agg = aggregate(loaded.records)
     builds = [Notice("report", None, describe_builds(task, found) + "; their scores are "
                      "not comparable and are shown side by side only with this notice")

@@ -171,7 +171,7 @@ def _where(loc: Located) -> str:
 
 
 #: record fields named first (with their values) when two copies of a cell differ
-_SHOWN = ("sizes", "data_digest", "score", "created")
+_SHOWN = ("sizes", "data_digest", "encoding", "score", "created")
 
 
 def _shown(record: ResultRecord, name: str) -> str:
@@ -180,6 +180,9 @@ def _shown(record: ResultRecord, name: str) -> str:
         return "test size unknown" if test is None else f"{test} test examples"
     if name == "data_digest":
         return f"data digest {record.data_digest}"
+    if name == "encoding":
+        return "encoded with " + ", ".join(f"{k} {v}" for k, v in
+                                           sorted((record.encoding or {}).items()))
     return f"{name} {getattr(record, name)}"
 
 

@@ -84,6 +84,8 @@ def legacy_key(task: str, layer: Layer, pooling: Optional[str], seed: int,
         _LEGACY_CONTROL_NAMES.get(control, control),)
 
 
+#: the vector settings (``encoding``) a probe line's ``cache`` object has always recorded
+_ENCODING_IN_CACHE = ("dtype", "max_length")
 #: control kinds of schema version 1 -> their names now, and back
 _CONTROL_RENAMED = {"permuted-labels": LABEL_SHUFFLE}
 _LEGACY_CONTROL_NAMES = {v: k for k, v in _CONTROL_RENAMED.items()}
@@ -94,7 +96,9 @@ def migrate(obj: Dict[str, Any]) -> Dict[str, Any]:
     (a new dict; the one place that knows older layouts). Version 1: ``features`` from
     the classifier's record (``lbfgs`` recorded ``standardized`` there) or ``raw`` for a
     probe, none for a baseline; ``permuted-labels`` controls are ``label-shuffle``; a
-    one-class mark meant every prediction (``share`` 1.0)."""
+    one-class mark meant every prediction (``share`` 1.0). A probe line of any version
+    written before ``encoding`` existed gets the vector settings its ``cache`` object
+    recorded (``dtype``, ``max_length``); the others are unknown and match any."""
     obj = dict(obj)
     if obj.get("schema") == 1:
         classifier = obj.get("classifier")
@@ -107,6 +111,11 @@ def migrate(obj: Dict[str, Any]) -> Dict[str, Any]:
         one = obj.get("degenerate")
         if isinstance(one, Mapping) and "share" not in one:
             obj["degenerate"] = {**one, "share": 1.0}
+    cache = obj.get("cache")
+    if obj.get("kind") == "probe" and "encoding" not in obj and isinstance(cache, Mapping):
+        # written before ``encoding``: the settings its ``cache`` object recorded
+        obj["encoding"] = {name: cache[name] for name in _ENCODING_IN_CACHE
+                           if cache.get(name) is not None}
     return obj
 
 
@@ -154,7 +163,12 @@ class ResultRecord:
     stopped at its iteration cap N instead of converging (``lbfgs``), left out otherwise.
     ``data_digest`` fingerprints the task's loaded examples the cell was computed on
     (:attr:`estratos.tasks.types.TaskData.digest`, like a dataset revision): resume, report
-    and compare tell cells of other data apart with it (None: not recorded).
+    and compare tell cells of other data apart with it (None: not recorded). ``encoding``
+    (probe cells) holds the encode settings that made the vectors without being part of
+    the identity (:data:`estratos.vocab.VECTOR_SETTINGS`: ``max_length``, ``dtype``,
+    ``model_dtype``...; :func:`estratos.results.provenance.cell_encoding`), checked like
+    ``data_digest``: resume refuses to skip a cell of other settings and report refuses to
+    take one file's copy for another's (a setting absent on either side is not checked).
     """
 
     kind: str
@@ -193,6 +207,7 @@ class ResultRecord:
     degenerate: Optional[Mapping[str, Any]] = None
     capped: Optional[Mapping[str, Any]] = None
     data_digest: Optional[str] = None
+    encoding: Optional[Mapping[str, Any]] = None
     schema: int = SCHEMA_VERSION
 
     # ------------------------------------------------------------------ identity
@@ -290,7 +305,8 @@ class ResultRecord:
                                       and not isinstance(score, bool)):
             raise ResultsFileError(f"field 'score' must be a number or null, got {score!r}",
                              path, line)
-        for key in ("test", "dev", "chance", "ci", "control", "mdl", "degenerate", "capped"):
+        for key in ("test", "dev", "chance", "ci", "control", "mdl", "degenerate", "capped",
+                    "encoding"):
             if obj.get(key) is not None and not isinstance(obj[key], dict):
                 raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
         if obj.get("features") is not None and obj["features"] not in FEATURES:
@@ -325,7 +341,7 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device",
                  "prompt", "data_digest", "features")
 _OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "prompt", "control", "mdl",
-                      "degenerate", "capped", "data_digest")
+                      "degenerate", "capped", "data_digest", "encoding")
 
 
 def _plain(value: Any) -> Any:

@@ -237,7 +237,8 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
         grid = {plan.key(t, layer, s) for t in ids for layer in layer_specs
                 for s in config.seeds}
         files: List[Union[str, Path]] = [out_path, *expand_paths(list(resume_from))]
-        check_done_cells(files, specs, data_dirs, grid.__contains__, loader)
+        check_done_cells(files, specs, data_dirs, grid.__contains__, loader,
+                         encoding=plan.system.encoding, source=f"the cache {cache_path}")
     plan.pending.update(_pending_cells(ids, layer_specs, config.seeds, plan.key, done))
     return plan
 
