@@ -426,9 +426,10 @@ def _command_words(ctx: click.Context) -> List[str]:
                     "another registered estimator (lbfgs: fast exploration).")
 @click.option("--sequential", is_flag=True,
               help="Train one cell at a time (parity checks, timing).")
-@click.option("--jobs", type=int, default=1, show_default=True,
+@click.option("--jobs", type=int, default=None,
               help="Processes kept busy with work units (task x layer specs x seeds), "
-                   "longest first.")
+                   "longest first [default: 1; with --device auto on a machine with a "
+                   "GPU, every core: the GPU and the cores train at once].")
 @click.option("--threads", type=int, default=None,
               help="Torch threads per process [default: 1; use --jobs for more cores].")
 @click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")

@@ -259,6 +259,15 @@ def gpu_driver_present() -> bool:
     return any(os.path.exists(p) for p in _GPU_DRIVER_FILES) or bool(shutil.which("nvidia-smi"))
 
 
+def default_jobs(device: Optional[str]) -> int:
+    """``--jobs`` when not given: 1, or every usable core under ``--device auto`` on a
+    machine with a GPU driver, where the probe trains on the GPU and the cores at once (the
+    GPU's process is one of them)."""
+    if (device or "auto") == "auto" and gpu_driver_present():
+        return available_cores()
+    return 1
+
+
 def device_help(kinds: Sequence[str] = ENCODE_DEVICES) -> str:
     """The ``--device`` values a stage running on ``kinds`` takes, for help and errors."""
     words = ["auto", *kinds]
@@ -373,6 +382,7 @@ def model_identity(model: Union[str, os.PathLike]) -> str:
 
 
 __all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "DEVICE_WORDS", "ENCODE_DEVICES", "PROBE_DEVICES",
-           "ShardSpec", "available_cores", "check_device", "check_output_file", "device_help",
+           "ShardSpec", "available_cores", "check_device", "check_output_file", "default_jobs",
+           "device_help",
            "gpu_driver_present", "parse_baselines", "parse_layers", "parse_seeds",
            "parse_states", "positive_int", "resolve_device", "resolve_shard"]

@@ -41,6 +41,9 @@ StatePosition = Union[int, str]
 #: device types on which the seeds of a protocol whose seeds share the data train as one
 #: program (on the CPU they run one after the other: exact, and little to gain there)
 FUSED_SEED_DEVICES = ("cuda",)
+#: device types that ``--device auto`` uses together with the CPU cores, each task placed on
+#: the faster (:mod:`estratos.probe.grid.placement`)
+ACCELERATOR_DEVICES = ("cuda",)
 
 
 def resolve_probe_device(text: Union[str, "torch.device", None]) -> "torch.device":

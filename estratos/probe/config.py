@@ -20,6 +20,7 @@ from estratos.options import (
     PROBE_DEVICES,
     ShardSpec,
     check_device,
+    default_jobs,
     parse_layers,
     parse_seeds,
     positive_int,
@@ -53,8 +54,9 @@ class ProbeConfig:
     - ``control``: None (ordinary cells), ``"control-task"`` or ``"label-shuffle"``
       (:mod:`estratos.probe.controls`); ``mdl``: also record online code lengths.
     - ``sequential``: train every model alone; ``device``: ``auto``, ``cpu``, ``cuda[:N]``;
-      ``jobs``: processes; ``threads``: torch threads per process (None: 1); ``shard``:
-      ``(I, N)`` or None; ``overwrite``: redo cells already stored.
+      ``jobs``: processes (None: :func:`estratos.options.default_jobs`); ``threads``: torch
+      threads per process (None: 1); ``shard``: ``(I, N)`` or None; ``overwrite``: redo cells
+      already stored.
     """
 
     layers: Union[str, Tuple[LayerSpec, ...]] = "all"
@@ -77,12 +79,14 @@ class ProbeConfig:
               seeds: Union[str, int, Sequence[int]] = (DEFAULT_SEED,),
               classifier: Optional[Classifier] = None, features: Optional[str] = None,
               control: Optional[str] = None, mdl: bool = False, sequential: bool = False,
-              device: Optional[str] = "auto", jobs: int = 1, threads: Optional[int] = None,
+              device: Optional[str] = "auto", jobs: Optional[int] = None,
+              threads: Optional[int] = None,
               shard: ShardSpec = None, overwrite: bool = False) -> "ProbeConfig":
         """Check every option (an :class:`OptionError` names the first bad one) and return
         the configuration. Needs neither torch nor the cache."""
         seeds_t = parse_seeds(seeds)
-        jobs_n = int(positive_int("--jobs", jobs) or 1)
+        jobs_n = (default_jobs(device) if jobs is None else
+                  int(positive_int("--jobs", jobs) or 1))
         threads_n = positive_int("--threads", threads, allow_none=True)
         parse_layers(layers)  # syntax (indices are checked against the cache by the runner)
         if pooling is not None and pooling not in CACHE_POOLINGS:

@@ -94,6 +94,20 @@ def _sgd_cost(passes: int, width: int) -> float:
     return float(passes * (6.0 * width + STEP_OVERHEAD))
 
 
+def _sgd_passes(est: Any) -> int:
+    """Passes over the training examples a SentEval-style early-stopped fit makes, as the
+    cost models assume: ``tenacity + 2`` rounds of ``epoch_size`` passes, at most
+    ``max_epoch``."""
+    return min(int(est.max_epoch), int(est.epoch_size) * (int(est.tenacity) + 2))
+
+
+def _sgd_step_work(est: Any, width: int) -> Tuple[float, float]:
+    """``(optimizer steps, flops)`` per training example of one minibatch fit (see
+    :meth:`RecordedEstimator.step_work`)."""
+    passes = _sgd_passes(est)
+    return passes / max(1, int(est.batch_size)), passes * 6.0 * width
+
+
 #: device types on which :meth:`SentEvalClassifier.fit_folds` trains the folds as one
 #: program (elsewhere one after the other; its docstring says why)
 FOLDS_AT_ONCE_DEVICES = ("cuda",)
@@ -157,11 +171,15 @@ class SentEvalClassifier(RecordedEstimator):
         #: after fit_folds: the fold order of the trained rows, or each fold's own fit
         self._folds: Any = None
 
-    def cost_per_example(self, n_features: int, n_classes: int) -> float:
+    def _width(self, n_features: int, n_classes: int) -> int:
         hidden = int(self.nhid)
-        width = n_features * hidden + hidden * n_classes if hidden else n_features * n_classes
-        passes = min(int(self.max_epoch), int(self.epoch_size) * (int(self.tenacity) + 2))
-        return _sgd_cost(passes, width)
+        return n_features * hidden + hidden * n_classes if hidden else n_features * n_classes
+
+    def cost_per_example(self, n_features: int, n_classes: int) -> float:
+        return _sgd_cost(_sgd_passes(self), self._width(n_features, n_classes))
+
+    def step_work(self, n_features: int, n_classes: int) -> Tuple[float, float]:
+        return _sgd_step_work(self, self._width(n_features, n_classes))
 
     def fit(self, X, y, X_dev, y_dev, l2) -> "SentEvalClassifier":
         from estratos.probe.estimators.training import seed_list
@@ -350,8 +368,10 @@ class RelatednessRegressor(RecordedEstimator):
         self.features = features
 
     def cost_per_example(self, n_features: int, n_classes: int) -> float:
-        passes = min(int(self.max_epoch), int(self.epoch_size) * (int(self.tenacity) + 2))
-        return _sgd_cost(passes, n_features * int(self.n_classes))
+        return _sgd_cost(_sgd_passes(self), n_features * int(self.n_classes))
+
+    def step_work(self, n_features: int, n_classes: int) -> Tuple[float, float]:
+        return _sgd_step_work(self, n_features * int(self.n_classes))
 
     def fits_per_cell(self):
         return 1, 1  # no L2 grid, no folds

@@ -119,6 +119,15 @@ class RecordedEstimator:
         example seen by ONE fit of this estimator, all its passes included."""
         raise NotImplementedError(f"{type(self).__name__} has no cost model")
 
+    def step_work(self, n_features: int, n_classes: int) -> Optional[Tuple[float, float]]:
+        """``(optimizer steps, floating-point operations)`` per training example seen by ONE
+        fit (all its passes), for estimators that train a minibatch program on any device;
+        None for the others (they train on the CPU). Why apart from
+        :meth:`cost_per_example`: a step's fixed cost differs by device far more than a
+        flop's does, so placing work on a GPU or the CPU needs the two apart
+        (:mod:`estratos.probe.grid.placement`)."""
+        return None
+
     def fits_per_cell(self) -> Tuple[int, int]:
         """``(L2 values, folds)`` a protocol trains per cell with this estimator (what
         :meth:`estratos.protocols.Protocol.examples_trained` multiplies)."""

@@ -184,18 +184,18 @@ class StackedNet:
         return torch.stack([torch.rand((n, self.H), generator=self.dropout_gens[int(s)]) < keep
                             for s in live_seeds])
 
-    def step_mask(self, masks: Optional[torch.Tensor], live_seeds: np.ndarray,
-                  row_seed: np.ndarray, start: int, batch: int) -> Optional[torch.Tensor]:
+    def step_mask(self, masks: Optional[torch.Tensor], seed_pos: torch.Tensor, start: int,
+                  batch: int) -> Optional[torch.Tensor]:
         """This step's dropout masks (as :meth:`draw_masks` returns them) cut from a pass's
-        ``masks`` (:meth:`pass_masks`, on the device)."""
+        ``masks`` (:meth:`pass_masks`, on the device); ``seed_pos``: each live stream's
+        position among the pass's seeds (on the device)."""
         if masks is None:
             return None
         keep = 1.0 - self.dropout
         rows = masks[:, start:start + batch]
-        if len(live_seeds) == 1:
-            return rows[:1].to(torch.float32).div_(keep)[:, None]
-        pos = torch.as_tensor(np.searchsorted(live_seeds, row_seed), device=masks.device)
-        return rows.index_select(0, pos).to(torch.float32).div_(keep)[:, None]
+        if masks.shape[0] == 1:
+            return rows.to(torch.float32).div_(keep)[:, None]
+        return rows.index_select(0, seed_pos).to(torch.float32).div_(keep)[:, None]
 
     def forward(self, x: torch.Tensor, params: Optional[List[torch.Tensor]] = None,
                 mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, tuple]:
@@ -460,7 +460,7 @@ def _train_rounds(net: StackedNet, xt: torch.Tensor, targets: torch.Tensor, x_de
                     tb = targets[rows_idx] if len(live_seeds) > 1 else targets.index_select(
                         0, idx[0])
                 mask = (net.draw_masks(row_seed, idx.shape[1]) if feed is None else
-                        net.step_mask(masks, live_seeds, row_seed, start, idx.shape[1]))
+                        net.step_mask(masks, s_pos, start, idx.shape[1]))
                 z, saved = net.forward(xb, mask=mask)
                 adam.step(net.backward(grad_fn(z, tb, segments), saved), segments)
         nepoch += epoch_size

@@ -86,7 +86,9 @@ class WorkUnit:
     """A (task, layer specs, seeds) rectangle of cells trained as one program by one process.
 
     ``cost``: estimated cost of all its cells; ``index``: its place in the plan (longest
-    first), which names it in messages and statistics.
+    first), which names it in messages and statistics; ``device``: where it trains when the
+    run places units on several devices (:mod:`estratos.probe.grid.placement`), None for
+    the run's device.
     """
 
     task: str
@@ -94,6 +96,7 @@ class WorkUnit:
     seeds: Tuple[int, ...]
     cost: float
     index: int = 0
+    device: Optional[str] = None
 
     @property
     def n_cells(self) -> int:
@@ -107,7 +110,8 @@ class WorkUnit:
     def describe(self) -> str:
         layers = ",".join(str(layer) for layer in self.layers)
         seeds = ",".join(str(s) for s in self.seeds)
-        return f"{self.task} layers {layers} seeds {seeds}"
+        where = f" on {self.device}" if self.device else ""
+        return f"{self.task} layers {layers} seeds {seeds}{where}"
 
 
 def unit_cost(per_cell: float, n_layers: int, n_seeds: int, seeds_apart: bool) -> float:

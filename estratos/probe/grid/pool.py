@@ -119,7 +119,9 @@ class InProcess:
         self.runner = cm.__enter__()
         self._runner_cm = cm
 
-    def run(self, jobs: Iterable[Job], on_event: EventSink) -> None:
+    def run(self, jobs: Iterable[Job], on_event: EventSink,
+            local_only: Optional[Callable[[Job], bool]] = None) -> None:
+        """Run ``jobs`` in order (``local_only`` changes nothing here: every job is local)."""
         if self.runner is None:
             raise RuntimeError("start() the executor before run()")
         for job in jobs:
@@ -297,12 +299,18 @@ class WorkerPool:
         child_end.close()
         return proc, parent_end
 
-    def run(self, jobs: Iterable[Job], on_event: EventSink) -> None:
+    def run(self, jobs: Iterable[Job], on_event: EventSink,
+            local_only: Optional[Callable[[Job], bool]] = None) -> None:
         """Run ``jobs`` in order, each on the next free process (this one included);
-        returns when all have ended."""
+        returns when all have ended. Jobs for which ``local_only(job)`` is true run in this
+        process only (the one that drives a GPU), which takes them before any other; the
+        workers take the others, and so does this process once its own are done."""
         if self._local is None or self._setup is None:
             raise RuntimeError("start() the executor before run()")
-        queue: Deque[Job] = deque(jobs)
+        own: Deque[Job] = deque()
+        queue: Deque[Job] = deque()
+        for item in jobs:
+            (own if local_only is not None and local_only(item) else queue).append(item)
         lock = threading.Lock()
         stop = threading.Event()
         failed: List[BaseException] = []
@@ -313,6 +321,12 @@ class WorkerPool:
 
         def take() -> Optional[Job]:
             with lock:
+                return queue.popleft() if queue else None
+
+        def take_local() -> Optional[Job]:
+            with lock:
+                if own:
+                    return own.popleft()
                 return queue.popleft() if queue else None
 
         def feed() -> None:
@@ -326,7 +340,7 @@ class WorkerPool:
         feeder.start()
         try:
             while not stop.is_set():
-                job = take()
+                job = take_local()
                 if job is None:
                     break
                 _run_caught(self._local, job, send)

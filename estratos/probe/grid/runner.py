@@ -18,6 +18,7 @@ How a run goes (docs/probe.md, "How the grid is scheduled"):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shlex
@@ -30,10 +31,18 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 from estratos import errors as _errors
 from estratos.errors import DiskFull, EstratosError, MissingSentences, OptionError
 from estratos.options import available_cores, check_output_file, parse_layers
-from estratos.probe.cells import FUSED_SEED_DEVICES, resolve_probe_device
+from estratos.probe.cells import ACCELERATOR_DEVICES, FUSED_SEED_DEVICES, resolve_probe_device
 from estratos.probe.config import ProbeConfig
 from estratos.probe.estimators.settings import task_estimator
 from estratos.probe.grid.outcome import ProbeRun, UnitStat
+from estratos.probe.grid.placement import (
+    ACCELERATOR,
+    describe_placement,
+    measure_speed,
+    place_tasks,
+    seconds_on,
+    task_work,
+)
 from estratos.probe.grid.plan import (
     TaskShape,
     WorkUnit,
@@ -269,8 +278,11 @@ def _execute(plan: RunPlan, data_dirs: Any, loader: Optional[Callable[[Any, Any]
         # (resolving the device, building its own runner): the imports overlap
         with make_executor(processes, preload=WORKER_PRELOAD) as executor:
             device = resolve_probe_device(config.device)
-            ran.device = str(device)
-            context = GridContext(config.replace(device=ran.device, threads=threads),
+            # --device auto on a node with a GPU: the GPU and the CPU cores at once
+            both = config.device == "auto" and device.type in ACCELERATOR_DEVICES
+            ran.device = f"{device} and cpu" if both else str(device)
+            context = GridContext(config.replace(device="cpu" if both else str(device),
+                                                 threads=threads),
                                   str(plan.cache_path), str(plan.out),
                                   {spec.id: spec_state(spec) for spec in plan.specs},
                                   data_dirs, loader)
@@ -283,8 +295,11 @@ def _execute(plan: RunPlan, data_dirs: Any, loader: Optional[Callable[[Any, Any]
                 pending = _pending_cells(ids, plan.layers, config.seeds, plan.key, plan.done,
                                          owned)
                 ran.grid_cells = len(owned)
-            units = plan_units(pending, cost, executor.processes,
-                               seeds_apart=device.type not in FUSED_SEED_DEVICES)
+            if both:
+                units = _placed_units(plan, pending, shapes, cost, device, executor.processes)
+            else:
+                units = plan_units(pending, cost, executor.processes,
+                                   seeds_apart=device.type not in FUSED_SEED_DEVICES)
             ran.todo = sum(u.n_cells for u in units)
             log.info("%d cell(s) in %d unit(s) on %d process(es)", ran.todo, len(units),
                      executor.processes)
@@ -305,6 +320,35 @@ def _execute(plan: RunPlan, data_dirs: Any, loader: Optional[Callable[[Any, Any]
         if bar is not None:
             bar.close()
     return records, stats, failures, ran
+
+
+def _placed_units(plan: RunPlan, pending: Dict[str, Dict[int, List[LayerSpec]]],
+                  shapes: Dict[str, TaskShape], cost: Dict[str, float], accelerator: Any,
+                  processes: int) -> List[WorkUnit]:
+    """The units of a run that uses a GPU and the CPU cores at once: each task placed by
+    the cost model (:mod:`estratos.probe.grid.placement`, both devices timed now), the
+    GPU's tasks cut for one process (this one, which drives the GPU) with their seeds
+    fused, the others for the ``processes - 1`` workers, one seed per program."""
+    speeds = {"cpu": measure_speed("cpu"), "accelerator": measure_speed(accelerator)}
+    for speed in speeds.values():
+        log.info("probe speed, %s", speed.describe())
+    estimates = {}
+    for task, by_seed in pending.items():
+        work = task_work(shapes[task], plan.estimators[task])
+        n_layers = max(len(layers) for layers in by_seed.values())
+        n_seeds = sum(1 for layers in by_seed.values() if layers)
+        estimates[task] = (seconds_on(work, speeds["cpu"], n_layers, n_seeds),
+                           seconds_on(work, speeds["accelerator"], n_layers, n_seeds),
+                           seconds_on(work, speeds["cpu"], 1, 1))
+    place = place_tasks(estimates, processes - 1)
+    for line in describe_placement(place, estimates, str(accelerator)):
+        log.info("placed %s", line)
+    on_accelerator = {t: v for t, v in pending.items() if place[t] == ACCELERATOR}
+    on_cpu = {t: v for t, v in pending.items() if place[t] != ACCELERATOR}
+    units = [dataclasses.replace(u, device=str(accelerator))
+             for u in plan_units(on_accelerator, cost, 1, seeds_apart=False)]
+    units += plan_units(on_cpu, cost, max(1, processes - 1), seeds_apart=True)
+    return [dataclasses.replace(u, index=i) for i, u in enumerate(units)]
 
 
 @dataclass
@@ -411,7 +455,9 @@ def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRec
         elif kind == Event.BUG:
             raise RuntimeError(f"probe worker failed on {unit.describe()}:\n{value}")
 
-    executor.run([(Event.UNIT, u.index, u) for u in units], on_event)
+    # a unit placed on a device of its own (the GPU) runs in this process, which drives it
+    executor.run([(Event.UNIT, u.index, u) for u in units], on_event,
+                 local_only=lambda job: job[2].device is not None)
     return failures
 
 

@@ -200,7 +200,8 @@ class UnitRunner:
         rows = self._rows(unit.task)
         classifier = classifier_record(task, config.classifier)
         results = ResultsStore(ctx.out)
-        system = CellSource.of_cache(self.identity, config.device)
+        device = unit.device or config.device
+        system = CellSource.of_cache(self.identity, device)
         n_examples = sum(len(s) for s in task.splits.values())
         n_features = COMBINER_WIDTH[spec.combiner] * self.cache.dim
         # a control task is a task of its own per seed (its labels are drawn from the seed)
@@ -214,16 +215,18 @@ class UnitRunner:
             vectors, positions = self._vectors(unit.task, rows, chunk, task.sentences)
             for labelled, seeds in runs:
                 self._evaluate(labelled, vectors, positions, seeds, chunk, system, classifier,
-                               results, report, task.digest)
+                               results, report, task.digest, device)
             del vectors
         return time.perf_counter() - t_start
 
     def _evaluate(self, task: Any, vectors: np.ndarray, positions: List[Any],
                   seeds: Sequence[int], chunk: List[LayerSpec], system: CellSource,
                   classifier: Mapping[str, Any], results: ResultsStore,
-                  report: Callable[[List[ResultRecord]], None], data_digest: str) -> None:
-        """Train the cells of ``chunk`` x ``seeds`` and store each seed's as soon as final
-        (``data_digest``: of the task's data, a control task's source included)."""
+                  report: Callable[[List[ResultRecord]], None], data_digest: str,
+                  device: str) -> None:
+        """Train the cells of ``chunk`` x ``seeds`` on ``device`` and store each seed's as
+        soon as final (``data_digest``: of the task's data, a control task's source
+        included)."""
         ctx, config = self.context, self.context.config
         chance = chance_levels(task)
 
@@ -243,7 +246,7 @@ class UnitRunner:
             report(written)
 
         evaluate_cells(task, vectors, positions, seeds, config.classifier,
-                       sequential=config.sequential, device=config.device,
+                       sequential=config.sequential, device=device,
                        features=config.features,
                        shuffle_labels=config.control == LABEL_SHUFFLE, mdl=config.mdl,
                        on_seed=store)
