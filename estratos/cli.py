@@ -229,10 +229,13 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
 
     check_encode_options(device=device, threads=threads, shard=shard or "auto",
                          states=states, batch_tokens=batch_tokens, prompt=prompt)
-    from estratos.encode.inputs import gather_sentences
+    from estratos.encode.inputs import gather_sentences_meanwhile
+    from estratos.encode.models.warmup import warmup_steps
 
-    # the inputs first (a wrong --data-dir is named before a wrong --model), both before torch
-    sentences = gather_sentences(sentences_file, tasks, data_dirs, task_files)
+    # the inputs first (a wrong --data-dir is named before a wrong --model); task data is read
+    # in a helper process while this one imports the model's code
+    sentences = gather_sentences_meanwhile(warmup_steps(model), sentences_file, tasks,
+                                           data_dirs, task_files)
     check_model_folder(model)
     from estratos.encode import encode_sentences  # torch and transformers: only now
 

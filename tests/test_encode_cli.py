@@ -232,3 +232,31 @@ def test_transformers_progress_bar_follows_ours(tiny_bert_dir, tmp_path, flag, s
 def test_help_names_the_data_dir_default(command):
     res = CliRunner().invoke(cli, [*command, "--help"])
     assert res.exit_code == 0 and "$ESTRATOS_DATA" in res.output
+
+
+def test_task_inputs_read_beside_the_imports_fail_first_and_as_themselves(tmp_path,
+                                                                          monkeypatch):
+    """Task data is read in a helper process while encode imports the model's code: a
+    wrong --data-dir still comes first (before the wrong --model), as one Error line with
+    exit code 2, and nothing is written; a good one gives the same sentences as reading
+    them in this process."""
+    from estratos.encode import inputs
+
+    monkeypatch.setattr("estratos.options.available_cores", lambda: 2)
+    out = tmp_path / "c.h5"
+    result = CliRunner().invoke(cli, ["encode", "--model", str(tmp_path / "no-model"),
+                                      "--tasks", "es-senteval:TASS1", "--data-dir",
+                                      str(tmp_path / "nowhere"), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "Error:" in result.output and "nowhere" in result.output
+    assert "no-model" not in result.output and "Traceback" not in result.output
+    assert not out.exists() and not list(tmp_path.glob("c.h5*"))
+    build = CliRunner().invoke(cli, ["tasks", "build", "synthetic-es", "--out",
+                                     str(tmp_path / "synth"), "--n-per-task", "200"])
+    assert build.exit_code == 0, build.output
+    steps = []
+    both = inputs.gather_sentences_meanwhile(
+        [lambda: steps.append(1)], None, "synthetic-es", [f"synthetic-es={tmp_path / 'synth'}"])
+    assert steps == [1]
+    assert both == inputs.gather_sentences(None, "synthetic-es",
+                                           [f"synthetic-es={tmp_path / 'synth'}"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from estratos.errors import InputError, OptionError
 
@@ -69,3 +69,48 @@ def gather_sentences(sentences_file: Optional[os.PathLike | str] = None,
             raise OptionError("--data-dir: only used with --tasks")
         return read_sentence_file(sentences_file)
     return task_sentences(tasks, data_dirs, task_files)
+
+
+def _ignore_sigint() -> None:
+    """In the helper process: Ctrl-C is the parent's to handle (it stops the helper)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def gather_sentences_meanwhile(meanwhile: Sequence[Callable[[], None]],
+                               sentences_file: Optional[os.PathLike | str] = None,
+                               tasks: Optional[str] = None, data_dirs: Sequence[str] = (),
+                               task_files: Sequence[str] = ()) -> List[str]:
+    """:func:`gather_sentences`, with the steps ``meanwhile`` run in this process at the same
+    time.
+
+    Why: before its first forward pass ``encode`` reads and deduplicates the tasks (pure
+    Python, seconds for a benchmark suite) and imports torch, transformers and the model's
+    code (seconds more); one after the other they kept a GPU idle for the first ~20 s of a
+    run (docs/encode.md, "Before the first batch"). Tasks are read in a spawned helper
+    process while this one takes the steps, so the two overlap. A step must not raise; the
+    inputs' errors are raised here as themselves (estratos errors pickle with their fields),
+    and once the helper has failed no further step is taken. With one usable core, or a
+    sentences file (one read), the inputs are read here and the steps are left to the
+    caller's own later imports."""
+    import multiprocessing
+
+    from estratos.options import available_cores
+
+    by_tasks = tasks is not None or bool(task_files)
+    if sentences_file is not None or not by_tasks or available_cores() < 2:
+        return gather_sentences(sentences_file, tasks, data_dirs, task_files)
+    pool = multiprocessing.get_context("spawn").Pool(1, initializer=_ignore_sigint)
+    try:
+        pending = pool.apply_async(gather_sentences,
+                                   (None, tasks, list(data_dirs), list(task_files)))
+        for step in meanwhile:
+            if pending.ready() and not pending.successful():
+                break
+            step()
+        sentences: List[str] = pending.get()
+    finally:
+        pool.terminate()
+        pool.join()
+    return sentences
