@@ -368,6 +368,35 @@ def test_control_task_is_a_fixed_function_of_the_words_with_the_task_distributio
     del example_scores
 
 
+def test_the_control_score_carries_no_length():
+    """Sentences of a frequent word repeated 1 to 30 times, each with one rare word: without
+    the centring and the word-count bands, the frequent word's drawn value times the square
+    root of the length makes the score a length feature; the control task's score has
+    |r| < 0.05 with the word count over the task's examples and over the training split,
+    and its labels keep the training class shares."""
+    from estratos.probe.controls import control_scores, control_task, example_scores, word_scores
+
+    n = 1200
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 31, size=n)
+    sentences = [" ".join(["de"] * int(k) + [f"palabra{i}"]) for i, k in enumerate(lengths)]
+    y = (rng.uniform(size=n) < 0.3).astype(np.int64)
+    ids = np.arange(n)
+    task = single_task(spec(), sentences, {"train": (ids[:800], y[:800]),
+                                           "dev": (ids[800:1000], y[800:1000]),
+                                           "test": (ids[1000:], y[1000:])}, ("neg", "pos"))
+    words = lengths + 1.0
+    sums, counts = word_scores(task.sentences, 1)
+    raw = example_scores(task.splits["train"], sums, counts)
+    assert abs(np.corrcoef(raw, words[:800])[0, 1]) > 0.5  # what the centring removes
+    scores = control_scores(task, 1)
+    every = np.concatenate([scores["train"], scores["dev"], scores["test"]])
+    assert abs(np.corrcoef(every, words)[0, 1]) < 0.05
+    assert abs(np.corrcoef(scores["train"], words[:800])[0, 1]) < 0.05
+    labels = control_task(task, 1).splits["train"].labels
+    assert abs(np.mean(labels == 1) - np.mean(y[:800] == 1)) < 0.01
+
+
 def test_standardized_features_read_what_raw_ones_miss(tmp_path):
     """Layer 1's vectors vary little around a large mean (as a mean-trained encoder's [CLS]
     does): SentEval's probe on raw features stays at one class (flagged, with the hint), the
