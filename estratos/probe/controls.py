@@ -6,8 +6,9 @@ part with a *control task*: labels that are a fixed random function of the input
 identity (for words: each word type gets a random label drawn from the task's label
 distribution), so they can only be predicted by memorising surface identity, never by the
 linguistic property. Selectivity = task accuracy - control accuracy, at the same probe
-settings; a selective probe (high task accuracy, low control accuracy) reads the property
-rather than memorising words.
+hyper-parameters (here: the same probe family and selection rule, the control choosing its
+L2 on its own dev labels; docs/controls.md); a selective probe (high task accuracy, low
+control accuracy) reads the property rather than memorising words.
 
 For sentence-level tasks we keep their two requirements (a deterministic function of the
 surface form, the task's label distribution) and lift the word-type assignment to examples:
