@@ -221,6 +221,35 @@ def test_duplicate_cells_last_wins_and_is_reported(tmp_path):
     assert "last one is kept" in loaded.notices[1].message
 
 
+def test_mdl_tables_flag_cells_below_the_floor_and_one_class_cells(tmp_path):
+    # the audit's readings: label-shuffle cells at 0.959 and 0.935 over the floor had one
+    # underlined as runner-up, and a one-class layer was bold best; neither is a reading
+    def line(layer, seed, floor, one_class=False):
+        rec = record("s:A", "SC", layer, seed, 50.0, schema=2) | {"mdl": {
+            "online_bits": 100.0, "uniform_bits": 100.0 * 1.1 * floor, "compression":
+            round(1.1 * floor, 4), "floor_bits": 100.0 * floor, "floor_compression": floor}}
+        return rec | ({"degenerate": {"class": "pos", "share": 1.0}} if one_class else {})
+
+    floors = {0: (1.5, 1.5), 1: (1.2, 1.21), 2: (0.959, 0.96), 3: (1.05, 0.935), 4: (1.1, 1.1)}
+    lines = [line(layer, seed, f, one_class=layer == 0) for layer, pair in floors.items()
+             for seed, f in zip((1, 2), pair)]
+    results = write_lines(tmp_path / "r.jsonl", lines)
+    res = CliRunner().invoke(cli, ["report", str(results), "--out", str(tmp_path / "rep"),
+                                   "--format", "md"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    for title in ("MDL compression over the floor:", "MDL compression:"):
+        table = md.split(title)[1].split("\n\n")[1]
+        [row] = [r for r in table.splitlines() if r.startswith("| SC")]
+        cells = [c.strip() for c in row.strip("|").split("|")][2:]
+        assert "(one class)" in cells[0] and "**" not in cells[0], cells
+        assert "(below floor)" in cells[2] and "<u>" not in cells[2], cells
+        assert "(below floor: 1/2 seeds)" in cells[3] and "<u>" not in cells[3], cells
+        assert cells[1].startswith("**") and cells[4].startswith("<u>"), cells
+    assert "(below floor) = the online code is longer than the labels-only code" in md
+    assert "Compression depends on the block model" in md
+
+
 def test_report_refuses_one_cell_from_caches_of_other_encode_settings(tmp_path):
     # the case: the same cells probed from a --max-length 512 cache into a.jsonl and
     # from a --max-length 8 one into b.jsonl; one report row would show whichever file came

@@ -55,7 +55,15 @@ MDL_INTRO = (
     "early-stopping on dev likelihood). Compression = uniform code / online code; over the "
     "floor = labels-only code / online code, where the labels-only code learns just the "
     "label frequencies block by block: 1 = the layer adds nothing to the label prior, below "
-    "1 = the probe does worse than the prior. Best per row on the unrounded values.")
+    "1 = the probe does worse than the prior (flagged, never marked best). Best per row on "
+    "the unrounded values. Compression depends on the block model: it is the online code of "
+    "this probe, with its training and early stopping, not a property of the layer alone "
+    "(another block model, e.g. scikit-learn's logistic regression, codes the same labels "
+    "with other lengths).")
+#: the MDL tables' note on a cell flagged ``(below floor)``
+BELOW_FLOOR_NOTE = ("(below floor) = the online code is longer than the labels-only code (over "
+                    "the floor < 1: the probe codes the labels worse than their frequencies "
+                    "alone), never marked best; (below floor: k/n seeds) = k of the n seeds")
 #: decimals of MDL compression cells (their differences between layers are small)
 MDL_DECIMALS = 3
 CONTROL_INTRO = (
@@ -118,15 +126,21 @@ def selectivity_tables(agg: Aggregate) -> List[Table]:
 
 def mdl_tables(agg: Aggregate) -> List[Table]:
     """Per system with MDL: datasets x layers of the compression over the uniform code, then
-    over the labels-only floor (three decimals, best on unrounded values)."""
+    over the labels-only floor (three decimals, best on unrounded values). A cell with a seed
+    below its floor or a one-class seed is flagged in both tables and never marked: its
+    compression is no reading of the layer."""
     tables = []
     for system in agg.systems:
         for over_floor, key, what, caption in (
-                (False, "mdl", "MDL compression", "uniform / online code length, per layer"),
+                (False, "mdl", "MDL compression",
+                 f"uniform / online code length, per layer; {BELOW_FLOOR_NOTE}"),
                 (True, "mdl-floor", "MDL compression over the floor",
-                 "labels-only / online code length, per layer (1 = no information)")):
+                 "labels-only / online code length, per layer (1 = no information); "
+                 f"{BELOW_FLOOR_NOTE}")):
             def value(row: Row, task: str, over_floor: bool = over_floor) -> Cell:
-                return Cell(stat=agg.mdl_cell(row, task, over_floor), decimals=MDL_DECIMALS)
+                return Cell(stat=agg.mdl_cell(row, task, over_floor), decimals=MDL_DECIMALS,
+                            degenerate=_one_class(agg, row, task),
+                            below_floor=_below_floor(agg, row, task))
 
             table = _layer_table(f"{key}-{system.slug}",
                                  f"{what}: {agg.name(system)}{system_title(system)}", agg,
@@ -200,6 +214,14 @@ def _control_table(agg: Aggregate, system: System, control: System, samples: Sam
                  [()] * len(header), body,
                  caption="Difference = model - control (mean over seeds both have ± std; "
                          "[lo, hi] paired bootstrap interval over test examples)")
+
+
+def _below_floor(agg: Aggregate, row: Row, task: str) -> Optional[Tuple[int, int]]:
+    """(seeds whose online code is longer than the labels-only code, seeds with a floor)
+    when the first is > 0."""
+    values = agg.floor_compression.get((row, task)) or {}
+    k = sum(1 for v in values.values() if v < 1.0)
+    return (k, len(values)) if k else None
 
 
 def _one_class(agg: Aggregate, row: Row, task: str) -> Optional[Tuple[int, int]]:

@@ -38,6 +38,9 @@ class Cell:
     degenerate: Optional[Tuple[int, int]] = None
     #: a group cell: (its datasets with a one-class seed, its datasets) when the first is > 0
     one_class_datasets: Optional[Tuple[int, int]] = None
+    #: an MDL cell: (seeds whose online code is longer than the labels-only code, seeds)
+    #: when the first is > 0: the probe codes the labels worse than their frequencies alone
+    below_floor: Optional[Tuple[int, int]] = None
     #: decimals the number is shown with
     decimals: int = DECIMALS
 
@@ -108,9 +111,10 @@ def mark_cells(cells: List[List[Cell]], columns: Sequence[int], by: str = "colum
         lines = [[(r, c) for c in columns] for r in ranked]
     decimals = None if exact else DECIMALS
     for line in lines:
-        # partial means and one-class cells are not comparable scores
-        line = [(r, c) for r, c in line
-                if not cells[r][c].partial and not cells[r][c].one_class]
+        # partial means, one-class cells and codes below the labels-only floor are not
+        # comparable scores
+        line = [(r, c) for r, c in line if not cells[r][c].partial
+                and not cells[r][c].one_class and cells[r][c].below_floor is None]
         present = [v for r, c in line
                    if (v := _rounded(cells[r][c].stat, decimals)) is not None]
         if len(present) < 2:  # a lone value is not "best" of anything

@@ -24,6 +24,8 @@ MISSING = "—"
 UNDEFINED = "undef."
 #: shown after a degenerate cell's number (every test prediction one class)
 ONE_CLASS = "(one class)"
+#: shown after an MDL cell whose online code is longer than the labels-only code
+BELOW_FLOOR = "(below floor)"
 #: shown after a cell whose seeds could not differ (no spread was measured)
 DETERMINISTIC = "(deterministic)"
 LEGEND = ("Scores on the paper's scale: accuracy and F1 in %, correlations (SS) Pearson x100. "
@@ -100,14 +102,19 @@ def value_text(cell: Cell, pm: str) -> str:
 
 def degenerate_text(cell: Cell) -> str:
     """What follows a cell some of whose seeds predicted (nearly) one class: ' (one class)'
-    or ' (one class: 2/3 seeds)'; a group cell: ' (one class in 1/5 datasets)'."""
+    or ' (one class: 2/3 seeds)'; a group cell: ' (one class in 1/5 datasets)'; an MDL cell
+    whose code is longer than the labels-only code: ' (below floor)' likewise."""
     if cell.one_class_datasets is not None:
         k, n = cell.one_class_datasets
         return f" {ONE_CLASS[:-1]} in {k}/{n} datasets)"
-    if cell.degenerate is None:
-        return ""
-    k, n = cell.degenerate
-    return f" {ONE_CLASS}" if k == n else f" {ONE_CLASS[:-1]}: {k}/{n} seeds)"
+    text = ""
+    if cell.degenerate is not None:
+        k, n = cell.degenerate
+        text = f" {ONE_CLASS}" if k == n else f" {ONE_CLASS[:-1]}: {k}/{n} seeds)"
+    if cell.below_floor is not None:
+        k, n = cell.below_floor
+        text += f" {BELOW_FLOOR}" if k == n else f" {BELOW_FLOOR[:-1]}: {k}/{n} seeds)"
+    return text
 
 
 def has_one_class(table: Table) -> bool:
