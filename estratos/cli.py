@@ -513,8 +513,13 @@ def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, see
               help="A control model's results (e.g. encode --random-init): beside the "
                    "model's per layer, with the difference and its paired bootstrap "
                    "interval (repeatable).")
+@click.option("--similarity", "similarity", multiple=True, metavar="SIM.jsonl",
+              help="Records of `estratos similarity` / `geometry`: most-similar-layer and "
+                   "geometry tables, heatmaps with --plot (repeatable; RESULTS may then be "
+                   "empty).")
 def report_command(results, out, formats, plot, baselines, gap, pairs, reference, ci,
-                   significance, correction, alpha, level, resamples, controls) -> None:
+                   significance, correction, alpha, level, resamples, controls,
+                   similarity) -> None:
     """Paper-style tables (and figures) from RESULTS files alone
     (estratos.report.write_report); RESULTS may be glob patterns (e.g. shard files)."""
     from estratos.report import write_report
@@ -524,7 +529,7 @@ def report_command(results, out, formats, plot, baselines, gap, pairs, reference
                          alpha=alpha, level=level, resamples=resamples)
     summary = write_report(results, out, formats=formats, plot=plot, baseline=baselines,
                            gap=tuple(gap) if gap else None, pairs=pairs, reference=reference,
-                           stats=stats, control=controls)
+                           stats=stats, control=controls, similarity=similarity)
     click.echo(summary.describe())
 
 
@@ -579,6 +584,84 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, baselines, overwr
     records = baseline_tasks(tasks, out, data_dir=data_dirs, task_files=task_files,
                              seeds=seeds, overwrite=overwrite, baselines=baselines)
     click.echo(f"wrote {len(records)} baseline result(s) to {out}")
+
+
+# ---- similarity and geometry (estratos.similarity) -------------------------------------------
+def _map_inputs(command: Callable) -> Callable:
+    """The options ``similarity`` and ``geometry`` share: the cache, the sentences, the
+    output, the layer specs and readings, the subsample."""
+    options = [
+        click.option("--cache", required=True, metavar="CACHE.h5", help="A complete cache."),
+        click.option("--tasks", metavar="IDS", default=None,
+                     help="The sentences of these tasks (ids, suites or suite:GROUP)."),
+        click.option("--sentences", "sentences_file", metavar="FILE", default=None,
+                     help="Or: the sentences of this file, one per line."),
+        _task_file_option(), _data_dir_option("Data folder"),
+        click.option("--out", required=True, metavar="RESULTS.jsonl",
+                     help="Records file (appended; records already there are skipped)."),
+        click.option("--layers", default="all", show_default=True,
+                     help="all, or hidden-state indices and avg, comma-separated."),
+        click.option("--pooling", type=click.Choice(CACHE_POOLINGS), default=None,
+                     help="Cached vectors to read [default: the first pooling every cache "
+                          "has]."),
+        click.option("--features", type=click.Choice(FEATURES), multiple=True,
+                     help="raw, or standardized with the sentence set's mean and std per "
+                          "feature (as probe --features); repeat for both [default: both]."),
+        click.option("--max-sentences", type=int, default=2000, show_default=True,
+                     help="Size of the seeded subsample that the sentence x sentence "
+                          "measures read (it is recorded)."),
+        click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
+                     help="Seed of the subsample."),
+        click.option("--overwrite", is_flag=True, help="Redo records already in --out."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@cli.command("similarity")
+@_map_inputs
+@click.option("--other", metavar="CACHE.h5", default=None,
+              help="A second cache (another model, a random-init control, a checkpoint): "
+                   "maps between the two [default: the cache with itself].")
+@click.option("--other-layers", default=None, help="--layers of --other [default: --layers].")
+@click.option("--measures", default=None, metavar="LIST",
+              help="Comma list of linear-cka, debiased-cka, procrustes, rsa, mutual-knn "
+                   "[default: all].")
+@click.option("--k", type=int, default=10, show_default=True,
+              help="Neighbours of mutual-knn.")
+@click.option("--products", type=click.Choice(["float32", "float64"]), default="float32",
+              show_default=True,
+              help="Precision of each chunk's cross-products (summed in float64 either way).")
+def similarity_command(cache, tasks, sentences_file, task_files, data_dirs, out, layers,
+                       pooling, features, max_sentences, seed, overwrite, other,
+                       other_layers, measures, k, products) -> None:
+    """Layer x layer similarity within one cache or between two, rows joined on the
+    sentence key: linear and debiased CKA, Procrustes, RSA, mutual k-NN
+    (estratos.similarity.similarity_maps)."""
+    from estratos.similarity.run import similarity_maps
+
+    run = similarity_maps(cache, out, other=other, tasks=tasks, sentences_file=sentences_file,
+                          data_dirs=data_dirs, task_files=task_files, layers=layers,
+                          other_layers=other_layers, pooling=pooling, measures=measures,
+                          features=features or None, max_sentences=max_sentences, seed=seed,
+                          k=k, products=products, overwrite=overwrite)
+    click.echo(run.describe())
+
+
+@cli.command("geometry")
+@_map_inputs
+def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, layers,
+                     pooling, features, max_sentences, seed, overwrite) -> None:
+    """Each layer's shape: anisotropy and rogue dimensions, massive activations, norms,
+    effective rank, TwoNN intrinsic dimension (estratos.similarity.geometry_maps)."""
+    from estratos.similarity.run import geometry_maps
+
+    run = geometry_maps(cache, out, tasks=tasks, sentences_file=sentences_file,
+                        data_dirs=data_dirs, task_files=task_files, layers=layers,
+                        pooling=pooling, features=features or None,
+                        max_sentences=max_sentences, seed=seed, overwrite=overwrite)
+    click.echo(run.describe())
 
 
 # ---- slurm -------------------------------------------------------------------------------

@@ -28,11 +28,13 @@ from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.html import to_html
 from estratos.report.intervals import StatsOptions, correction_text
 from estratos.report.intervals import apply as apply_stats
+from estratos.report.similarity import similarity_figures, similarity_sections
 from estratos.report.surface import SURFACE_INTRO, surface_tables
 from estratos.report.tables import Cell, Footnotes, Table, dataset_tables, group_table, layer_tables
 from estratos.report.writers import DELTA_LEGEND, UNDEFINED, WRITERS, ReportContent, Section
 from estratos.results import LoadedResults, Located, Notice, expand_paths, load_results
 from estratos.results.provenance import check_copies, data_builds, describe_builds
+from estratos.results.similarity import read_maps
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +188,8 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
                  pairs: Optional[PathLike] = None,
                  reference: odesia.Reference = "auto",
                  stats: Optional[StatsOptions] = None,
-                 control: Sequence[PathLike] = ()) -> ReportContent:
+                 control: Sequence[PathLike] = (),
+                 similarity: Sequence[PathLike] = ()) -> ReportContent:
     """Load results and compute every table of a report (nothing is written).
 
     ``baseline`` files (of ``estratos baseline``) add Delta tables; ``gap=(EN, ES)`` adds
@@ -197,12 +200,18 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     (e.g. ``encode --random-init``): they join the tables and curves, and a "Controls"
     section compares them layer by layer (:mod:`estratos.report.controls`), which also shows
     selectivity (control-label cells) and MDL compression when the results have them.
+    ``similarity`` files (of ``estratos similarity`` / ``geometry``) add their sections
+    (:mod:`estratos.report.similarity`); with them, RESULTS may be empty.
     """
     reference = odesia.parse_reference(reference)
     paths = _unique_paths(expand_paths(list(results)) + list(baseline) + list(gap or ())
                           + list(control))
+    maps = _similarity_records(similarity)
+    if not paths and maps is not None:
+        return ReportContent(_unique_paths(expand_paths(list(similarity))), [], aggregate([]),
+                             similarity_sections(maps), Footnotes(), maps=maps)
     if not paths:
-        raise OptionError("give at least one RESULTS file (or --gap EN ES)")
+        raise OptionError("give at least one RESULTS file (or --gap EN ES, or --similarity)")
     loaded: LoadedResults = load_results(paths)
     baseline_paths = {os.path.realpath(p) for p in baseline}
     for rec in loaded.records:
@@ -270,7 +279,24 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
         content.gap = odesia.compute_gap(en, es, pair_list, calib_en, calib_es)
         sections.append(Section("EN-ES gap (ODESIA Ind)", [_gap_table(content.gap, notes)],
                                 f"EN: `{os.fspath(gap[0])}`, ES: `{os.fspath(gap[1])}`."))
+    if maps is not None:
+        sections += similarity_sections(maps)
+        content.maps = maps
+        content.sources += _unique_paths(expand_paths(list(similarity)))
     return content
+
+
+def _similarity_records(similarity: Sequence[PathLike]) -> Optional[list]:
+    """The records of ``--similarity`` files (None when none is given; an error when
+    they hold none)."""
+    if not similarity:
+        return None
+    files = expand_paths(list(similarity))
+    records = read_maps(files)
+    if not records:
+        raise ResultsError(f"--similarity: no records in {', '.join(map(str, files))} (make "
+                           "them with `estratos similarity` or `estratos geometry`)")
+    return records
 
 
 def write_report(results: Sequence[PathLike], out: PathLike, *,
@@ -280,7 +306,8 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
                  pairs: Optional[PathLike] = None,
                  reference: odesia.Reference = "auto",
                  stats: Optional[StatsOptions] = None,
-                 control: Sequence[PathLike] = ()) -> ReportSummary:
+                 control: Sequence[PathLike] = (),
+                 similarity: Sequence[PathLike] = ()) -> ReportSummary:
     """Build a report and write it to the folder ``out`` (see :func:`build_report`).
 
     Files: report.md, report.tex, groups.csv + datasets.csv (+ gap.csv), report.json,
@@ -296,11 +323,14 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
 
         require_matplotlib()
     content = build_report(results, baseline=baseline, gap=gap, pairs=pairs,
-                           reference=reference, stats=stats, control=control)
+                           reference=reference, stats=stats, control=control,
+                           similarity=similarity)
     if plot:
         from estratos.report.plots import render_figures
 
         content.figures = render_figures(content.agg)
+        if content.maps:
+            content.figures += similarity_figures(content.maps)
     rendered: Dict[str, str] = {}
     for fmt in fmts:
         rendered.update(FORMAT_WRITERS[fmt](content))

@@ -72,6 +72,8 @@ class ReportContent:
     #: (row, task) -> bootstrap interval / mark vs the best layer (report --ci, --significance)
     intervals: Mapping[Any, Any] = field(default_factory=dict)
     marks: Mapping[Any, Any] = field(default_factory=dict)
+    #: similarity and geometry records (``report --similarity``; None: none given)
+    maps: Optional[List[Any]] = None
 
 
 # --------------------------------------------------------------------------- cell text

@@ -43,8 +43,16 @@ class FeatureScale:
     def fit(cls, x: Any) -> "FeatureScale":
         """The scale of ``x``: ``(n, F)`` or a stack ``(G, n, F)`` (numpy or torch)."""
         a = _numpy(x)
-        mean = a.mean(axis=-2, keepdims=a.ndim == 3, dtype=np.float64)
-        std = a.std(axis=-2, keepdims=a.ndim == 3, dtype=np.float64)
+        return cls.from_moments(a.mean(axis=-2, keepdims=a.ndim == 3, dtype=np.float64),
+                                a.std(axis=-2, keepdims=a.ndim == 3, dtype=np.float64))
+
+    @classmethod
+    def from_moments(cls, mean: np.ndarray, std: np.ndarray) -> "FeatureScale":
+        """The scale of data with these per-feature means and (population) standard
+        deviations, however they were computed (``fit``, or a pass over chunks); the one
+        rule of what counts as a constant feature."""
+        mean = np.asarray(mean, dtype=np.float64)
+        std = np.asarray(std, dtype=np.float64)
         constant = ~(std > CONSTANT_RELATIVE_STD * np.maximum(1.0, np.abs(mean)))
         return cls(mean=mean, std=np.where(constant, np.inf, std))
 

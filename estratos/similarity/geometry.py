@@ -1,0 +1,188 @@
+"""The shape of one layer's space: anisotropy, rogue dimensions, massive activations, norms,
+effective rank and intrinsic dimension.
+
+Why streamed: anisotropy, each dimension's share of it, the largest activation, the norm
+profile and the covariance behind the effective rank are sums over sentences, so they use
+every sentence of the set in one pass (:class:`GeometryAccumulator`, after
+:func:`estratos.similarity.streaming.layer_moments`); only the median activation and the
+TwoNN estimate, which need order statistics or nearest neighbours, read the seeded
+subsample.
+
+Definitions (formulas only):
+- anisotropy: the mean cosine over all pairs of distinct sentences,
+  ``(|sum u|^2 - sum |u|^2) / (n (n - 1))`` for unit rows u (Ethayarajh 2019 estimates it
+  from random pairs; all pairs is its exact value); dimension k contributes
+  ``((sum u_k)^2 - sum u_k^2) / (n (n - 1))`` and its share is that over the whole
+  (Timkey & van Schijndel 2021's rogue dimensions); zero rows have no direction and are left
+  out (counted);
+- max / median absolute activation: massive activations (Sun et al. 2024) make the ratio
+  large;
+- effective rank: ``exp(-sum p log p)`` of the covariance spectrum normalised to sum 1
+  (Roy & Vetterli 2007, on the covariance);
+- TwoNN (Facco, d'Errico, Rodriguez & Laio 2017): mu = r2 / r1 of each point's two nearest
+  neighbours; the slope through the origin of ``-log(1 - F(mu))`` against ``log mu``,
+  the largest 10% of mu left out as in the paper. Exact duplicate vectors are dropped first
+  (their r1 is 0) and counted; so are points whose nearest distance is still 0 in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from estratos.similarity.measures import Value
+from estratos.similarity.streaming import Moments
+
+#: the geometry measures, in the order records and tables show them
+GEOMETRY_MEASURES = ("anisotropy", "max-abs", "norm", "effective-rank", "twonn")
+#: rogue dimensions named per layer (largest contributions to the anisotropy)
+TOP_DIMS = 3
+#: TwoNN's share of the largest mu left out of the fit (Facco et al. 2017)
+TWONN_DISCARD = 0.1
+
+
+class _Layer:
+    """Sums of one layer under one reading (raw or standardized)."""
+
+    def __init__(self, d: int) -> None:
+        self.u_sum = np.zeros(d)
+        self.u_sq = np.zeros(d)
+        self.unit_rows = 0
+        self.zero_rows = 0
+        self.max_abs = 0.0
+        self.max_dim = 0
+        self.norms: List[np.ndarray] = []
+
+    def add(self, x: np.ndarray) -> None:
+        norms = np.linalg.norm(x, axis=1)
+        self.norms.append(norms)
+        keep = norms > 0
+        u = x[keep] / norms[keep, None]
+        self.u_sum += u.sum(axis=0)
+        self.u_sq += (u * u).sum(axis=0)
+        self.unit_rows += int(keep.sum())
+        self.zero_rows += int((~keep).sum())
+        if x.size:
+            flat = int(np.argmax(np.abs(x)))
+            value = float(abs(x.flat[flat]))
+            if value > self.max_abs:
+                self.max_abs, self.max_dim = value, flat % x.shape[1]
+
+
+class GeometryAccumulator:
+    """Pass two of ``estratos geometry`` over chunks of every layer (see the module
+    docstring); ``measures(i, standardized, sample)`` gives layer i's values."""
+
+    def __init__(self, moments: Sequence[Moments]) -> None:
+        self.moments = list(moments)
+        self.inverse = [m.inverse_scale for m in self.moments]
+        self.cov = [np.zeros((len(m.mean),) * 2) for m in self.moments]
+        self.layers = [[_Layer(len(m.mean)) for m in self.moments] for _ in range(2)]
+
+    def standardize(self, i: int, x: np.ndarray) -> np.ndarray:
+        """Layer i's rows z-scored with the whole set's statistics (constant features 0)."""
+        return (np.asarray(x, dtype=np.float64) - self.moments[i].mean) * self.inverse[i]
+
+    def add(self, xs: Sequence[np.ndarray]) -> None:
+        """One chunk: (c, d) rows of every layer."""
+        for i, x in enumerate(xs):
+            xf = np.asarray(x, dtype=np.float64)
+            xc = (xf - self.moments[i].mean) * (self.inverse[i] > 0)
+            self.cov[i] += xc.T @ xc
+            self.layers[0][i].add(xf)
+            self.layers[1][i].add(xc * self.inverse[i])
+
+    def measures(self, i: int, standardized: bool, sample: np.ndarray) -> Dict[str, Value]:
+        """Every geometry measure of layer i; ``sample``: the subsample's rows of that layer
+        (raw; standardized here when asked)."""
+        layer = self.layers[int(standardized)][i]
+        rows = self.standardize(i, sample) if standardized else np.asarray(sample, np.float64)
+        cov = self.cov[i]
+        if standardized:
+            cov = cov * self.inverse[i][:, None] * self.inverse[i][None, :]
+        return {"anisotropy": anisotropy(layer),
+                "max-abs": max_abs(layer, rows),
+                "norm": norm_profile(layer),
+                "effective-rank": effective_rank(cov),
+                "twonn": twonn(rows)}
+
+
+def anisotropy(layer: _Layer) -> Value:
+    m = layer.unit_rows
+    if m < 2:
+        return Value(None, "fewer than 2 sentences with a non-zero vector",
+                     {"zero_rows": layer.zero_rows})
+    pairs = m * (m - 1)
+    per_dim = (layer.u_sum ** 2 - layer.u_sq) / pairs
+    total = float(per_dim.sum())
+    top = np.argsort(-per_dim, kind="stable")[:TOP_DIMS]
+    shares = [{"dim": int(k), "share": (float(per_dim[k] / total) if abs(total) > 1e-12
+                                         else None)} for k in top]
+    return Value.of(total, top_dims=shares, zero_rows=layer.zero_rows)
+
+
+def max_abs(layer: _Layer, sample: np.ndarray) -> Value:
+    median = float(np.median(np.abs(sample))) if sample.size else 0.0
+    ratio = layer.max_abs / median if median > 0 else None
+    return Value.of(layer.max_abs, dim=layer.max_dim, median_abs=median, ratio=ratio,
+                    median_of=len(sample))
+
+
+def norm_profile(layer: _Layer) -> Value:
+    norms = np.concatenate(layer.norms) if layer.norms else np.zeros(0)
+    if not len(norms):
+        return Value(None, "no sentences")
+    return Value.of(float(norms.mean()), std=float(norms.std()), min=float(norms.min()),
+                    median=float(np.median(norms)), max=float(norms.max()))
+
+
+def effective_rank(cov: np.ndarray) -> Value:
+    """exp of the entropy of the covariance spectrum normalised to sum 1."""
+    eig = np.clip(np.linalg.eigvalsh(cov), 0.0, None)
+    total = float(eig.sum())
+    if not total > 0:
+        return Value(None, "the layer is constant over these sentences")
+    p = eig[eig > 0] / total
+    return Value.of(math.exp(float(-(p * np.log(p)).sum())), dim=len(cov))
+
+
+def _two_nearest(x: np.ndarray) -> np.ndarray:
+    """Each row's two smallest distances to other rows, (m, 2) float64: candidates from the
+    Gram matrix, their distances then computed from the differences (no cancellation)."""
+    sq = np.einsum("ij,ij->i", x, x)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (x @ x.T)
+    np.fill_diagonal(d2, np.inf)
+    take = min(4, len(x) - 1)
+    cand = np.argpartition(d2, take - 1, axis=1)[:, :take]
+    exact = np.linalg.norm(x[:, None, :] - x[cand], axis=2)
+    return np.sort(exact, axis=1)[:, :2]
+
+
+def twonn(x: np.ndarray) -> Value:
+    """TwoNN intrinsic dimension of the rows of ``x`` (see the module docstring)."""
+    xf = np.asarray(x, dtype=np.float64)
+    unique = np.unique(xf, axis=0) if len(xf) else xf
+    duplicates = len(xf) - len(unique)
+    if len(unique) < 3:
+        return Value(None, f"fewer than 3 distinct vectors ({len(unique)})",
+                     {"used": len(unique), "duplicates": duplicates})
+    r = _two_nearest(unique)
+    ok = r[:, 0] > 0
+    mu = np.sort(r[ok, 1] / r[ok, 0])
+    n = len(mu)
+    keep = int(math.floor((1.0 - TWONN_DISCARD) * n))
+    detail = {"used": n, "duplicates": duplicates, "too_close": int((~ok).sum())}
+    if keep < 2:
+        return Value(None, "fewer than 2 points left for the fit", detail)
+    xs = np.log(mu[:keep])
+    ys = -np.log(1.0 - np.arange(1, keep + 1) / n)
+    den = float(xs @ xs)
+    if not den > 0:
+        return Value(None, "every point's two nearest neighbours are equally far", detail)
+    return Value.of(float(xs @ ys) / den, **detail)
+
+
+__all__ = ["GEOMETRY_MEASURES", "GeometryAccumulator", "anisotropy", "effective_rank",
+           "max_abs", "norm_profile", "twonn"]

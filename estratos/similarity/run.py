@@ -1,0 +1,385 @@
+"""``estratos similarity`` and ``estratos geometry`` as functions: options checked, caches
+opened and joined on the sentence key, the passes over chunks run, records appended.
+
+Why this order: every option and input a user can get wrong (measures, features,
+``--max-sentences``, ``--out``, the sentence selection, a cache that is missing, lacks the
+pooling or a layer, or lacks some sentences) is checked before the first chunk is read,
+and every record is computed in memory before the one append, so a failed run writes
+nothing. A rerun with the same options skips the measures whose records are all in
+``--out`` (``overwrite`` redoes them; readers keep the last copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+
+import numpy as np
+
+from estratos import __version__
+from estratos.errors import OptionError
+from estratos.options import check_output_file, parse_layers, positive_int
+from estratos.results.similarity import (
+    Layer,
+    MapRecord,
+    append_maps,
+    cache_part,
+    done_map_keys,
+)
+from estratos.similarity import measures as M
+from estratos.similarity.geometry import GEOMETRY_MEASURES, GeometryAccumulator
+from estratos.similarity.sentences import SentenceSet, cache_rows, select_sentences
+from estratos.similarity.streaming import PRODUCTS, CrossProducts, Moments, layer_moments
+from estratos.vocab import AVG, DEFAULT_SEED, FEATURES, STANDARDIZED_FEATURES, LayerSpec, utc_now
+
+log = logging.getLogger(__name__)
+
+#: every similarity measure, in the order records and the report show them
+SIMILARITY_MEASURES = ("linear-cka", "debiased-cka", "procrustes", "rsa", "mutual-knn")
+#: measures computed from streamed d x d cross-products over every sentence
+STREAMED = ("linear-cka", "debiased-cka", "procrustes")
+#: measures computed on the seeded subsample (sentence x sentence matrices)
+SAMPLED = ("rsa", "mutual-knn")
+#: ``--max-sentences``: the subsample RSA, mutual k-NN, the median activation and TwoNN read
+DEFAULT_MAX_SENTENCES = 2000
+#: ``--k``: neighbours of mutual k-NN (Huh et al. 2024 use 10)
+DEFAULT_K = 10
+#: sentences per chunk of the streamed passes (the memory of a chunk: rows x layers x dim)
+CHUNK_ROWS = 4096
+
+PathLike = Union[str, os.PathLike]
+
+
+def parse_choices(option: str, given: Union[str, Sequence[str], None],
+                  allowed: Sequence[str]) -> Tuple[str, ...]:
+    """A comma list (or sequence) of names among ``allowed``; None or empty: all of them."""
+    if given is None:
+        return tuple(allowed)
+    items = given.split(",") if isinstance(given, str) else list(given)
+    names = [str(x).strip().lower() for x in items if str(x).strip()]
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise OptionError(f"{option}: unknown {', '.join(map(repr, unknown))}; choose from "
+                          f"{', '.join(allowed)}")
+    return tuple(n for n in allowed if n in names) or tuple(allowed)
+
+
+@dataclass
+class Side:
+    """One cache's part of a run: the reader, its layer specs and each sentence's row."""
+
+    reader: Any
+    layers: Tuple[LayerSpec, ...]
+    rows: np.ndarray
+
+    @property
+    def part(self) -> Dict[str, Any]:
+        return cache_part(self.reader.identity())
+
+    def read(self, positions: np.ndarray, pooling: str) -> List[np.ndarray]:
+        """The layers' (c, d) float32 rows of the sentences at ``positions``."""
+        block = self.reader.read(self.rows[positions], pooling, states=list(self.layers))
+        return [block[:, i, :] for i in range(len(self.layers))]
+
+
+def _layers(reader: Any, text: str, option: str) -> Tuple[LayerSpec, ...]:
+    """``--layers`` against a cache: its stored states and avg (dropped from ``all`` when the
+    cache does not store it; named as an error when asked for)."""
+    try:
+        specs = parse_layers(text, reader.n_states, reader.states)
+    except OptionError as exc:
+        raise OptionError(str(exc.cli_text()).replace("--layers", option, 1)
+                          + f" ({reader.path})") from None
+    if AVG in specs and not reader.has_avg:
+        if AVG in [t.strip().lower() for t in str(text).split(",")]:
+            raise OptionError(f"{option}: {reader.path} does not store {AVG}")
+        specs = tuple(s for s in specs if s != AVG)
+    return specs
+
+
+def _pooling(readers: Sequence[Any], pooling: Optional[str]) -> str:
+    """The pooling every cache holds: the one asked for, else the first cache's first
+    pooling the others hold too."""
+    if pooling is None:
+        common = [p for p in readers[0].poolings if all(p in r.poolings for r in readers[1:])]
+        if not common:
+            raise OptionError("--pooling: the caches share no pooling ("
+                              + "; ".join(f"{r.path}: {', '.join(r.poolings)}" for r in readers)
+                              + ")")
+        return common[0]
+    for r in readers:
+        if pooling not in r.poolings:
+            raise OptionError(f"--pooling: {r.path} has no pooling {pooling!r} (it has "
+                              f"{', '.join(r.poolings)})")
+    return pooling
+
+
+def _chunks(n: int, order: np.ndarray) -> Iterator[np.ndarray]:
+    for lo in range(0, n, CHUNK_ROWS):
+        yield order[lo:lo + CHUNK_ROWS]
+
+
+@dataclass
+class MapRun:
+    """What a similarity or geometry run did."""
+
+    out: str
+    kind: str
+    n_sentences: int
+    written: List[MapRecord] = field(default_factory=list)
+    already_done: int = 0
+    seconds: float = 0.0
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """What the CLI prints."""
+        parts = [f"wrote {len(self.written)} {self.kind} record(s) to {self.out} over "
+                 f"{self.n_sentences} sentences in {self.seconds:.1f} s"]
+        if self.already_done:
+            parts.append(f"{self.already_done} already there (skipped; --overwrite redoes "
+                         "them)")
+        undefined = sum(r.value is None for r in self.written)
+        if undefined:
+            parts.append(f"{undefined} undefined (null, with the reason in `undefined`)")
+        return "; ".join(parts)
+
+
+@contextlib.contextmanager
+def _open_all(paths: Sequence[PathLike]) -> Iterator[List[Any]]:
+    from estratos.cache import open_cache
+
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(open_cache(p)) for p in paths]
+
+
+class _Records:
+    """Builds the run's records (all sharing the caches, pooling and sentence set)."""
+
+    def __init__(self, kind: str, a: Side, b: Optional[Side], pooling: str,
+                 sentences: SentenceSet) -> None:
+        self.kind, self.pooling = kind, pooling
+        self.a = a.part
+        self.b = None if b is None else b.part
+        self.sentences = {"digest": sentences.digest, "n": len(sentences)}
+        self.created = utc_now()
+
+    def make(self, measure: str, la: Layer, lb: Layer, features: str,
+             value: Optional[M.Value], settings: Dict[str, Any],
+             sample: Optional[Dict[str, Any]], seconds: Optional[float] = None) -> MapRecord:
+        v = value or M.Value(None, "not computed")
+        return MapRecord(kind=self.kind, measure=measure, value=v.value, layer_a=la,
+                         layer_b=lb, pooling=self.pooling, features=features, a=self.a,
+                         b=self.b, sentences=self.sentences, settings=settings, sample=sample,
+                         undefined=v.undefined, detail=dict(v.detail), seconds=seconds,
+                         estratos_version=__version__, created=self.created)
+
+
+def _check_common(out: PathLike, features: Union[str, Sequence[str], None],
+                  max_sentences: int, seed: int) -> Tuple[Tuple[str, ...], int, int]:
+    feats = parse_choices("--features", features, FEATURES)
+    size = positive_int("--max-sentences", max_sentences)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise OptionError(f"--seed: {seed!r} is not an integer")
+    check_output_file(out)
+    return feats, size, seed
+
+
+def similarity_maps(cache: PathLike, out: PathLike, *, other: Optional[PathLike] = None,
+                    tasks: Optional[str] = None, sentences_file: Optional[PathLike] = None,
+                    data_dirs: Sequence[str] = (), task_files: Sequence[str] = (),
+                    layers: str = "all", other_layers: Optional[str] = None,
+                    pooling: Optional[str] = None,
+                    measures: Union[str, Sequence[str], None] = None,
+                    features: Union[str, Sequence[str], None] = None,
+                    max_sentences: int = DEFAULT_MAX_SENTENCES, seed: int = DEFAULT_SEED,
+                    k: int = DEFAULT_K, products: str = "float32",
+                    overwrite: bool = False) -> MapRun:
+    """``estratos similarity``: every layer x layer map of ``cache`` with itself, or with
+    ``other`` (layers ``other_layers``, default ``layers``), over the sentences of
+    ``tasks``/``task_files`` or ``sentences_file``; records appended to ``out``."""
+    started = time.perf_counter()
+    chosen = parse_choices("--measures", measures, SIMILARITY_MEASURES)
+    feats, size, seed = _check_common(out, features, max_sentences, seed)
+    k = positive_int("--k", k)
+    if products not in PRODUCTS:
+        raise OptionError(f"--products: {products!r}; choose from {', '.join(PRODUCTS)}")
+    sentences = select_sentences(sentences_file, tasks, data_dirs, task_files)
+    paths = [cache] if other is None else [cache, other]
+    with _open_all(paths) as readers:
+        pool = _pooling(readers, pooling)
+        a = Side(readers[0], _layers(readers[0], layers, "--layers"), cache_rows(readers[0],
+                                                                                 sentences))
+        b = None if other is None else Side(
+            readers[1], _layers(readers[1], other_layers or layers, "--other-layers"),
+            cache_rows(readers[1], sentences))
+        n = len(sentences)
+        if n < 4 and any(m in STREAMED for m in chosen):
+            raise OptionError(f"--tasks/--sentences: {n} sentence(s); the measures need at "
+                              "least 4")
+        builder = _Records("similarity", a, b, pool, sentences)
+        lb = a.layers if b is None else b.layers
+        sample_pos = sentences.subsample(size, seed)
+        sample = {"size": len(sample_pos), "of": n, "seed": seed}
+
+        def settings_of(measure: str) -> Dict[str, Any]:
+            if measure in STREAMED:
+                return {"products": products}
+            return {"k": k} if measure == "mutual-knn" else {}
+
+        def plan() -> List[MapRecord]:
+            return [builder.make(m, i, j, f, None, settings_of(m),
+                                 sample if m in SAMPLED else None)
+                    for m in chosen for f in feats for i in a.layers for j in lb]
+
+        done: Set[Any] = set() if overwrite else done_map_keys(out)
+        todo = {r.measure for r in plan() if r.key not in done}
+        run = MapRun(os.fspath(out), "similarity", n)
+        values: Dict[Tuple[Any, ...], M.Value] = {}
+        standardized_needed = STANDARDIZED_FEATURES in feats
+        streamed = [m for m in chosen if m in STREAMED and m in todo]
+        sampled = [m for m in chosen if m in SAMPLED and m in todo]
+        moments_a: Optional[List[Moments]] = None
+        moments_b: Optional[List[Moments]] = None
+        order = np.argsort(a.rows, kind="stable")
+        if streamed or (sampled and standardized_needed):
+            t = time.perf_counter()
+            moments_a = layer_moments(a.read(c, pool) for c in _chunks(n, order))
+            moments_b = None if b is None else layer_moments(b.read(c, pool)
+                                                              for c in _chunks(n, order))
+            run.timings["moments"] = time.perf_counter() - t
+        if streamed and moments_a is not None:
+            t = time.perf_counter()
+            acc = CrossProducts(moments_a, moments_b, products)
+            for c in _chunks(n, order):
+                acc.add(a.read(c, pool), None if b is None else b.read(c, pool))
+            run.timings["products"] = time.perf_counter() - t
+            t = time.perf_counter()
+            fns: Dict[str, Callable[[M.PairStats], M.Value]] = {
+                "linear-cka": M.linear_cka_stats, "debiased-cka": M.debiased_cka_stats,
+                "procrustes": M.procrustes_stats}
+            for f in feats:
+                for i, la in enumerate(a.layers):
+                    for j, lj in enumerate(lb):
+                        stats = acc.pair(i, j, standardized=f == STANDARDIZED_FEATURES)
+                        for m in streamed:
+                            values[(m, f, la, lj)] = fns[m](stats)
+            run.timings["streamed measures"] = time.perf_counter() - t
+        if sampled:
+            t = time.perf_counter()
+            _sampled(values, sampled, feats, a, b, pool, sample_pos, moments_a, moments_b, k)
+            run.timings["sampled measures"] = time.perf_counter() - t
+        records = [builder.make(r.measure, r.layer_a, r.layer_b, r.features,
+                                values.get((r.measure, r.features, r.layer_a, r.layer_b)),
+                                r.settings, r.sample)
+                   for r in plan() if r.measure in todo]
+    return _finish(run, out, records, overwrite, started, len(plan()))
+
+
+def _scaled(xs: List[np.ndarray], moments: Optional[Sequence[Moments]], standardized: bool
+            ) -> List[np.ndarray]:
+    if not standardized or moments is None:
+        return [np.asarray(x, dtype=np.float64) for x in xs]
+    return [(np.asarray(x, dtype=np.float64) - m.mean) * m.inverse_scale
+            for x, m in zip(xs, moments)]
+
+
+def _sampled(values: Dict[Tuple[Any, ...], M.Value],
+             measures: Sequence[str], feats: Sequence[str], a: Side, b: Optional[Side],
+             pool: str, positions: np.ndarray, moments_a: Optional[Sequence[Moments]],
+             moments_b: Optional[Sequence[Moments]], k: int) -> None:
+    """RSA and mutual k-NN of every layer pair on the subsample (standardized with the whole
+    set's statistics)."""
+    rows_a = a.read(positions, pool)
+    rows_b = rows_a if b is None else b.read(positions, pool)
+    lb = a.layers if b is None else b.layers
+    for f in feats:
+        std = f == STANDARDIZED_FEATURES
+        xs = _scaled(rows_a, moments_a, std)
+        ys = xs if b is None else _scaled(rows_b, moments_b, std)
+        if "rsa" in measures:
+            ranks_x = [M.rdm_ranks(x) for x in xs]
+            ranks_y = ranks_x if b is None else [M.rdm_ranks(y) for y in ys]
+            for i, la in enumerate(a.layers):
+                for j, lj in enumerate(lb):
+                    values[("rsa", f, la, lj)] = M.rsa_from_ranks(ranks_x[i], ranks_y[j])
+        if "mutual-knn" in measures:
+            if len(positions) < k + 1:
+                for la in a.layers:
+                    for lj in lb:
+                        values[("mutual-knn", f, la, lj)] = M.Value(
+                            None, f"fewer than k + 1 = {k + 1} sentences")
+                continue
+            sets_x = [M.knn_sets(x, k) for x in xs]
+            sets_y = sets_x if b is None else [M.knn_sets(y, k) for y in ys]
+            for i, la in enumerate(a.layers):
+                for j, lj in enumerate(lb):
+                    values[("mutual-knn", f, la, lj)] = M.knn_overlap(sets_x[i], sets_y[j], k)
+
+
+def _finish(run: MapRun, out: PathLike, records: List[MapRecord], overwrite: bool,
+            started: float, planned: int) -> MapRun:
+    run.written = append_maps(out, records, skip_done=not overwrite) if records else []
+    run.already_done = planned - len(run.written)
+    run.seconds = time.perf_counter() - started
+    log.info("%s: %s", run.kind, ", ".join(f"{k} {v:.1f} s" for k, v in run.timings.items()))
+    return run
+
+
+def geometry_maps(cache: PathLike, out: PathLike, *, tasks: Optional[str] = None,
+                  sentences_file: Optional[PathLike] = None, data_dirs: Sequence[str] = (),
+                  task_files: Sequence[str] = (), layers: str = "all",
+                  pooling: Optional[str] = None,
+                  features: Union[str, Sequence[str], None] = None,
+                  max_sentences: int = DEFAULT_MAX_SENTENCES, seed: int = DEFAULT_SEED,
+                  overwrite: bool = False) -> MapRun:
+    """``estratos geometry``: each layer's shape (:mod:`estratos.similarity.geometry`) over
+    the sentences of ``tasks``/``task_files`` or ``sentences_file``, raw and standardized;
+    records appended to ``out``."""
+    started = time.perf_counter()
+    feats, size, seed = _check_common(out, features, max_sentences, seed)
+    sentences = select_sentences(sentences_file, tasks, data_dirs, task_files)
+    with _open_all([cache]) as readers:
+        pool = _pooling(readers, pooling)
+        a = Side(readers[0], _layers(readers[0], layers, "--layers"),
+                 cache_rows(readers[0], sentences))
+        n = len(sentences)
+        builder = _Records("geometry", a, None, pool, sentences)
+        sample_pos = sentences.subsample(size, seed)
+        sample = {"size": len(sample_pos), "of": n, "seed": seed}
+
+        def plan() -> List[MapRecord]:
+            return [builder.make(m, la, None, f, None, {}, sample)
+                    for m in GEOMETRY_MEASURES for f in feats for la in a.layers]
+
+        done: Set[Any] = set() if overwrite else done_map_keys(out)
+        pending = [r for r in plan() if r.key not in done]
+        run = MapRun(os.fspath(out), "geometry", n)
+        values: Dict[Tuple[Any, ...], M.Value] = {}
+        if pending:
+            order = np.argsort(a.rows, kind="stable")
+            t = time.perf_counter()
+            moments = layer_moments(a.read(c, pool) for c in _chunks(n, order))
+            run.timings["moments"] = time.perf_counter() - t
+            t = time.perf_counter()
+            acc = GeometryAccumulator(moments)
+            for c in _chunks(n, order):
+                acc.add(a.read(c, pool))
+            rows = a.read(sample_pos, pool)
+            for f in feats:
+                for i, la in enumerate(a.layers):
+                    found = acc.measures(i, f == STANDARDIZED_FEATURES, rows[i])
+                    for m, v in found.items():
+                        values[(m, f, la)] = v
+            run.timings["geometry"] = time.perf_counter() - t
+        records = [builder.make(r.measure, r.layer_a, None, r.features,
+                                values.get((r.measure, r.features, r.layer_a)), {}, sample)
+                   for r in pending]
+    return _finish(run, out, records, overwrite, started, len(plan()))
+
+
+__all__ = ["CHUNK_ROWS", "DEFAULT_K", "DEFAULT_MAX_SENTENCES", "SAMPLED", "SIMILARITY_MEASURES",
+           "STREAMED", "MapRun", "geometry_maps", "parse_choices", "similarity_maps"]

@@ -1,0 +1,184 @@
+"""Cross-products of every layer pair over chunks of sentences: no n x n matrix, ever.
+
+Why two passes: linear CKA, debiased CKA and Procrustes read centred features, and the
+standardized reading divides by each feature's standard deviation over the whole sentence
+set; the per-row squared norms debiased CKA needs (``sum_i a_i b_i``) depend on both, so
+they cannot be corrected afterwards. Pass one (:func:`layer_moments`) gets each layer's
+per-feature mean and spread (chunk moments merged exactly, Chan et al.'s pairwise update,
+in float64); pass two (:class:`CrossProducts`) centres each chunk with them and adds its
+``Z^T Z`` (Z = the layers side by side) into float64 sums. The standardized statistics are
+the raw ones scaled by the inverse standard deviations (``D X^T Y D``), so only the row
+norms need a second reading of each chunk, never a second product.
+
+The products of one chunk run in ``products`` precision: float32 by default (twice BLAS's
+float64 rate on these CPUs; a chunk's 4,096-term sums carry about 1e-7 relative error,
+summed across chunks in float64), or float64 for results that equal the one-shot formulas
+to rounding (tests, ``--products float64``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, List, Optional, Sequence
+
+import numpy as np
+
+from estratos.probe.estimators.scaling import FeatureScale
+from estratos.similarity.measures import PairStats
+
+#: the precisions a chunk's products may run in (``--products``)
+PRODUCTS = ("float32", "float64")
+
+
+@dataclass
+class Moments:
+    """One layer's per-feature count, mean and sum of squared deviations (float64)."""
+
+    n: int
+    mean: np.ndarray
+    m2: np.ndarray
+
+    @property
+    def std(self) -> np.ndarray:
+        """Population standard deviation per feature."""
+        return np.sqrt(np.maximum(self.m2, 0.0) / max(self.n, 1))
+
+    @property
+    def inverse_scale(self) -> np.ndarray:
+        """1 / std per feature, 0 for a constant feature (the probe's rule:
+        :meth:`estratos.probe.estimators.scaling.FeatureScale.from_moments`)."""
+        return 1.0 / FeatureScale.from_moments(self.mean, self.std).std
+
+    def merge(self, x: np.ndarray) -> None:
+        """Add the rows of ``x`` (c, d)."""
+        c = len(x)
+        if c == 0:
+            return
+        xf = np.asarray(x, dtype=np.float64)
+        mean_c = xf.mean(axis=0)
+        m2_c = ((xf - mean_c) ** 2).sum(axis=0)
+        n = self.n + c
+        delta = mean_c - self.mean
+        self.mean = self.mean + delta * (c / n)
+        self.m2 = self.m2 + m2_c + delta * delta * (self.n * c / n)
+        self.n = n
+
+
+def layer_moments(chunks: Iterable[Sequence[np.ndarray]]) -> List[Moments]:
+    """Per-layer :class:`Moments` over chunks, each a sequence of (c, d_l) matrices (the
+    same layers in the same order in every chunk)."""
+    out: List[Moments] = []
+    for chunk in chunks:
+        if not out:
+            out = [Moments(0, np.zeros(x.shape[1]), np.zeros(x.shape[1])) for x in chunk]
+        for m, x in zip(out, chunk):
+            m.merge(x)
+    return out
+
+
+class CrossProducts:
+    """Pass two: the centred cross-products (a constant feature's centred values, rounding
+    residues, set to exactly 0: the probe's rule) of layers X_0..X_p (and, for two caches, of
+    each X_i with each Y_j) and the sums of their rows' squared norms, raw and
+    standardized. ``pair(i, j, standardized)`` then gives a :class:`PairStats`.
+
+    Within one cache (``moments_y`` None) all of ``Z^T Z`` is kept (every pair i, j); for
+    two caches only ``Z_x^T Z_y`` and each layer's own block, which is what the pairs use.
+    """
+
+    def __init__(self, moments_x: Sequence[Moments], moments_y: Optional[Sequence[Moments]]
+                 = None, products: str = "float32") -> None:
+        if products not in PRODUCTS:
+            raise ValueError(f"products must be one of {PRODUCTS}, not {products!r}")
+        self.dtype = np.dtype(products)
+        self.mx = list(moments_x)
+        self.my = None if moments_y is None else list(moments_y)
+        self.inv_x = [m.inverse_scale for m in self.mx]
+        self.inv_y = None if self.my is None else [m.inverse_scale for m in self.my]
+        self.off_x = np.cumsum([0] + [len(m.mean) for m in self.mx])
+        self.n = 0
+        wx = int(self.off_x[-1])
+        if self.my is None:
+            self.gram = np.zeros((wx, wx))
+            self.off_y = self.off_x
+            self.selfs_y: List[np.ndarray] = []
+        else:
+            self.off_y = np.cumsum([0] + [len(m.mean) for m in self.my])
+            self.gram = np.zeros((wx, int(self.off_y[-1])))
+            self.selfs_x = [np.zeros((len(m.mean),) * 2) for m in self.mx]
+            self.selfs_y = [np.zeros((len(m.mean),) * 2) for m in self.my]
+        ly = len(self.mx) if self.my is None else len(self.my)
+        # row-norm sums: [raw, standardized] x (layers of X, layers of Y)
+        self.norm_x = np.zeros((2, len(self.mx)))
+        self.norm_y = np.zeros((2, ly))
+        self.norm_xy = np.zeros((2, len(self.mx), ly))
+        self.norm_xx = np.zeros((2, len(self.mx)))
+        self.norm_yy = np.zeros((2, ly))
+
+    def _centred(self, xs: Sequence[np.ndarray], moments: Sequence[Moments],
+                 inverse: Sequence[np.ndarray], width: int) -> tuple:
+        c = len(xs[0])
+        z = np.empty((c, width), dtype=self.dtype)
+        norms = np.empty((2, c, len(xs)))
+        at = 0
+        for i, (x, m, inv) in enumerate(zip(xs, moments, inverse)):
+            xc = (np.asarray(x, dtype=np.float64) - m.mean) * (inv > 0)
+            norms[0, :, i] = np.einsum("ij,ij->i", xc, xc)
+            xs_ = xc * inv
+            norms[1, :, i] = np.einsum("ij,ij->i", xs_, xs_)
+            z[:, at:at + xc.shape[1]] = xc
+            at += xc.shape[1]
+        return z, norms
+
+    def add(self, xs: Sequence[np.ndarray], ys: Optional[Sequence[np.ndarray]] = None) -> None:
+        """Add one chunk: the layers of X (and of Y, two caches), same rows in each."""
+        if (ys is None) != (self.my is None):
+            raise ValueError("give ys exactly when the accumulator was built for two caches")
+        zx, rx = self._centred(xs, self.mx, self.inv_x, int(self.off_x[-1]))
+        self.n += zx.shape[0]
+        if ys is None or self.my is None or self.inv_y is None:
+            self.gram += zx.T @ zx
+            ry = rx
+        else:
+            zy, ry = self._centred(ys, self.my, self.inv_y, int(self.off_y[-1]))
+            self.gram += zx.T @ zy
+            for k, s in enumerate(self.selfs_x):
+                block = zx[:, self.off_x[k]:self.off_x[k + 1]]
+                s += block.T @ block
+            for k, s in enumerate(self.selfs_y):
+                block = zy[:, self.off_y[k]:self.off_y[k + 1]]
+                s += block.T @ block
+        for f in range(2):
+            self.norm_x[f] += rx[f].sum(axis=0)
+            self.norm_y[f] += ry[f].sum(axis=0)
+            self.norm_xy[f] += rx[f].T @ ry[f]
+            self.norm_xx[f] += np.einsum("ij,ij->j", rx[f], rx[f])
+            self.norm_yy[f] += np.einsum("ij,ij->j", ry[f], ry[f])
+
+    def _block(self, i: int, j: int, side: str) -> np.ndarray:
+        if self.my is None:
+            return self.gram[self.off_x[i]:self.off_x[i + 1], self.off_x[j]:self.off_x[j + 1]]
+        if side == "x":
+            return self.selfs_x[i]
+        if side == "y":
+            return self.selfs_y[j]
+        return self.gram[self.off_x[i]:self.off_x[i + 1], self.off_y[j]:self.off_y[j + 1]]
+
+    def pair(self, i: int, j: int, standardized: bool = False) -> PairStats:
+        """The statistics of layer i of X with layer j of Y (of X within one cache)."""
+        cross = self._block(i, j, "xy")
+        xx = self._block(i, i, "x")
+        yy = self._block(j, j, "y")
+        f = int(standardized)
+        if standardized:
+            ix = self.inv_x[i]
+            iy = (self.inv_x if self.inv_y is None else self.inv_y)[j]
+            cross = cross * ix[:, None] * iy[None, :]
+            xx = xx * ix[:, None] * ix[None, :]
+            yy = yy * iy[:, None] * iy[None, :]
+        return PairStats(self.n, cross, xx, yy, float(self.norm_x[f, i]),
+                         float(self.norm_y[f, j]), float(self.norm_xy[f, i, j]),
+                         float(self.norm_xx[f, i]), float(self.norm_yy[f, j]))
+
+
+__all__ = ["PRODUCTS", "CrossProducts", "Moments", "layer_moments"]

@@ -1,0 +1,368 @@
+"""Similarity and geometry (issue 39): each measure against a plain reference written from
+its formula on n x n matrices, the invariances and biases the literature states, the
+streamed path against the one-shot one, and the commands' bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from probe_toys import toy_sentences, write_cache
+
+from estratos.cli import cli
+from estratos.similarity import geometry as G
+from estratos.similarity import measures as M
+from estratos.similarity.streaming import CrossProducts, layer_moments
+
+TOL = 1e-6
+
+
+# ---- plain references (n x n Gram matrices, loops) -------------------------------------------
+
+def _centre_gram(k):
+    n = len(k)
+    h = np.eye(n) - np.ones((n, n)) / n
+    return h @ k @ h
+
+
+def ref_linear_cka(x, y):
+    k, l_ = _centre_gram(x @ x.T), _centre_gram(y @ y.T)
+    return np.sum(k * l_) / math.sqrt(np.sum(k * k) * np.sum(l_ * l_))
+
+
+def ref_hsic_u(k, l_):
+    """Song et al. 2012, Theorem 2, written as it stands."""
+    n = len(k)
+    k, l_ = k.copy(), l_.copy()
+    np.fill_diagonal(k, 0)
+    np.fill_diagonal(l_, 0)
+    one = np.ones(n)
+    return (np.trace(k @ l_) + (one @ k @ one) * (one @ l_ @ one) / ((n - 1) * (n - 2))
+            - 2.0 / (n - 2) * (one @ k @ l_ @ one)) / (n * (n - 3))
+
+
+def ref_debiased_cka(x, y):
+    k, l_ = x @ x.T, y @ y.T  # uncentred: the unbiased HSIC needs no centring
+    return ref_hsic_u(k, l_) / math.sqrt(ref_hsic_u(k, k) * ref_hsic_u(l_, l_))
+
+
+def ref_procrustes(x, y):
+    """arccos of the nuclear norm of X^T Y over |X| |Y|: the singular values of X^T Y are the
+    square roots of the eigenvalues of K_c L_c (n x n)."""
+    k, l_ = _centre_gram(x @ x.T), _centre_gram(y @ y.T)
+    eig = np.clip(np.linalg.eigvals(k @ l_).real, 0, None)
+    return math.acos(min(1.0, np.sqrt(eig).sum() / math.sqrt(np.trace(k) * np.trace(l_))))
+
+
+def ref_rsa(x, y):
+    from scipy.spatial.distance import pdist
+    from scipy.stats import spearmanr
+
+    return spearmanr(pdist(x, "correlation"), pdist(y, "correlation"))[0]
+
+
+def ref_mutual_knn(x, y, k):
+    def sets(z):
+        u = z / np.linalg.norm(z, axis=1, keepdims=True)
+        out = []
+        for i in range(len(u)):
+            sim = [(-(u[i] @ u[j]), j) for j in range(len(u)) if j != i]
+            out.append({j for _, j in sorted(sim)[:k]})
+        return out
+
+    return np.mean([len(a & b) / k for a, b in zip(sets(x), sets(y))])
+
+
+def _standardize(x):
+    return (x - x.mean(0)) / x.std(0)
+
+
+def _related(seed=0, n=60, dx=12, dy=9):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, dx)) * rng.uniform(0.2, 5.0, dx) + rng.normal(size=dx) * 3
+    y = np.tanh(x @ rng.normal(size=(dx, dy))) + 0.5 * rng.normal(size=(n, dy)) + 7.0
+    return x, y
+
+
+def _orthogonal(d, rng):
+    q, r = np.linalg.qr(rng.normal(size=(d, d)))
+    return q * np.sign(np.diag(r))
+
+
+# ---- invariances and biases ------------------------------------------------------------------
+
+def test_cka_is_one_and_procrustes_zero_under_rotation_scale_and_shift():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(80, 24))
+    y = 2.7 * x @ _orthogonal(24, rng) + rng.normal(size=24) * 10
+    assert M.linear_cka(x, y).value == pytest.approx(1.0, abs=TOL)
+    assert M.debiased_cka(x, y).value == pytest.approx(1.0, abs=TOL)
+    assert M.procrustes_distance(x, y).value == pytest.approx(0.0, abs=TOL)
+
+
+def test_debiased_cka_is_unbiased_on_independent_gaussians_and_biased_cka_is_not():
+    biased, debiased = [], []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        x, y = rng.normal(size=(64, 768)), rng.normal(size=(64, 768))
+        biased.append(M.linear_cka(x, y).value)
+        debiased.append(M.debiased_cka(x, y).value)
+    se = np.std(debiased, ddof=1) / math.sqrt(len(debiased))
+    assert abs(np.mean(debiased)) <= 2 * se
+    assert np.mean(biased) > 0.5 and np.mean(biased) > 100 * se
+
+
+def test_shuffling_one_sides_rows_drops_cka_to_about_zero():
+    x, y = _related(1, n=2000)
+    assert M.linear_cka(x, y).value > 0.3
+    shuffled = y[np.random.default_rng(0).permutation(len(y))]
+    assert M.linear_cka(x, shuffled).value < 0.02
+    assert abs(M.debiased_cka(x, shuffled).value) < 0.02
+
+
+@pytest.mark.parametrize("standardized", [False, True])
+def test_each_measure_equals_its_plain_reference(standardized):
+    x, y = _related(2)
+    if standardized:
+        x, y = _standardize(x), _standardize(y)
+    assert M.linear_cka(x, y).value == pytest.approx(ref_linear_cka(x, y), abs=TOL)
+    assert M.debiased_cka(x, y).value == pytest.approx(ref_debiased_cka(x, y), abs=TOL)
+    assert M.procrustes_distance(x, y).value == pytest.approx(ref_procrustes(x, y), abs=TOL)
+    assert M.rsa(x, y).value == pytest.approx(ref_rsa(x, y), abs=TOL)
+    assert M.mutual_knn(x, y, 5).value == pytest.approx(ref_mutual_knn(x, y, 5), abs=TOL)
+
+
+def test_a_negative_unbiased_hsic_is_reported_never_square_rooted():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 3)), rng.normal(size=(8, 3))
+    found = [M.debiased_cka(x, rng.normal(size=(8, 3))) for _ in range(200)]
+    negative = [v for v in found if v.value is not None and v.value < 0]
+    assert negative and all(v.detail["hsic_xy"] < 0 for v in negative)
+    assert M.debiased_cka(x, y).detail["hsic_xx"] > 0
+    constant = M.debiased_cka(np.ones((8, 3)), y)
+    assert constant.value is None and "not positive" in constant.undefined
+
+
+# ---- streamed against one shot ---------------------------------------------------------------
+
+def _chunks(layers, size):
+    for lo in range(0, len(layers[0]), size):
+        yield [x[lo:lo + size] for x in layers]
+
+
+@pytest.mark.parametrize("two_caches", [False, True])
+def test_streamed_products_equal_the_one_shot_measures(two_caches):
+    x0, y0 = _related(4, n=101)
+    x1, y1 = _related(5, n=101, dx=7, dy=5)
+    xs, ys = [x0, x1], [y0, y1]
+    mx = layer_moments(_chunks(xs, 13))
+    my = layer_moments(_chunks(ys, 13)) if two_caches else None
+    acc = CrossProducts(mx, my, "float64")
+    for cx, cy in zip(_chunks(xs, 13), _chunks(ys, 13)):
+        acc.add(cx, cy if two_caches else None)
+    others = ys if two_caches else xs
+    for standardized in (False, True):
+        for i, j in ((0, 0), (0, 1), (1, 0)):
+            x, y = xs[i], others[j]
+            if standardized:
+                x, y = _standardize(x), _standardize(y)
+            s = acc.pair(i, j, standardized)
+            for streamed, one_shot in ((M.linear_cka_stats, M.linear_cka),
+                                       (M.debiased_cka_stats, M.debiased_cka),
+                                       (M.procrustes_stats, M.procrustes_distance)):
+                assert streamed(s).value == pytest.approx(one_shot(x, y).value, abs=TOL)
+
+
+def test_float32_products_stay_close_to_float64():
+    x, y = _related(6, n=3000)
+    results = {}
+    for products in ("float32", "float64"):
+        acc = CrossProducts(layer_moments([[x]]), layer_moments([[y]]), products)
+        for lo in range(0, 3000, 512):
+            acc.add([x[lo:lo + 512]], [y[lo:lo + 512]])
+        results[products] = M.linear_cka_stats(acc.pair(0, 0)).value
+    assert results["float32"] == pytest.approx(results["float64"], abs=1e-5)
+
+
+# ---- geometry --------------------------------------------------------------------------------
+
+def _ball(n, dim, ambient, seed):
+    rng = np.random.default_rng(seed)
+    g = rng.normal(size=(n, dim))
+    g *= (rng.uniform(size=(n, 1)) ** (1 / dim)) / np.linalg.norm(g, axis=1, keepdims=True)
+    q = np.linalg.qr(rng.normal(size=(ambient, dim)))[0]
+    return g @ q.T
+
+
+def test_twonn_of_a_five_dimensional_ball_in_768_dimensions_is_five():
+    assert G.twonn(_ball(2000, 5, 768, 0)).value == pytest.approx(5.0, abs=0.5)
+
+
+def test_exact_duplicates_are_dropped_counted_and_never_give_nan():
+    x = _ball(300, 3, 20, 1)
+    found = G.twonn(np.vstack([x, x[:40], x[:5]]))
+    assert found.detail["duplicates"] == 45 and math.isfinite(found.value)
+    same = np.repeat(x[:1], 50, axis=0)
+    for value in (G.twonn(same), M.rsa(same, x[:50]), M.linear_cka(same, x[:50]),
+                  M.debiased_cka(same, x[:50]), M.procrustes_distance(same, x[:50]),
+                  M.mutual_knn(same, x[:50], 5)):
+        assert value.value is None or math.isfinite(value.value)
+    assert G.twonn(same).value is None and M.linear_cka(same, x[:50]).value is None
+
+
+def test_geometry_measures_equal_their_plain_references():
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(120, 10)) + np.r_[4.0, np.zeros(9)]
+    acc = G.GeometryAccumulator(layer_moments(_chunks([x], 17)))
+    for c in _chunks([x], 17):
+        acc.add(c)
+    found = acc.measures(0, False, x)
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    pairs = [(i, j) for i in range(120) for j in range(120) if i != j]
+    cosines = [u[i] @ u[j] for i, j in pairs]
+    assert found["anisotropy"].value == pytest.approx(np.mean(cosines), abs=TOL)
+    share0 = np.mean([u[i, 0] * u[j, 0] for i, j in pairs]) / np.mean(cosines)
+    top = found["anisotropy"].detail["top_dims"][0]
+    assert top["dim"] == 0 and top["share"] == pytest.approx(share0, abs=TOL)
+    eig = np.linalg.eigvalsh(np.cov(x.T, bias=True))
+    p = eig / eig.sum()
+    assert found["effective-rank"].value == pytest.approx(math.exp(-(p * np.log(p)).sum()),
+                                                          abs=TOL)
+    assert found["max-abs"].value == pytest.approx(np.abs(x).max())
+    assert found["norm"].value == pytest.approx(np.linalg.norm(x, axis=1).mean())
+    standardized = acc.measures(0, True, x)
+    z = _standardize(x)
+    eig = np.linalg.eigvalsh(np.corrcoef(x.T))
+    p = eig / eig.sum()
+    assert standardized["effective-rank"].value == pytest.approx(
+        math.exp(-(p * np.log(p)).sum()), abs=TOL)
+    assert standardized["max-abs"].value == pytest.approx(np.abs(z).max())
+
+
+# ---- the commands ----------------------------------------------------------------------------
+
+@pytest.fixture
+def caches(tmp_path):
+    rng = np.random.default_rng(0)
+    sentences = toy_sentences(120)
+    vec = rng.normal(size=(120, 3, 8)).astype(np.float32)
+    other = (vec[::-1] @ rng.normal(size=(8, 6))).astype(np.float32)
+    a = write_cache(tmp_path / "a.h5", sentences, vec)
+    b = write_cache(tmp_path / "b.h5", sentences[::-1], other, model="test/other")
+    listed = tmp_path / "s.txt"
+    listed.write_text("\n".join(sentences[:100]) + "\n", encoding="utf-8")
+    return a, b, listed, vec
+
+
+def _run(args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_similarity_joins_rows_on_the_sentence_key_and_resumes(caches, tmp_path):
+    a, b, listed, _ = caches
+    out = tmp_path / "sim.jsonl"
+    args = ["similarity", "--cache", a, "--other", b, "--sentences", listed, "--out", out,
+            "--max-sentences", 50, "--products", "float64"]
+    first = _run(args)
+    assert first.exit_code == 0, first.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 5 * 2 * 3 * 3  # measures x features x layers x layers
+    cka = {(r["layer_a"], r["layer_b"], r["features"]): r["value"] for r in lines
+           if r["measure"] == "linear-cka"}
+    # b's rows are a's in reverse order times a matrix: joined by key, layer i of b is a
+    # linear map of layer i of a
+    assert cka[(1, 1, "raw")] > 0.5 > cka[(1, 0, "raw")]
+    sample = next(r["sample"] for r in lines if r["measure"] == "rsa")
+    assert sample == {"size": 50, "of": 100, "seed": 1111}
+    again = _run(args)
+    assert again.exit_code == 0 and "wrote 0" in again.output and "90 already" in again.output
+    redo = _run(args + ["--overwrite"])
+    rerun = [json.loads(line) for line in out.read_text().splitlines()][len(lines):]
+    assert redo.exit_code == 0 and [r["value"] for r in rerun] == [r["value"] for r in lines]
+
+
+def test_geometry_and_report_draw_the_records(caches, tmp_path):
+    pytest.importorskip("matplotlib")
+    a, _, listed, _ = caches
+    sim, geo = tmp_path / "sim.jsonl", tmp_path / "geo.jsonl"
+    assert _run(["similarity", "--cache", a, "--sentences", listed, "--out", sim,
+                 "--measures", "linear-cka,rsa", "--features", "raw"]).exit_code == 0
+    result = _run(["geometry", "--cache", a, "--sentences", listed, "--out", geo])
+    assert result.exit_code == 0, result.output
+    assert len(geo.read_text().splitlines()) == 5 * 2 * 3
+    report = tmp_path / "report"
+    result = _run(["report", "--out", report, "--similarity", sim, "--similarity", geo,
+                   "--plot"])
+    assert result.exit_code == 0, result.output
+    text = (report / "report.md").read_text()
+    assert "Similarity: most similar layers" in text and "## Geometry" in text
+    page = (report / "report.html").read_text()
+    assert "data:image/png;base64" in page and "similarity_0_" in page
+
+
+@pytest.mark.parametrize("extra, message, code", [
+    (["--layers", "7"], "--layers: layer index 7 is out of range", 2),
+    (["--pooling", "last"], "has no pooling 'last'", 2),
+    (["--max-sentences", "0"], "--max-sentences", 2),
+    (["--measures", "cca"], "--measures: unknown 'cca'", 2),
+])
+def test_bad_options_are_one_error_line_and_write_nothing(caches, tmp_path, extra, message,
+                                                          code):
+    a, b, listed, _ = caches
+    out = tmp_path / "sim.jsonl"
+    result = _run(["similarity", "--cache", a, "--other", b, "--sentences", listed, "--out",
+                   out, *extra])
+    assert result.exit_code == code, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], result.output
+    assert not out.exists()
+
+
+def test_a_cache_lacking_sentences_is_refused_with_the_count_and_the_encode_command(
+        caches, tmp_path):
+    a, _, _, vec = caches
+    c = write_cache(tmp_path / "c.h5", toy_sentences(120)[:70], vec[:70], model="test/c")
+    listed = tmp_path / "s.txt"
+    out = tmp_path / "sim.jsonl"
+    for command in (["similarity", "--other", c], ["geometry"]):
+        cache = a if command[0] == "similarity" else c
+        result = _run([command[0], "--cache", cache, *command[1:], "--sentences", listed,
+                       "--out", out])
+        assert result.exit_code == 1, result.output
+        errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "30 of the 100 sentences are not in this cache" in errors[0]
+        assert f"estratos encode --model test/c --out {c} --sentences {listed}" in errors[0]
+        assert not out.exists()
+
+
+def test_caches_with_no_sentence_in_common_are_refused(caches, tmp_path):
+    a, _, listed, vec = caches
+    other = write_cache(tmp_path / "o.h5", toy_sentences(100, stem="otra"), vec[:100],
+                        model="test/o")
+    out = tmp_path / "sim.jsonl"
+    result = _run(["similarity", "--cache", a, "--other", other, "--sentences", listed,
+                   "--out", out])
+    assert result.exit_code == 1 and "100 of the 100 sentences" in result.output
+    assert not out.exists()
+
+
+def test_records_hold_no_nan_for_constant_layers(tmp_path):
+    sentences = toy_sentences(30)
+    vec = np.zeros((30, 2, 4), dtype=np.float32)
+    vec[:, 1] = np.random.default_rng(0).normal(size=(30, 4))
+    cache = write_cache(tmp_path / "z.h5", sentences, vec)
+    listed = tmp_path / "s.txt"
+    listed.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    for command in ("similarity", "geometry"):
+        out = tmp_path / f"{command}.jsonl"
+        result = _run([command, "--cache", cache, "--sentences", listed, "--out", out,
+                       "--max-sentences", 20])
+        assert result.exit_code == 0, result.output
+        text = out.read_text()
+        assert "NaN" not in text and "Infinity" not in text
+        records = [json.loads(line) for line in text.splitlines()]
+        undefined = [r for r in records if r["value"] is None]
+        assert undefined and all(r["undefined"] for r in undefined)
