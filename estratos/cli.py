@@ -538,7 +538,8 @@ def report_command(results, out, formats, plot, baselines, gap, pairs, reference
 @click.option("--task", required=True, metavar="TASK", help="Task id (or its unique name).")
 @click.option("--a", "sel_a", required=True, metavar="KEY=VALUE[,...]",
               help='Cells A, e.g. "layer=8" or "model=org/name,layer=avg" (keys: model, '
-                   "layer, pooling, seed, classifier, revision, kind).")
+                   "revision, layer, pooling, seed, classifier, features, control, prompt, "
+                   "kind).")
 @click.option("--b", "sel_b", required=True, metavar="KEY=VALUE[,...]",
               help="Cells B, compared with A (the difference is B - A).")
 @click.option("--metric", default=None, help="accuracy, f1, pearson or spearman "

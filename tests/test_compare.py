@@ -272,6 +272,22 @@ def test_compare_selector_keys_are_the_identity_of_a_cell():
     assert set(SELECTOR_KEYS) == (set(record.identity) - {"task"}) | {"kind"}
 
 
+def test_compare_help_lists_every_selector_key():
+    from estratos.report.compare import SELECTOR_KEYS
+
+    res = CliRunner().invoke(cli, ["compare", "--help"])
+    assert res.exit_code == 0, res.output
+    listed = " ".join(res.output.split()).split("(keys: ")[1].split(")")[0]
+    assert set(listed.split(", ")) == set(SELECTOR_KEYS)
+
+
+def test_a_tiny_p_value_reads_below_its_floor():
+    from estratos.report.compare import p_text
+
+    assert p_text(0.002) == "= 0.0020" and p_text(0.0001) == "= 0.0001"
+    assert p_text(3e-9) == "< 0.0001" and p_text(0.0) == "< 0.0001"
+
+
 def test_cells_of_other_data_are_told_apart_by_compare_and_report(tmp_path):
     # the same task rebuilt between two runs: each cell records its data digest
     old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"

@@ -166,6 +166,15 @@ def _resolve_task(records: Sequence[Located], task: str) -> str:
                       f"{', '.join(ids) or 'none'})")
 
 
+#: the smallest p-value written as a number; below it, "p < 0.0001" (never "p = 0.0000")
+P_FLOOR = 1e-4
+
+
+def p_text(p: float) -> str:
+    """``= 0.0020`` or ``< 0.0001``: a p-value after its "p", four decimals."""
+    return f"< {P_FLOOR:.4f}" if p < P_FLOOR else f"= {p:.4f}"
+
+
 def _where(loc: Located) -> str:
     return f"{loc.path}:{loc.line}"
 
@@ -292,12 +301,12 @@ class Comparison:
             lines.append(f"{name}: {side.label} (seeds {seeds}): "
                          f"{f(iv.estimate)} [{f(iv.lo)}, {f(iv.hi)}]")
         lines.append(f"B - A: {f(d.diff, True)}  {level} CI [{f(d.lo, True)}, "
-                     f"{f(d.hi, True)}]  paired bootstrap p = "
-                     f"{'undefined' if d.p_value is None else f'{d.p_value:.4f}'}  "
+                     f"{f(d.hi, True)}]  paired bootstrap p "
+                     f"{'= undefined' if d.p_value is None else p_text(d.p_value)}  "
                      f"({d.resamples} resamples of the test set, seed {d.seed})")
         for seed, only_a, only_b, p in self.mcnemar:
             lines.append(f"McNemar exact, seed {seed}: only A right {only_a}, only B right "
-                         f"{only_b}, p = {p:.4f}")
+                         f"{only_b}, p {p_text(p)}")
         lines += self.notes
         return "\n".join(lines)
 
