@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from estratos.errors import OptionError
-from estratos.options import model_identity
+from estratos.options import check_output_folder, model_identity
 from estratos.tasks.synthetic import (
     DEFAULT_N_PER_TASK,
     GENERATOR_VERSION,
@@ -229,8 +229,7 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
         raise OptionError(f"--n-per-task must be between {MIN_PER_TASK} and {MAX_PER_TASK}, "
                           f"got {n_per_task!r}")
     out = Path(out_dir).expanduser()
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"--out: {out} exists and is not a folder")
+    check_output_folder(out)  # before the model loads or a task is built
     # a bad or clashing task file fails before any work; custom tasks join the suite's
     tasks = ",".join([DEMO_SUITE] + [spec.id for spec in read_task_files(task_files)])
     model = model or default_model()

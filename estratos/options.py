@@ -366,6 +366,38 @@ def check_output_file(path: Union[str, os.PathLike], option: str = "--out") -> N
         raise fail(f"{exc.strerror or exc} (cannot create files in {parent})") from None
 
 
+def check_output_folder(path: Union[str, os.PathLike], option: str = "--out") -> None:
+    """Check, before any work, that a folder of outputs can be made at ``path`` (created with
+    its parents as needed): an existing ``path`` must be a folder, and the nearest existing
+    folder at or above it must let files be created, with no file on the way ("Not a
+    directory"): a read-only folder, a path under a file, /proc. Raises
+    :class:`OptionError` naming ``option``; writes nothing."""
+    import errno
+    import tempfile
+
+    target = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    shown = os.fspath(path)
+
+    def fail(reason: str) -> OptionError:
+        return OptionError(f"{option} {shown}: {reason}")
+
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise fail("exists and is not a folder")
+    parent = target
+    while not os.path.exists(parent):
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    if not os.path.isdir(parent):
+        raise fail(f"{os.strerror(errno.ENOTDIR)} ({parent} is a file)")
+    try:  # what os.access cannot tell: a read-only file system, an ACL, a full quota
+        with tempfile.TemporaryFile(dir=parent, prefix=".estratos-check-"):
+            pass
+    except OSError as exc:
+        raise fail(f"{exc.strerror or exc} (cannot create files in {parent})") from None
+
+
 def is_local_model(model: Union[str, os.PathLike]) -> bool:
     """Whether ``--model`` names a local folder rather than a hub id: a path written as one
     (``/``, ``./``, ``../``, ``~``) or anything that exists on disk. The one rule: a hub id

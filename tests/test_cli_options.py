@@ -100,3 +100,39 @@ def test_one_rule_for_a_local_model_folder(tmp_path, monkeypatch):
         assert is_local_model(written)
         assert model_identity(written) == str((tmp_path / "org" / "model").resolve())
     assert is_local_model("./not-yet-there")  # written as a path: a folder, even if missing
+
+
+@pytest.mark.parametrize("command", [
+    ["report", "{results}"],
+    ["tasks", "build", "synthetic-es", "--n-per-task", "200"],
+    ["demo"],
+])
+@pytest.mark.parametrize("where, needle", [
+    ("afile/out", "Not a directory ({tmp}/afile is a file)"),  # refused as root too
+    ("afile", "exists and is not a folder"),
+    ("/proc/estratos-out", "cannot create files in /proc"),
+])
+def test_an_out_folder_that_cannot_be_made_is_one_error_line(tmp_path, command, where,
+                                                             needle):
+    """report, demo and tasks build check --out before any work, as probe, baseline and
+    encode do: one `Error:` line naming the option, exit 2, nothing written (a path under a
+    regular file and /proc are refused whoever runs the tests, root included)."""
+    import json
+
+    (tmp_path / "afile").write_text("x")
+    results = tmp_path / "r.jsonl"
+    results.write_text(json.dumps({
+        "schema": 2, "kind": "probe", "task": "s:A", "suite": "s", "name": "A",
+        "group": "SC", "layer": 0, "pooling": "cls", "seed": 1,
+        "classifier": {"name": "senteval"}, "metric": "accuracy", "score": 50.0,
+        "test": {"accuracy": 50.0}, "model": "m", "revision": "r"}) + "\n")
+    out = where if where.startswith("/") else str(tmp_path / where)
+    args = [a.format(results=results) for a in command] + ["--out", out]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2, res.output
+    assert res.output.count("Error:") == 1 and "Traceback" not in res.output
+    assert f"Error: --out {out}: " in res.output
+    assert needle.format(tmp=tmp_path) in res.output, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "afile").read_text() == "x"

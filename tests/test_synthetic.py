@@ -357,7 +357,7 @@ def test_bad_options(tmp_path, kwargs, needle):
 def test_out_is_a_file(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(EstratosError, match="not a directory"):
+    with pytest.raises(EstratosError, match="exists and is not a folder"):
         build_synthetic_es(f, n_per_task=200)
     assert f.read_text() == "x"
 

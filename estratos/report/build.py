@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
 from estratos.files import write_atomic
+from estratos.options import check_output_folder
 from estratos.report import odesia
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.html import to_html
@@ -316,8 +317,7 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
     """
     fmts = parse_formats(formats)
     out_dir = Path(out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OptionError(f"--out: {out_dir} exists and is not a folder")
+    check_output_folder(out_dir)  # before any reading: one Error line, nothing written
     if plot:
         from estratos.report.plots import require_matplotlib
 

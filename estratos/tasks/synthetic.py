@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from estratos.errors import OptionError
 from estratos.files import write_atomic
+from estratos.options import check_output_folder
 from estratos.tasks import lexicon_es as lx
 from estratos.text import normalize_sentence, surface_length
 from estratos.vocab import DEFAULT_SEED, SYNTHETIC_N_PER_TASK
@@ -546,8 +547,7 @@ def build_synthetic_es(out_dir: Optional[os.PathLike | str] = None, seed: int = 
         raise OptionError(f"--seed must be an integer, got {seed!r}")
     _check_n(n_per_task)
     out = default_dir() if out_dir is None else Path(out_dir).expanduser()
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"--out {out}: exists and is not a directory")
+    check_output_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     paths: Dict[str, Path] = {}
     for name in names:
