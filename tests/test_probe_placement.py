@@ -102,7 +102,7 @@ class ToyLoader:
         return toy_split_task(200, seed=0, task_spec=task_spec)[0]
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("jobs", [1, 2, 4])
 def test_a_run_on_both_devices_equals_a_cpu_run(tmp_path, monkeypatch, caplog, jobs):
     """The CPU plays the accelerator (every code path of the placed run but CUDA itself):
     the accelerator's units run in the process that drives it, the others in the workers,
@@ -131,3 +131,51 @@ def test_a_run_on_both_devices_equals_a_cpu_run(tmp_path, monkeypatch, caplog, j
         assert (r.score, r.dev, r.l2, r.epochs, r.test) == (p.score, p.dev, p.l2, p.epochs,
                                                               p.test)
         assert r.device == "cpu"
+
+
+class PidRunner:
+    """A runner that answers each unit with the pid of the process that ran it."""
+
+    def __init__(self, context):
+        self.context = context
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def survey(self, payload):
+        return None
+
+    def run(self, payload, report):
+        import os
+        import time
+
+        time.sleep(0.05)
+        report((payload, os.getpid()))
+        return 0.0
+
+
+def test_pinned_jobs_run_only_in_the_caller_and_the_first_workers():
+    """GPU jobs go to the processes that drive the GPU (this one and the first
+    ``pinned_workers``), never to the others (which may still be starting when the first
+    jobs are dealt: which of them take the CPU jobs is left open)."""
+    import os
+
+    from estratos.probe.grid.pool import Event, make_executor
+
+    ran = {}
+    with make_executor(4) as executor:
+        executor.start(PidRunner, None)
+        jobs = [(Event.UNIT, i, ("gpu" if i < 6 else "cpu", i)) for i in range(30)]
+
+        def on_event(kind, key, value):
+            if kind == Event.CELLS:
+                ran[value[0][1]] = (value[0][0], value[1])
+
+        executor.run(jobs, on_event, pinned=lambda job: job[2][0] == "gpu",
+                     pinned_workers=1)
+        pinned_pids = {os.getpid(), executor._workers[0][0].pid}
+    assert len(ran) == 30
+    assert {pid for kind, pid in ran.values() if kind == "gpu"} <= pinned_pids
