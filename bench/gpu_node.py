@@ -101,7 +101,8 @@ def run(name: str, args: Sequence[str], out: Path, sampler: GpuSampler,
                                       if isinstance(exc.stderr, bytes) else (exc.stderr or ""))
     wall = time.monotonic() - start
     (out / f"{name}.log").write_text(" ".join(map(str, argv)) + "\n" + text)
-    step = {"name": name, "rc": rc, "wall_s": round(wall, 2), **sampler.window(start, start + wall)}
+    step = {"name": name, "rc": rc, "wall_s": round(wall, 2),
+            **sampler.window(start, start + wall)}
     print(f"[{name}] rc={rc} wall={wall:.1f}s util={step['util_mean']}%", flush=True)
     if rc not in (0, 124):
         print(text[-3000:], flush=True)
@@ -240,6 +241,8 @@ def main() -> None:
     ap.add_argument("--probe-limit", type=float, default=200.0)
     ap.add_argument("--skip", default="", help="steps to skip: encode,probe,cuda,decoder")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--one-gpu-process", action="store_true",
+                    help="also probe the grid with one process driving the GPU")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     out, work = args.out, args.work
@@ -262,7 +265,7 @@ def main() -> None:
         if "encode" not in skip:
             if cache.exists():
                 cache.unlink()
-            step = run("encode", ["encode", "--model", str(args.model), "--tasks", tasks,
+            step = run("encode", ["-vv", "encode", "--model", str(args.model), "--tasks", tasks,
                                   "--data-dir", data, "--out", str(cache), "--device", device],
                        out, sampler, 300)
             log = (out / "encode.log").read_text()
@@ -287,6 +290,22 @@ def main() -> None:
             step["speeds"] = [line.split("probe speed, ", 1)[1] for line in log.splitlines()
                               if "probe speed, " in line]
             summary["steps"]["probe-auto"] = step
+        if args.one_gpu_process and "probe" not in skip:
+            # the same grid with one process driving the GPU instead of
+            # placement.ACCELERATOR_PROCESSES (patched in the parent, which plans the run)
+            one = out / "auto-1gpu.jsonl"
+            one.unlink(missing_ok=True)
+            code = ("import sys; import estratos.probe.grid.placement as p; "
+                    "p.ACCELERATOR_PROCESSES = 1; from estratos.cli import main; "
+                    "main(sys.argv[1:])")
+            probe = ["-v", "probe", "--cache", str(cache), "--tasks", tasks, "--data-dir", data,
+                     "--layers", "all", "--seeds", "1111", "--out", str(one)]
+            step = run("probe-auto-1gpu", [sys.executable, "-c", code, *probe], out, sampler,
+                       args.probe_limit)
+            rows = read_jsonl(one)
+            step["cells"] = len(rows)
+            step["tasks"] = per_task(rows)
+            summary["steps"]["probe-auto-1gpu"] = step
         if "cuda" not in skip:
             gpu = out / "cuda.jsonl"
             gpu.unlink(missing_ok=True)
