@@ -613,6 +613,9 @@ def _map_inputs(command: Callable) -> Callable:
                           "measures read (it is recorded)."),
         click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
                      help="Seed of the subsample."),
+        click.option("--products", type=click.Choice(["float32", "float64"]),
+                     default="float32", show_default=True,
+                     help="Precision of each chunk's products (summed in float64 either way)."),
         click.option("--overwrite", is_flag=True, help="Redo records already in --out."),
     ]
     for option in reversed(options):
@@ -631,12 +634,9 @@ def _map_inputs(command: Callable) -> Callable:
                    "[default: all].")
 @click.option("--k", type=int, default=10, show_default=True,
               help="Neighbours of mutual-knn.")
-@click.option("--products", type=click.Choice(["float32", "float64"]), default="float32",
-              show_default=True,
-              help="Precision of each chunk's cross-products (summed in float64 either way).")
 def similarity_command(cache, tasks, sentences_file, task_files, data_dirs, out, layers,
-                       pooling, features, max_sentences, seed, overwrite, other,
-                       other_layers, measures, k, products) -> None:
+                       pooling, features, max_sentences, seed, products, overwrite, other,
+                       other_layers, measures, k) -> None:
     """Layer x layer similarity within one cache or between two, rows joined on the
     sentence key: linear and debiased CKA, Procrustes, RSA, mutual k-NN
     (estratos.similarity.similarity_maps)."""
@@ -653,7 +653,7 @@ def similarity_command(cache, tasks, sentences_file, task_files, data_dirs, out,
 @cli.command("geometry")
 @_map_inputs
 def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, layers,
-                     pooling, features, max_sentences, seed, overwrite) -> None:
+                     pooling, features, max_sentences, seed, products, overwrite) -> None:
     """Each layer's shape: anisotropy and rogue dimensions, massive activations, norms,
     effective rank, TwoNN intrinsic dimension (estratos.similarity.geometry_maps)."""
     from estratos.similarity.run import geometry_maps
@@ -661,7 +661,8 @@ def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, l
     run = geometry_maps(cache, out, tasks=tasks, sentences_file=sentences_file,
                         data_dirs=data_dirs, task_files=task_files, layers=layers,
                         pooling=pooling, features=features or None,
-                        max_sentences=max_sentences, seed=seed, overwrite=overwrite)
+                        max_sentences=max_sentences, seed=seed, products=products,
+                        overwrite=overwrite)
     click.echo(run.describe())
 
 

@@ -216,7 +216,7 @@ def test_exact_duplicates_are_dropped_counted_and_never_give_nan():
 def test_geometry_measures_equal_their_plain_references():
     rng = np.random.default_rng(7)
     x = rng.normal(size=(120, 10)) + np.r_[4.0, np.zeros(9)]
-    acc = G.GeometryAccumulator(layer_moments(_chunks([x], 17)))
+    acc = G.GeometryAccumulator(layer_moments(_chunks([x], 17)), "float64")
     for c in _chunks([x], 17):
         acc.add(c)
     found = acc.measures(0, False, x)

@@ -33,7 +33,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from estratos.similarity.measures import Value
-from estratos.similarity.streaming import Moments
+from estratos.similarity.streaming import PRODUCTS, Moments
 
 #: the geometry measures, in the order records and tables show them
 GEOMETRY_MEASURES = ("anisotropy", "max-abs", "norm", "effective-rank", "twonn")
@@ -56,12 +56,13 @@ class _Layer:
         self.norms: List[np.ndarray] = []
 
     def add(self, x: np.ndarray) -> None:
-        norms = np.linalg.norm(x, axis=1)
+        """Rows ``x`` (c, d), float32 or float64; sums kept in float64."""
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
         self.norms.append(norms)
         keep = norms > 0
-        u = x[keep] / norms[keep, None]
-        self.u_sum += u.sum(axis=0)
-        self.u_sq += (u * u).sum(axis=0)
+        u = x[keep] / norms[keep, None].astype(x.dtype)
+        self.u_sum += u.sum(axis=0, dtype=np.float64)
+        self.u_sq += (u * u).sum(axis=0, dtype=np.float64)
         self.unit_rows += int(keep.sum())
         self.zero_rows += int((~keep).sum())
         if x.size:
@@ -75,7 +76,10 @@ class GeometryAccumulator:
     """Pass two of ``estratos geometry`` over chunks of every layer (see the module
     docstring); ``measures(i, standardized, sample)`` gives layer i's values."""
 
-    def __init__(self, moments: Sequence[Moments]) -> None:
+    def __init__(self, moments: Sequence[Moments], products: str = "float32") -> None:
+        if products not in PRODUCTS:
+            raise ValueError(f"products must be one of {PRODUCTS}, not {products!r}")
+        self.dtype = np.dtype(products)
         self.moments = list(moments)
         self.inverse = [m.inverse_scale for m in self.moments]
         self.cov = [np.zeros((len(m.mean),) * 2) for m in self.moments]
@@ -88,11 +92,14 @@ class GeometryAccumulator:
     def add(self, xs: Sequence[np.ndarray]) -> None:
         """One chunk: (c, d) rows of every layer."""
         for i, x in enumerate(xs):
-            xf = np.asarray(x, dtype=np.float64)
-            xc = (xf - self.moments[i].mean) * (self.inverse[i] > 0)
+            # in the products' precision (float32: finer than the cache's 16-bit values),
+            # every sum in float64, as for the similarity products
+            xf = np.asarray(x, dtype=self.dtype)
+            inv = self.inverse[i].astype(self.dtype)
+            xc = (xf - self.moments[i].mean.astype(self.dtype)) * (inv > 0)
             self.cov[i] += xc.T @ xc
             self.layers[0][i].add(xf)
-            self.layers[1][i].add(xc * self.inverse[i])
+            self.layers[1][i].add(xc * inv)
 
     def measures(self, i: int, standardized: bool, sample: np.ndarray) -> Dict[str, Value]:
         """Every geometry measure of layer i; ``sample``: the subsample's rows of that layer

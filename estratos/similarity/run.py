@@ -118,9 +118,41 @@ def _pooling(readers: Sequence[Any], pooling: Optional[str]) -> str:
     return pooling
 
 
+def _one_thread() -> Any:
+    """BLAS and LAPACK on one thread: the many small decompositions (an SVD per layer pair,
+    an eigendecomposition per layer) took 10 to 30 times longer on two threads of a busy
+    two-core machine than on one."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
+
+
 def _chunks(n: int, order: np.ndarray) -> Iterator[np.ndarray]:
     for lo in range(0, n, CHUNK_ROWS):
         yield order[lo:lo + CHUNK_ROWS]
+
+
+def _stream(sides: Sequence[Optional[Side]], n: int, order: np.ndarray, pool: str
+            ) -> Iterator[List[Optional[List[np.ndarray]]]]:
+    """Each chunk's layers from each side (None for an absent side), in ``order``; the next
+    chunk is read in a helper thread while the caller works on this one (the products run
+    in BLAS, outside the GIL, so reading and multiplying overlap: about a third less time
+    on two cores)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(positions: np.ndarray) -> List[Optional[List[np.ndarray]]]:
+        return [None if side is None else side.read(positions, pool) for side in sides]
+
+    chunks = list(_chunks(n, order))
+    if not chunks:
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="estratos-read") as reader:
+        pending = reader.submit(read, chunks[0])
+        for following in [*chunks[1:], None]:
+            current = pending.result()
+            if following is not None:
+                pending = reader.submit(read, following)
+            yield current
 
 
 @dataclass
@@ -179,7 +211,10 @@ class _Records:
 
 
 def _check_common(out: PathLike, features: Union[str, Sequence[str], None],
-                  max_sentences: int, seed: int) -> Tuple[Tuple[str, ...], int, int]:
+                  max_sentences: int, seed: int, products: str
+                  ) -> Tuple[Tuple[str, ...], int, int]:
+    if products not in PRODUCTS:
+        raise OptionError(f"--products: {products!r}; choose from {', '.join(PRODUCTS)}")
     feats = parse_choices("--features", features, FEATURES)
     size = positive_int("--max-sentences", max_sentences)
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -203,10 +238,8 @@ def similarity_maps(cache: PathLike, out: PathLike, *, other: Optional[PathLike]
     ``tasks``/``task_files`` or ``sentences_file``; records appended to ``out``."""
     started = time.perf_counter()
     chosen = parse_choices("--measures", measures, SIMILARITY_MEASURES)
-    feats, size, seed = _check_common(out, features, max_sentences, seed)
+    feats, size, seed = _check_common(out, features, max_sentences, seed, products)
     k = positive_int("--k", k)
-    if products not in PRODUCTS:
-        raise OptionError(f"--products: {products!r}; choose from {', '.join(PRODUCTS)}")
     sentences = select_sentences(sentences_file, tasks, data_dirs, task_files)
     paths = [cache] if other is None else [cache, other]
     with _open_all(paths) as readers:
@@ -247,26 +280,27 @@ def similarity_maps(cache: PathLike, out: PathLike, *, other: Optional[PathLike]
         order = np.argsort(a.rows, kind="stable")
         if streamed or (sampled and standardized_needed):
             t = time.perf_counter()
-            moments_a = layer_moments(a.read(c, pool) for c in _chunks(n, order))
-            moments_b = None if b is None else layer_moments(b.read(c, pool)
-                                                              for c in _chunks(n, order))
+            moments_a, moments_b = _moments(_stream([a, b], n, order, pool),
+                                            None if b is None else len(a.layers))
             run.timings["moments"] = time.perf_counter() - t
         if streamed and moments_a is not None:
             t = time.perf_counter()
             acc = CrossProducts(moments_a, moments_b, products)
-            for c in _chunks(n, order):
-                acc.add(a.read(c, pool), None if b is None else b.read(c, pool))
+            for xs, ys in _stream([a, b], n, order, pool):
+                assert xs is not None
+                acc.add(xs, ys)
             run.timings["products"] = time.perf_counter() - t
             t = time.perf_counter()
             fns: Dict[str, Callable[[M.PairStats], M.Value]] = {
                 "linear-cka": M.linear_cka_stats, "debiased-cka": M.debiased_cka_stats,
                 "procrustes": M.procrustes_stats}
-            for f in feats:
-                for i, la in enumerate(a.layers):
-                    for j, lj in enumerate(lb):
-                        stats = acc.pair(i, j, standardized=f == STANDARDIZED_FEATURES)
-                        for m in streamed:
-                            values[(m, f, la, lj)] = fns[m](stats)
+            with _one_thread():
+                for f in feats:
+                    for i, la in enumerate(a.layers):
+                        for j, lj in enumerate(lb):
+                            stats = acc.pair(i, j, standardized=f == STANDARDIZED_FEATURES)
+                            for m in streamed:
+                                values[(m, f, la, lj)] = fns[m](stats)
             run.timings["streamed measures"] = time.perf_counter() - t
         if sampled:
             t = time.perf_counter()
@@ -277,6 +311,18 @@ def similarity_maps(cache: PathLike, out: PathLike, *, other: Optional[PathLike]
                                 r.settings, r.sample)
                    for r in plan() if r.measure in todo]
     return _finish(run, out, records, overwrite, started, len(plan()))
+
+
+def _moments(chunks: Iterator[List[Optional[List[np.ndarray]]]], split: Optional[int]
+             ) -> Tuple[List[Moments], Optional[List[Moments]]]:
+    """Pass one over both sides at once (their layers side by side): each layer's
+    :class:`Moments`, the first ``split`` for the first side, the rest for the other (None:
+    one side)."""
+    found = layer_moments([x for side in chunk if side is not None for x in side]
+                          for chunk in chunks)
+    if split is None:
+        return found, None
+    return found[:split], found[split:]
 
 
 def _scaled(xs: List[np.ndarray], moments: Optional[Sequence[Moments]], standardized: bool
@@ -335,12 +381,12 @@ def geometry_maps(cache: PathLike, out: PathLike, *, tasks: Optional[str] = None
                   pooling: Optional[str] = None,
                   features: Union[str, Sequence[str], None] = None,
                   max_sentences: int = DEFAULT_MAX_SENTENCES, seed: int = DEFAULT_SEED,
-                  overwrite: bool = False) -> MapRun:
+                  products: str = "float32", overwrite: bool = False) -> MapRun:
     """``estratos geometry``: each layer's shape (:mod:`estratos.similarity.geometry`) over
     the sentences of ``tasks``/``task_files`` or ``sentences_file``, raw and standardized;
     records appended to ``out``."""
     started = time.perf_counter()
-    feats, size, seed = _check_common(out, features, max_sentences, seed)
+    feats, size, seed = _check_common(out, features, max_sentences, seed, products)
     sentences = select_sentences(sentences_file, tasks, data_dirs, task_files)
     with _open_all([cache]) as readers:
         pool = _pooling(readers, pooling)
@@ -352,7 +398,7 @@ def geometry_maps(cache: PathLike, out: PathLike, *, tasks: Optional[str] = None
         sample = {"size": len(sample_pos), "of": n, "seed": seed}
 
         def plan() -> List[MapRecord]:
-            return [builder.make(m, la, None, f, None, {}, sample)
+            return [builder.make(m, la, None, f, None, {"products": products}, sample)
                     for m in GEOMETRY_MEASURES for f in feats for la in a.layers]
 
         done: Set[Any] = set() if overwrite else done_map_keys(out)
@@ -362,21 +408,24 @@ def geometry_maps(cache: PathLike, out: PathLike, *, tasks: Optional[str] = None
         if pending:
             order = np.argsort(a.rows, kind="stable")
             t = time.perf_counter()
-            moments = layer_moments(a.read(c, pool) for c in _chunks(n, order))
+            moments, _ = _moments(_stream([a], n, order, pool), None)
             run.timings["moments"] = time.perf_counter() - t
             t = time.perf_counter()
-            acc = GeometryAccumulator(moments)
-            for c in _chunks(n, order):
-                acc.add(a.read(c, pool))
+            acc = GeometryAccumulator(moments, products)
+            for (xs,) in _stream([a], n, order, pool):
+                assert xs is not None
+                acc.add(xs)
             rows = a.read(sample_pos, pool)
-            for f in feats:
-                for i, la in enumerate(a.layers):
-                    found = acc.measures(i, f == STANDARDIZED_FEATURES, rows[i])
-                    for m, v in found.items():
-                        values[(m, f, la)] = v
+            with _one_thread():
+                for f in feats:
+                    for i, la in enumerate(a.layers):
+                        found = acc.measures(i, f == STANDARDIZED_FEATURES, rows[i])
+                        for m, v in found.items():
+                            values[(m, f, la)] = v
             run.timings["geometry"] = time.perf_counter() - t
         records = [builder.make(r.measure, r.layer_a, None, r.features,
-                                values.get((r.measure, r.features, r.layer_a)), {}, sample)
+                                values.get((r.measure, r.features, r.layer_a)), r.settings,
+                                sample)
                    for r in pending]
     return _finish(run, out, records, overwrite, started, len(plan()))
 

@@ -54,9 +54,16 @@ class Moments:
         c = len(x)
         if c == 0:
             return
-        xf = np.asarray(x, dtype=np.float64)
-        mean_c = xf.mean(axis=0)
-        m2_c = ((xf - mean_c) ** 2).sum(axis=0)
+        # the deviations in the rows' own precision (float32 from a cache), summed in float64;
+        # taken from the mean rounded to that precision, then corrected for the rounding
+        x = np.asarray(x)
+        if x.dtype != np.float32:
+            x = x.astype(np.float64)
+        mean_c = x.mean(axis=0, dtype=np.float64)
+        rounded = mean_c.astype(x.dtype)
+        dev = x - rounded
+        m2_c = ((dev * dev).sum(axis=0, dtype=np.float64)
+                - c * (mean_c - rounded.astype(np.float64)) ** 2)
         n = self.n + c
         delta = mean_c - self.mean
         self.mean = self.mean + delta * (c / n)
@@ -82,8 +89,9 @@ class CrossProducts:
     each X_i with each Y_j) and the sums of their rows' squared norms, raw and
     standardized. ``pair(i, j, standardized)`` then gives a :class:`PairStats`.
 
-    Within one cache (``moments_y`` None) all of ``Z^T Z`` is kept (every pair i, j); for
-    two caches only ``Z_x^T Z_y`` and each layer's own block, which is what the pairs use.
+    Within one cache (``moments_y`` None) ``Z^T Z`` is kept from 3/4 of its blocks (every
+    pair i <= j is among them; j < i is its transpose); for two caches only ``Z_x^T Z_y``
+    and each layer's own block, which is what the pairs use.
     """
 
     def __init__(self, moments_x: Sequence[Moments], moments_y: Optional[Sequence[Moments]]
@@ -122,9 +130,12 @@ class CrossProducts:
         norms = np.empty((2, c, len(xs)))
         at = 0
         for i, (x, m, inv) in enumerate(zip(xs, moments, inverse)):
-            xc = (np.asarray(x, dtype=np.float64) - m.mean) * (inv > 0)
+            # centred in the products' precision (float32: finer than the float16 or bf16
+            # the cache stores), a constant feature exactly 0
+            xc = (np.asarray(x, dtype=self.dtype) - m.mean.astype(self.dtype)) \
+                * (inv > 0).astype(self.dtype)
             norms[0, :, i] = np.einsum("ij,ij->i", xc, xc)
-            xs_ = xc * inv
+            xs_ = xc * inv.astype(self.dtype)
             norms[1, :, i] = np.einsum("ij,ij->i", xs_, xs_)
             z[:, at:at + xc.shape[1]] = xc
             at += xc.shape[1]
@@ -137,7 +148,13 @@ class CrossProducts:
         zx, rx = self._centred(xs, self.mx, self.inv_x, int(self.off_x[-1]))
         self.n += zx.shape[0]
         if ys is None or self.my is None or self.inv_y is None:
-            self.gram += zx.T @ zx
+            # Z^T Z is symmetric: the first half of the layers' rows against every layer,
+            # the second half's against the second half (3/4 of the products in two large
+            # ones, which BLAS runs faster than one small product per block); pair(i, j)
+            # with i > j reads the transpose of (j, i), always among those computed
+            mid = int(self.off_x[len(self.mx) // 2])
+            self.gram[:mid] += zx[:, :mid].T @ zx
+            self.gram[mid:, mid:] += zx[:, mid:].T @ zx[:, mid:]
             ry = rx
         else:
             zy, ry = self._centred(ys, self.my, self.inv_y, int(self.off_y[-1]))
@@ -157,6 +174,8 @@ class CrossProducts:
 
     def _block(self, i: int, j: int, side: str) -> np.ndarray:
         if self.my is None:
+            if i > j:
+                return self._block(j, i, side).T
             return self.gram[self.off_x[i]:self.off_x[i + 1], self.off_x[j]:self.off_x[j + 1]]
         if side == "x":
             return self.selfs_x[i]
