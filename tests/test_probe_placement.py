@@ -102,8 +102,9 @@ class ToyLoader:
         return toy_split_task(200, seed=0, task_spec=task_spec)[0]
 
 
-@pytest.mark.parametrize("jobs", [1, 2, 4])
-def test_a_run_on_both_devices_equals_a_cpu_run(tmp_path, monkeypatch, caplog, jobs):
+@pytest.mark.parametrize("jobs,gpu_processes", [(1, 1), (2, 1), (4, 2)])
+def test_a_run_on_both_devices_equals_a_cpu_run(tmp_path, monkeypatch, caplog, jobs,
+                                                gpu_processes):
     """The CPU plays the accelerator (every code path of the placed run but CUDA itself):
     the accelerator's units run in the process that drives it, the others in the workers,
     and every cell equals the CPU-only run's, each recording its device."""
@@ -112,7 +113,8 @@ def test_a_run_on_both_devices_equals_a_cpu_run(tmp_path, monkeypatch, caplog, j
     plain = run_probe(cache, specs, None, tmp_path / "cpu.jsonl", device="cpu", jobs=jobs, **kw)
 
     monkeypatch.setattr(runner, "ACCELERATOR_DEVICES", ("cpu",))
-    monkeypatch.setattr(runner, "measure_speed", lambda device: (
+    monkeypatch.setattr(placement, "ACCELERATOR_PROCESSES", gpu_processes)
+    monkeypatch.setattr(runner, "measure_speed", lambda device, repeats=2: (
         CPU_SPEED if str(device) == "cpu" and not hasattr(device, "type") else GPU_SPEED))
     monkeypatch.setattr(runner, "task_work", lambda shape, est: placement.TaskWork(
         10.0, 10.0, 1e12 if shape.task.endswith("Wide") else 1.0, False, True))

@@ -34,11 +34,11 @@ log = logging.getLogger(__name__)
 CPU, ACCELERATOR = "cpu", "accelerator"
 
 
-#: processes that drive the GPU together (when the run has this many and one more): a
-#: probe step keeps the GPU busy less than half of its time (the rest is Python and kernel
-#: launches on the host: 29 % utilisation over a run, measured on an H100), so a second
-#: process's kernels fill the gaps of the first's
-ACCELERATOR_PROCESSES = 2
+#: processes that drive the GPU together (when the run has this many and one more). One:
+#: measured on an H100 node (2026-11-27, bench/gpu_node.py), two processes sharing the GPU
+#: trained DC's MLP no faster (8 cells in 98.9 s of cell time against 95.2 s with one) and
+#: the es-senteval + DCopus grid ended later (unfinished at 140 s against 113 s)
+ACCELERATOR_PROCESSES = 1
 
 
 def accelerator_processes(processes: int) -> int:

@@ -332,7 +332,9 @@ def _placed_units(plan: RunPlan, pending: Dict[str, Dict[int, List[LayerSpec]]],
     (:func:`~estratos.probe.grid.placement.accelerator_processes`: this one and the first
     workers) with their seeds fused, the others for the remaining workers, one seed per
     program."""
-    speeds = {"cpu": measure_speed("cpu"), "accelerator": measure_speed(accelerator)}
+    # the CPU timed best of three: the workers may still be busy (their surveys) and a
+    # slow reading sends work to the GPU that the cores would have ended sooner
+    speeds = {"cpu": measure_speed("cpu", repeats=3), "accelerator": measure_speed(accelerator)}
     for speed in speeds.values():
         log.info("probe speed, %s", speed.describe())
     estimates = {}
