@@ -366,3 +366,27 @@ def test_records_hold_no_nan_for_constant_layers(tmp_path):
         records = [json.loads(line) for line in text.splitlines()]
         undefined = [r for r in records if r["value"] is None]
         assert undefined and all(r["undefined"] for r in undefined)
+
+
+def test_pearson_matrix_equals_pearson_rows_pair_by_pair():
+    from estratos.stats.metrics import pearson_matrix, pearson_rows
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(5, 40)), rng.normal(size=(3, 40))
+    x[2] = 7.0  # a constant row: undefined
+    found = pearson_matrix(x, y, block=2)
+    for i in range(5):
+        for j in range(3):
+            expected = pearson_rows(x[i], y[j])
+            assert (np.isnan(found[i, j]) and np.isnan(expected)) or \
+                found[i, j] == pytest.approx(expected, abs=1e-12)
+    assert np.isnan(found[2]).all()
+
+
+def test_rsa_of_every_pair_at_once_equals_rsa_pair_by_pair():
+    xs = [_related(s, n=40)[0] for s in range(3)]
+    ranks = np.stack([M.rdm_ranks(x) for x in xs])
+    found = M.rsa_matrix(ranks, ranks[:2])
+    for i in range(3):
+        for j in range(2):
+            assert found[i][j].value == pytest.approx(M.rsa(xs[i], xs[j]).value, abs=TOL)

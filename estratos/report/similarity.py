@@ -39,6 +39,8 @@ GEOMETRY_INTRO = (
     "spectrum and the TwoNN intrinsic dimension (on the subsample, duplicates dropped).")
 
 GroupKey = Tuple[Any, ...]
+#: a model folder's last part that names nothing (its parent is shown instead)
+GENERIC_FOLDERS = ("model", "models", "weights", "checkpoint")
 
 
 def cache_label(part: Optional[Mapping[str, Any]]) -> str:
@@ -46,7 +48,9 @@ def cache_label(part: Optional[Mapping[str, Any]]) -> str:
     and a prompt mark."""
     if not part:
         return "?"
-    name = str(part.get("model") or "?").rstrip("/").split("/")[-1]
+    parts = str(part.get("model") or "?").rstrip("/").split("/")
+    # a packaged model's folder is often just "model": its parent names it
+    name = parts[-2] if len(parts) > 1 and parts[-1].lower() in GENERIC_FOLDERS else parts[-1]
     if part.get("random_init") is not None:
         name += f" (random-init {part['random_init']})"
     if part.get("prompt"):
@@ -91,6 +95,13 @@ def _fmt(value: Optional[float]) -> str:
     return "undef." if value is None else f"{value:.3f}"
 
 
+def _fmt1(record: Optional[MapRecord]) -> str:
+    """One decimal; "undef." for a record without a value, "—" for no record."""
+    if record is None:
+        return "—"
+    return "undef." if record.value is None else f"{record.value:.1f}"
+
+
 def matrices(group: Sequence[MapRecord]) -> Tuple[List[Any], List[Any], Dict[str, Dict]]:
     """Layers of A, layers of B and measure -> {(layer_a, layer_b): value} of one group."""
     rows = sorted({r.layer_a for r in group}, key=_layer_order)
@@ -119,9 +130,9 @@ def most_similar_table(group: Sequence[MapRecord], index: int) -> Table:
             pick = (min if m in DISTANCES else max)(found, key=lambda t: t[0])
             line.append(Cell(f"{_layer_text(pick[1])} ({_fmt(pick[0])})"))
         out.append(line)
-    other = "another layer" if within else cache_label(group[0].b)
+    other = "the other layers of this cache" if within else cache_label(group[0].b)
     return Table(f"similarity-{index}", _title(group[0]), header, [()] * len(header), out,
-                 caption=f"each cell: the most similar layer of {other} (its value)")
+                 caption=f"each cell: the most similar layer among {other} (its value)")
 
 
 def geometry_table(group: Sequence[MapRecord], index: int) -> Table:
@@ -145,9 +156,8 @@ def geometry_table(group: Sequence[MapRecord], index: int) -> Table:
                     Cell(f"{act.value:.2f}" if act and act.value is not None else "—"),
                     Cell(f"{ratio:.1f}" if isinstance(ratio, (int, float)) else "—"),
                     Cell(f"{norm.value:.2f}" if norm and norm.value is not None else "—"),
-                    Cell(f"{erank.value:.1f}" if erank and erank.value is not None else "—"),
-                    Cell(f"{twonn.value:.1f}" if twonn and twonn.value is not None
-                         else ("undef." if twonn else "—"))])
+                    Cell(_fmt1(erank)),
+                    Cell(_fmt1(twonn))])
     first = group[0]
     title = (f"{cache_label(first.a)}, {first.pooling} pooling, {first.features} features, "
              f"{first.sentences.get('n')} sentences")

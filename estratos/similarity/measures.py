@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from estratos.probe.estimators.scaling import FeatureScale
-from estratos.stats.metrics import average_ranks, dense_codes, pearson_rows
+from estratos.stats.metrics import average_ranks, dense_codes, pearson_matrix, pearson_rows
 
 #: a squared Frobenius norm at most this share of its largest possible size is a zero layer
 ZERO_RELATIVE = 1e-24
@@ -159,7 +159,8 @@ def procrustes_distance(x: np.ndarray, y: np.ndarray) -> Value:
 # ---- sentence x sentence measures (on a subsample) -------------------------------------------
 
 def rdm_ranks(x: np.ndarray) -> np.ndarray:
-    """The average ranks (float64) of the upper triangle (row-major, diagonal excluded) of
+    """The average ranks (float32: integers and halves below 2^23 are exact there, half the
+    memory of float64) of the upper triangle (row-major, diagonal excluded) of
     the RDM ``1 - Pearson r`` between the rows of ``x`` (m, d). A row with no spread over
     its features correlates 0 with every other row (distance 1)."""
     xc = np.asarray(x, dtype=np.float64)
@@ -168,7 +169,7 @@ def rdm_ranks(x: np.ndarray) -> np.ndarray:
     u = np.divide(xc, norms, out=np.zeros_like(xc), where=norms > 0)
     upper = np.triu_indices(len(u), k=1)
     rdm = 1.0 - (u @ u.T)[upper]
-    return average_ranks(dense_codes(rdm[None, :]))[0]
+    return average_ranks(dense_codes(rdm[None, :]))[0].astype(np.float32)
 
 
 def rsa_from_ranks(ranks_x: np.ndarray, ranks_y: np.ndarray) -> Value:
@@ -179,6 +180,18 @@ def rsa_from_ranks(ranks_x: np.ndarray, ranks_y: np.ndarray) -> Value:
     if not math.isfinite(r):
         return Value(None, "an RDM is constant (every sentence equally far apart)")
     return Value(r)
+
+
+def rsa_matrix(ranks_x: np.ndarray, ranks_y: np.ndarray) -> List[List[Value]]:
+    """RSA of every layer of one stack of :func:`rdm_ranks` ``(a, pairs)`` with every layer
+    of another ``(b, pairs)``, as one product (:func:`estratos.stats.metrics.pearson_matrix`)."""
+    if ranks_x.shape[1] < 2:
+        return [[Value(None, "fewer than 3 sentences: no pairs to compare")] * len(ranks_y)
+                for _ in ranks_x]
+    r = pearson_matrix(ranks_x, ranks_y)
+    return [[Value(float(v)) if math.isfinite(v) else
+             Value(None, "an RDM is constant (every sentence equally far apart)")
+             for v in row] for row in r]
 
 
 def rsa(x: np.ndarray, y: np.ndarray) -> Value:
@@ -215,4 +228,5 @@ def mutual_knn(x: np.ndarray, y: np.ndarray, k: int) -> Value:
 
 __all__ = ["PairStats", "Value", "centred", "debiased_cka", "debiased_cka_stats", "hsic_unbiased",
            "knn_overlap", "knn_sets", "linear_cka", "linear_cka_stats", "mutual_knn",
-           "procrustes_distance", "procrustes_stats", "rdm_ranks", "rsa", "rsa_from_ranks"]
+           "procrustes_distance", "procrustes_stats", "rdm_ranks", "rsa", "rsa_from_ranks",
+           "rsa_matrix"]

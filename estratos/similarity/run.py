@@ -347,11 +347,13 @@ def _sampled(values: Dict[Tuple[Any, ...], M.Value],
         xs = _scaled(rows_a, moments_a, std)
         ys = xs if b is None else _scaled(rows_b, moments_b, std)
         if "rsa" in measures:
-            ranks_x = [M.rdm_ranks(x) for x in xs]
-            ranks_y = ranks_x if b is None else [M.rdm_ranks(y) for y in ys]
+            ranks_x = np.stack([M.rdm_ranks(x) for x in xs])
+            ranks_y = ranks_x if b is None else np.stack([M.rdm_ranks(y) for y in ys])
+            found = M.rsa_matrix(ranks_x, ranks_y)
+            del ranks_x, ranks_y
             for i, la in enumerate(a.layers):
                 for j, lj in enumerate(lb):
-                    values[("rsa", f, la, lj)] = M.rsa_from_ranks(ranks_x[i], ranks_y[j])
+                    values[("rsa", f, la, lj)] = found[i][j]
         if "mutual-knn" in measures:
             if len(positions) < k + 1:
                 for la in a.layers:

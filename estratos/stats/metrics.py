@@ -11,10 +11,11 @@ of its subsets' correlations (each subset a stratum, weights by size). Several s
 cell are averaged, as reports average them.
 
 The package's one Pearson and Spearman are here (:func:`pearson_rows`,
-:func:`spearman_rows`): the protocols' recorded correlations, these bootstrap metrics and the
-relatedness regressor's early stopping all compute them with it. One rule for an undefined
-correlation (a constant side, or fewer than two values): NaN in arrays, None in results
-records (:func:`estratos.protocols.metrics.correlations`), never 0.
+:func:`spearman_rows`; :func:`pearson_matrix` for every pair of rows of two stacks): the
+protocols' recorded correlations, these bootstrap metrics and the relatedness regressor's
+early stopping all compute them with it. One rule for an undefined correlation (a constant
+side, or fewer than two values): NaN in arrays, None in results records
+(:func:`estratos.protocols.metrics.correlations`), never 0.
 """
 
 from __future__ import annotations
@@ -60,6 +61,32 @@ def pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     # a constant row is undefined even where its mean's rounding leaves den > 0
     constant = np.all(x == x[..., :1], axis=-1) | np.all(y == y[..., :1], axis=-1)
     return np.where((den > 0) & ~constant, np.clip(r, -1.0, 1.0), np.nan)
+
+
+def pearson_matrix(x: np.ndarray, y: np.ndarray, block: int = 8) -> np.ndarray:
+    """Pearson r of every row of ``x`` ``(a, n)`` with every row of ``y`` ``(b, n)``:
+    ``(a, b)`` fractions, NaN where undefined (as :func:`pearson_rows`). Rows are centred
+    and normalised in float64 ``block`` at a time, so long rows (RSA's RDMs: millions of
+    entries) are multiplied as matrices without a float64 copy of either side."""
+    x, y = np.atleast_2d(np.asarray(x)), np.atleast_2d(np.asarray(y))
+    out = np.full((len(x), len(y)), np.nan)
+    if x.shape[1] < 2:
+        return out
+
+    def unit(rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        r = rows.astype(np.float64)
+        r -= r.mean(axis=1, keepdims=True)
+        norm = np.sqrt(np.einsum("ij,ij->i", r, r))
+        ok = (norm > 0) & ~np.all(rows == rows[:, :1], axis=1)
+        return r / np.where(ok, norm, 1.0)[:, None], ok
+
+    for i in range(0, len(x), block):
+        ux, ok_x = unit(x[i:i + block])
+        for j in range(0, len(y), block):
+            uy, ok_y = unit(y[j:j + block])
+            r = np.clip(ux @ uy.T, -1.0, 1.0)
+            out[i:i + block, j:j + block] = np.where(ok_x[:, None] & ok_y[None, :], r, np.nan)
+    return out
 
 
 def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
