@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError
 from estratos.options import (
@@ -123,6 +123,26 @@ class ProbeConfig:
 
     def replace(self, **changes: Any) -> "ProbeConfig":
         return dataclasses.replace(self, **changes)
+
+    def to_argv(self) -> List[str]:
+        """The ``estratos probe`` options that select this configuration's cells and how
+        they are computed (``--layers`` ... ``--device``), as command-line words; what only
+        says how a run is spread (``--jobs``, ``--threads``, ``--shard``) or whether it
+        redoes cells (``--overwrite``, ``--sequential``) is left to the command that runs it.
+        The one writer of these words (SLURM job scripts use it): parsed back by
+        :meth:`build`, they give the same configuration."""
+        layers = self.layers if isinstance(self.layers, str) else ",".join(
+            str(layer) for layer in self.layers)
+        words = ["--layers", layers, "--seeds", ",".join(str(s) for s in self.seeds),
+                 "--classifier", self.classifier_name, "--features", self.features,
+                 "--device", self.device]
+        if self.pooling is not None:
+            words += ["--pooling", self.pooling]
+        if self.control is not None:
+            words += ["--control", self.control]
+        if self.mdl:
+            words.append("--mdl")
+        return words
 
 
 def check_features(value: Any, option: str = "--features") -> str:
