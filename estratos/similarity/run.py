@@ -195,7 +195,8 @@ class _Records:
                  sentences: SentenceSet) -> None:
         self.kind, self.pooling = kind, pooling
         self.a = a.part
-        self.b = None if b is None else b.part
+        # a map within one cache pairs the cache with itself; geometry has no second cache
+        self.b = (b or a).part if kind == "similarity" else None
         self.sentences = {"digest": sentences.digest, "n": len(sentences)}
         self.created = utc_now()
 
