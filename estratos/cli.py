@@ -685,6 +685,17 @@ def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, l
               help="As for probe [default: each cache's first pooling: cls for encoders, last "
                    "for decoder-only models].")
 @_classifier_option("As for probe.")
+@click.option("--features", type=click.Choice(FEATURES), default=None,
+              help="As for probe [default: the classifier's own].")
+@click.option("--control", type=click.Choice(CONTROL_KINDS), default=None,
+              help="As for probe: control cells beside the ordinary ones.")
+@click.option("--mdl", is_flag=True, help="As for probe: online code lengths too.")
+@click.option("--device", default="auto", show_default=True,
+              help=f"Where the probe jobs train: {device_help(PROBE_DEVICES)}.")
+@click.option("--states", default="all", show_default=True, metavar="SPEC",
+              help="As for encode: the hidden states the caches store.")
+@click.option("--prompt", default=None, metavar="TEMPLATE",
+              help="As for encode: wrap each sentence in TEMPLATE ({} is the sentence).")
 @click.option("--partition", default=None, help="sbatch --partition for every job.")
 @click.option("--gpus-per-task", type=int, default=0, show_default=True,
               help="GPUs per encode array task (--gres=gpu:G).")
@@ -697,8 +708,9 @@ def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, l
                    "(repeatable).")
 @click.option("--dry-run", is_flag=True, help="Write the scripts and submit.sh; submit nothing.")
 def slurm_command(models, tasks, task_files, data_dirs, out, encode_array, probe_array,
-                  layers, seeds, pooling, classifier, partition, gpus_per_task, cpus_per_task,
-                  time_limit, sbatch_args, dry_run) -> None:
+                  layers, seeds, pooling, classifier, features, control, mdl, device, states,
+                  prompt, partition, gpus_per_task, cpus_per_task, time_limit, sbatch_args,
+                  dry_run) -> None:
     """Run encode -> merge -> probe -> report on SLURM as dependent job arrays
     (estratos.slurm.plan_pipeline, write_scripts, submit)."""
     from estratos.slurm import find_sbatch, plan_pipeline, submit, write_scripts
@@ -707,7 +719,9 @@ def slurm_command(models, tasks, task_files, data_dirs, out, encode_array, probe
     plan = plan_pipeline(models, tasks, data_dirs, out, task_files=task_files,
                          encode_array=encode_array,
                          probe_array=probe_array, layers=layers, seeds=seeds, pooling=pooling,
-                         classifier=classifier, partition=partition,
+                         classifier=classifier, features=features, control=control,
+                         mdl=mdl, device=device, states=states, prompt=prompt,
+                         partition=partition,
                          gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
                          time=time_limit, sbatch_args=sbatch_args)
     if not dry_run:

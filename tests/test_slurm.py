@@ -334,3 +334,45 @@ def test_scripts_are_executable_within_the_umask(synth, tmp_path):
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "o").iterdir()
              if p.is_file()}
     assert set(modes.values()) == {0o750}, modes
+
+
+def test_every_probe_and_encode_option_reaches_its_jobs(synth, tmp_path):
+    """--features, --control, --mdl, --device reach the probe jobs (written by
+    ProbeConfig.to_argv), --states and --prompt the encode jobs; the probe job's options,
+    parsed by the probe command, give back the configuration the slurm command was given."""
+    from estratos.cli import probe_command
+    from estratos.probe.config import ProbeConfig
+
+    out = tmp_path / "o"
+    res = run_cli([*base_args(synth, out), "--dry-run", "--layers", "0,avg", "--seeds", "1,2",
+                   "--features", "standardized", "--control", "control-task", "--mdl",
+                   "--device", "cpu", "--states", "0,1", "--prompt", 'Dice: "{}"'])
+    assert res.exit_code == 0, res.output
+    encode = (out / "model-a.encode.sbatch").read_text()
+    assert "--states 0,1" in encode and "--prompt 'Dice: \"{}\"'" in encode
+    probe = (out / "model-a.probe.sbatch").read_text()
+    words = shlex.split(probe.split('"$PY" -m estratos probe', 1)[1].replace("\\\n", " "))
+    ctx = probe_command.make_context("probe", words)
+    p = ctx.params
+    got = ProbeConfig.build(layers=p["layers"], pooling=p["pooling"], seeds=p["seeds"],
+                            classifier=p["classifier"], features=p["features"],
+                            control=p["control"], mdl=p["mdl"], device=p["device"], jobs=1)
+    want = ProbeConfig.build(layers="0,avg", seeds="1,2", features="standardized",
+                             control="control-task", mdl=True, device="cpu", jobs=1)
+    assert got == want
+    assert got.to_argv() == want.to_argv()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--features", "scaled"], "'--features': 'scaled' is not one of"),
+    (["--states", "every:0"], "--states"),
+    (["--prompt", "no placeholder"], "--prompt"),
+    (["--mdl", "--classifier", "lbfgs"], "--mdl: the lbfgs classifier cannot"),
+    (["--device", "gpu"], "--device"),
+])
+def test_bad_probe_and_encode_options_are_refused_before_writing(synth, tmp_path, args,
+                                                                  message):
+    res = run_cli([*base_args(synth, tmp_path / "o"), "--dry-run", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert not (tmp_path / "o").exists()

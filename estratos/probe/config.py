@@ -133,16 +133,16 @@ class ProbeConfig:
         :meth:`build`, they give the same configuration."""
         layers = self.layers if isinstance(self.layers, str) else ",".join(
             str(layer) for layer in self.layers)
-        words = ["--layers", layers, "--seeds", ",".join(str(s) for s in self.seeds),
-                 "--classifier", self.classifier_name, "--features", self.features,
-                 "--device", self.device]
+        words = ["--layers", layers]
         if self.pooling is not None:
             words += ["--pooling", self.pooling]
+        words += ["--seeds", ",".join(str(s) for s in self.seeds),
+                  "--classifier", self.classifier_name, "--features", self.features]
         if self.control is not None:
             words += ["--control", self.control]
         if self.mdl:
             words.append("--mdl")
-        return words
+        return words + ["--device", self.device]
 
 
 def check_features(value: Any, option: str = "--features") -> str:

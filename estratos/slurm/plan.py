@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from estratos.errors import OptionError
-from estratos.options import DEFAULT_SEEDS_TEXT, is_local_model, parse_layers, parse_seeds
+from estratos.options import DEFAULT_SEEDS_TEXT, is_local_model
 from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER
-from estratos.vocab import CACHE_POOLINGS, DEFAULT_POOLING
+from estratos.vocab import DEFAULT_POOLING
 
 #: the steps, in the order they run for each model (the report comes once, after all models)
 STEPS: Tuple[str, ...] = ("encode", "merge", "probe", "report")
@@ -171,10 +171,11 @@ def _task_arguments(tasks: str, task_files: Sequence[str],
 
 def _check_options(models: Sequence[str], tasks: str, task_files: Sequence[str],
                    encode_array: int, probe_array: int,
-                   layers: str, seeds: str, pooling: Optional[str], classifier: str,
                    gpus_per_task: int, cpus_per_task: Optional[int],
                    sbatch_args: Sequence[str]) -> None:
-    from estratos.probe.estimators.classifiers import get_estimator
+    """The scheduling options (the encode and probe options are checked by
+    :func:`~estratos.encode.options.check_encode_options` and
+    :meth:`~estratos.probe.config.ProbeConfig.build`)."""
     from estratos.tasks.selection import NO_TASKS
 
     if not models:
@@ -188,11 +189,6 @@ def _check_options(models: Sequence[str], tasks: str, task_files: Sequence[str],
         raise OptionError(f"--gpus-per-task: must be >= 0, got {gpus_per_task}")
     if cpus_per_task is not None and int(cpus_per_task) < 1:
         raise OptionError(f"--cpus-per-task: must be >= 1, got {cpus_per_task}")
-    parse_layers(layers)  # syntax only: the cache does not exist yet
-    parse_seeds(seeds)
-    if pooling is not None and pooling not in CACHE_POOLINGS:
-        raise OptionError(f"--pooling: {pooling!r} is not one of {', '.join(CACHE_POOLINGS)}")
-    get_estimator(classifier)
     for arg in sbatch_args:
         if not arg.startswith("-"):
             raise OptionError(f"--sbatch-arg: {arg!r} is not one sbatch option "
@@ -216,13 +212,14 @@ PROGRAM = '"$PY" -m estratos'
 KILL_ON_INVALID_DEP = "--kill-on-invalid-dep=yes"
 
 
-def _command(words: Sequence[str], options: Sequence[Tuple[str, str]],
+def _command(words: Sequence[str], options: Sequence[Tuple[str, Optional[str]]],
              positional: Sequence[str] = ()) -> str:
-    """``"$PY" -m estratos <words>`` with one argument (already quoted) or ``--option value``
-    (quoted here) per line."""
+    """``"$PY" -m estratos <words>`` with one argument (already quoted), ``--option value``
+    (quoted here) or a ``--flag`` (value None) per line."""
     head = " ".join([PROGRAM, *map(_q, words)])
     parts = [head] + [f"    {arg}" for arg in positional]
-    parts += [f"    {opt} {value if isinstance(value, _Shell) else _q(value)}"
+    parts += [f"    {opt}" if value is None else
+              f"    {opt} {value if isinstance(value, _Shell) else _q(value)}"
               for opt, value in options]
     return " \\\n".join(parts)
 
@@ -236,7 +233,8 @@ class _Pipeline:
     task_options: Tuple[Tuple[str, str], ...]
     encode_array: int
     probe_array: int
-    probe_options: Tuple[Tuple[str, str], ...]
+    probe_options: Tuple[Tuple[str, Optional[str]], ...]
+    encode_options: Tuple[Tuple[str, str], ...]
     partition: Optional[str]
     time: Optional[str]
     sbatch_args: Tuple[str, ...]
@@ -278,7 +276,7 @@ class _Pipeline:
                   f"PY={_q(self.python)}  # the Python that wrote this script (PATH plays no part)"]
         return lines + _failure_message(script, array > 1, self.out / SUBMIT_SCRIPT)
 
-    def command(self, words: Sequence[str], options: Sequence[Tuple[str, str]] = (),
+    def command(self, words: Sequence[str], options: Sequence[Tuple[str, Optional[str]]] = (),
                 positional: Sequence[str] = ()) -> str:
         return _command(words, options, positional)
 
@@ -322,7 +320,8 @@ def _encode_job(p: _Pipeline, slug: str, model: str) -> JobScript:
                                       "it resumes where it stopped"),
                      n, p.gpus_per_task, p.cpus_per_task, waits=False)
     threads = [("--threads", str(p.cpus_per_task))] if p.cpus_per_task else []
-    lines.append(p.command(["encode"], [("--model", model), *p.task_options, *threads,
+    lines.append(p.command(["encode"], [("--model", model), *p.task_options,
+                                        *p.encode_options, *threads,
                                         *_shard_option(n), ("--out", str(cache))]))
     return JobScript(f"{slug}.encode.sbatch", "encode", model, "\n".join(lines) + "\n",
                      n if n > 1 else None)
@@ -380,15 +379,20 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
                   encode_array: int = 1, probe_array: int = 1,
                   layers: str = "all", seeds: str = DEFAULT_SEEDS_TEXT,
                   pooling: Optional[str] = DEFAULT_POOLING,
-                  classifier: str = DEFAULT_CLASSIFIER, partition: Optional[str] = None,
+                  classifier: str = DEFAULT_CLASSIFIER, features: Optional[str] = None,
+                  control: Optional[str] = None, mdl: bool = False, device: str = "auto",
+                  states: str = "all", prompt: Optional[str] = None,
+                  partition: Optional[str] = None,
                   gpus_per_task: int = 0, cpus_per_task: Optional[int] = None,
                   time: Optional[str] = None, sbatch_args: Sequence[str] = (),
                   python: Optional[str] = None) -> SlurmPlan:
     """The job scripts for ``models`` on ``tasks`` (nothing is written or submitted).
 
-    ``tasks``/``task_files``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier``
-    are the forms ``estratos probe`` takes (``pooling`` None: each cache's first, as
-    probe does). ``gpus_per_task`` and ``cpus_per_task`` go to the
+    ``tasks``/``task_files``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier``/
+    ``features``/``control``/``mdl``/``device`` are the forms ``estratos probe`` takes
+    (``pooling`` None: each cache's first, as probe does; the probe jobs get them through
+    :meth:`ProbeConfig.to_argv`); ``states`` and ``prompt`` the forms ``estratos encode``
+    takes. ``gpus_per_task`` and ``cpus_per_task`` go to the
     encode array (``--gres=gpu:G``: each array task is one task; ``encode --threads``);
     ``cpus_per_task`` also to the probe array (``probe --jobs``). ``partition``, ``time`` and
     ``sbatch_args`` (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job.
@@ -403,14 +407,29 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
         raise OptionError(f"python: {python!r} is not an absolute path to an interpreter "
                           "(the jobs must not depend on PATH)")
     task_files = [str(p) for p in task_files]
-    _check_options(models, tasks, task_files, encode_array, probe_array, layers, seeds,
-                   pooling, classifier, gpus_per_task, cpus_per_task, sbatch_args)
+    _check_options(models, tasks, task_files, encode_array, probe_array, gpus_per_task,
+                   cpus_per_task, sbatch_args)
+    from estratos.encode.options import check_encode_options
+    from estratos.probe.config import ProbeConfig
+
+    check_encode_options(states=states, prompt=prompt)
+    probe = ProbeConfig.build(layers=layers, pooling=pooling, seeds=seeds,
+                              classifier=classifier, features=features, control=control,
+                              mdl=mdl, device=device, jobs=1)
+    words = probe.to_argv()
+    probe_options = []
+    for i, word in enumerate(words):  # (option, value) pairs; a flag has the value None
+        if word.startswith("--"):
+            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") \
+                else None
+            probe_options.append((word, value))
+    encode_options = [("--states", states)] if states != "all" else []
+    if prompt is not None:
+        encode_options.append(("--prompt", prompt))
     task_options = _task_arguments(tasks, task_files, data_dirs)
     p = _Pipeline(out=_absolute(out), python=python, task_options=tuple(task_options),
                   encode_array=int(encode_array), probe_array=int(probe_array),
-                  probe_options=tuple((k, v) for k, v in (
-                      ("--layers", layers), ("--pooling", pooling), ("--seeds", seeds),
-                      ("--classifier", classifier)) if v is not None),
+                  probe_options=tuple(probe_options), encode_options=tuple(encode_options),
                   partition=partition, time=time, sbatch_args=tuple(sbatch_args),
                   gpus_per_task=int(gpus_per_task),
                   cpus_per_task=int(cpus_per_task) if cpus_per_task else None)
