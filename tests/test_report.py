@@ -28,20 +28,29 @@ UPDATE = os.environ.get("ESTRATOS_UPDATE_GOLDEN") == "1"
 
 # ------------------------------------------------------------------------------ golden files
 
+#: the files every report writes; the golden folder also holds one csv per table of the
+#: other sections (per layer, surface baselines)
 GOLDEN_FILES = ("report.md", "report.tex", "groups.csv", "datasets.csv", "report.json",
                 "report.html")
 
 
 def test_golden_files(fixture_dir: Path):
     summary = write_report(["results.jsonl"], "out", baseline=["baseline.jsonl"])
-    assert sorted(p.name for p in summary.files) == sorted(GOLDEN_FILES)
-    for name in GOLDEN_FILES:
-        produced = (fixture_dir / "out" / name).read_text(encoding="utf-8")
-        golden = GOLDEN / name
-        if UPDATE:
-            golden.parent.mkdir(parents=True, exist_ok=True)
-            golden.write_text(produced, encoding="utf-8")
-        assert produced == golden.read_text(encoding="utf-8"), f"{name} differs from golden"
+    produced = sorted(p.name for p in summary.files)
+    assert set(GOLDEN_FILES) <= set(produced)
+    assert any(n.startswith("per-layer--") for n in produced)
+    assert any(n.startswith("surface-baselines--") for n in produced)
+    if UPDATE:
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        for old in GOLDEN.iterdir():
+            old.unlink()
+        for name in produced:
+            (GOLDEN / name).write_text((fixture_dir / "out" / name).read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    assert produced == sorted(p.name for p in GOLDEN.iterdir())
+    for name in produced:
+        text = (fixture_dir / "out" / name).read_text(encoding="utf-8")
+        assert text == (GOLDEN / name).read_text(encoding="utf-8"), f"{name} differs from golden"
 
 
 def test_golden_group_table_reads_as_the_paper(fixture_dir: Path):
@@ -481,3 +490,42 @@ def test_cli_group_columns_say_how_many_datasets_they_average(tmp_path):
     assert "[1] SC: 1 of the benchmark's 5 datasets (TASS1; not here: TASS2, MC, FAC, SQC)" \
         in md
     assert "Datasets averaged per group: SC 1 of 5, SP 3." in md
+
+
+def test_json_and_csv_carry_every_section_the_markdown_has(tmp_path):
+    """report.json holds every section (title, tables, each cell's numbers and marks) and
+    the csv files one file per table beyond the group and dataset scores: per layer and MDL
+    here, marks included (a one-class cell, a cell below its floor), so nothing reaches only
+    md, LaTeX or HTML."""
+    def line(layer, seed, floor, one_class=False):
+        rec = record("s:A", "SC", layer, seed, 50.0 + layer, schema=2) | {"mdl": {
+            "online_bits": 100.0, "uniform_bits": 100.0 * 1.1 * floor, "compression":
+            round(1.1 * floor, 4), "floor_bits": 100.0 * floor, "floor_compression": floor}}
+        return rec | ({"degenerate": {"class": "pos", "share": 1.0}} if one_class else {})
+
+    lines = [line(layer, seed, f, one_class=layer == 0)
+             for layer, f in ((0, 1.5), (1, 1.2), (2, 0.95)) for seed in (1, 2)]
+    results = write_lines(tmp_path / "r.jsonl", lines)
+    res = CliRunner().invoke(cli, ["report", str(results), "--out", str(tmp_path / "rep"),
+                                   "--format", "md,csv,json"])
+    assert res.exit_code == 0, res.output
+    rep = tmp_path / "rep"
+    md = (rep / "report.md").read_text(encoding="utf-8")
+    doc = json.loads((rep / "report.json").read_text(encoding="utf-8"))
+    titles = [s["title"] for s in doc["sections"]]
+    assert "Group averages" in titles and any("MDL" in t for t in titles), titles
+    for title in titles:
+        assert f"## {title}" in md, title
+    cells = [c for s in doc["sections"] if "MDL" in s["title"] for t in s["tables"]
+             for row in t["rows"] for c in row]
+    assert any(c.get("one_class") for c in cells), cells
+    assert any(c.get("below_floor") for c in cells), cells
+    csvs = sorted(p.name for p in rep.glob("*.csv"))
+    extra = [n for n in csvs if n not in ("groups.csv", "datasets.csv")]
+    assert any(n.startswith("controls-mdl") for n in extra), csvs
+    for name in extra:
+        rows = list(csv.DictReader((rep / name).open(encoding="utf-8")))
+        assert rows, name
+    mdl = next(n for n in extra if n.startswith("controls-mdl"))
+    text = (rep / mdl).read_text(encoding="utf-8")
+    assert "one_class" in text and "below_floor" in text, text

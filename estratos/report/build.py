@@ -122,7 +122,7 @@ def _delta_sections(agg: Aggregate, calib: Dict[str, odesia.Calibration],
                           title="Delta vs baseline: groups")]
     tables += dataset_tables(shown, notes, cell_fn=dataset_cell, key="delta-datasets",
                              title="Delta vs baseline")
-    return [Section("Delta vs baseline (ODESIA)", tables, intro)]
+    return [Section("Delta vs baseline (ODESIA)", tables, intro, in_score_files=True)]
 
 
 def _gap_table(gap: odesia.Gap, notes: Footnotes) -> Table:
@@ -245,9 +245,10 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     mark_caption = correction_text(stats.significance, stats.alpha, stats.resamples) \
         if stats and stats.significance else ""
     stats_caption = ". ".join(c for c in (ci_caption, mark_caption) if c)
-    sections = [Section("Group averages", [group_table(agg, notes)]),
+    sections = [Section("Group averages", [group_table(agg, notes)], in_score_files=True),
                 Section("Per dataset", dataset_tables(agg, notes, title="Datasets",
-                                                      decorate=decorate, caption=stats_caption))]
+                                                      decorate=decorate, caption=stats_caption),
+                        in_score_files=True)]
     layers = layer_tables(agg, notes, decorate=decorate, caption=stats_caption)
     if layers:
         sections.append(Section("Per layer", layers))
@@ -279,7 +280,8 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
                                "with --baseline (from `estratos baseline`) or in the results")
         content.gap = odesia.compute_gap(en, es, pair_list, calib_en, calib_es)
         sections.append(Section("EN-ES gap (ODESIA Ind)", [_gap_table(content.gap, notes)],
-                                f"EN: `{os.fspath(gap[0])}`, ES: `{os.fspath(gap[1])}`."))
+                                f"EN: `{os.fspath(gap[0])}`, ES: `{os.fspath(gap[1])}`.",
+                                in_score_files=True))
     if maps is not None:
         sections += similarity_sections(maps)
         content.maps = maps

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -49,9 +50,14 @@ DELTA_LEGEND = ("Delta = (s - b) / |b - r| x 100 against the baseline {baseline}
 
 @dataclass
 class Section:
+    """A titled part of the report. ``in_score_files``: its numbers are in groups.csv,
+    datasets.csv or gap.csv (and report.json's score lists) with every seed statistic, so
+    the csv writer adds no file of its own for it."""
+
     title: str
     tables: List[Table]
     intro: str = ""
+    in_score_files: bool = False
 
 
 @dataclass
@@ -373,12 +379,81 @@ def _csv(records: List[Dict[str, Any]], columns: Optional[List[str]] = None) -> 
     return buf.getvalue()
 
 
+def cell_record(cell: Cell) -> Dict[str, Any]:
+    """One displayed cell as data: its text, or its statistic (mean, std, seeds) with every
+    mark the tables show (best/second, one class, below the floor, undefined, interval,
+    footnotes); what md, LaTeX and HTML render, without the rendering."""
+    if cell.text is not None:
+        return {"text": cell.text}
+    out: Dict[str, Any] = {}
+    if cell.stat is not None:
+        out.update(mean=_r(cell.stat.mean), std=_r(cell.stat.std), seeds=cell.stat.n)
+    for name, value in (("mark", cell.mark), ("partial", cell.partial or None),
+                        ("undefined", cell.undefined or None), ("ci", cell.ci),
+                        ("not_worse", cell.not_worse or None),
+                        ("one_class", list(cell.degenerate) if cell.degenerate else None),
+                        ("one_class_datasets", list(cell.one_class_datasets)
+                         if cell.one_class_datasets else None),
+                        ("below_floor", list(cell.below_floor) if cell.below_floor else None),
+                        ("notes", list(cell.notes) or None)):
+        if value is not None:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def table_records(table: Table) -> List[Dict[str, Any]]:
+    """A table's rows as flat records for CSV: each column's text or mean, and beside a
+    statistic its ``std``, ``seeds`` and marks as ``<column> <field>`` columns."""
+    rows = []
+    for row in table.rows:
+        record: Dict[str, Any] = {}
+        for head, cell in zip(table.header, row):
+            data = cell_record(cell)
+            record[head] = data.pop("text", data.pop("mean", None))
+            for field_name, value in data.items():
+                record[f"{head} {field_name}"] = (
+                    " ".join(map(str, value)) if isinstance(value, list) else value)
+        rows.append(record)
+    return rows
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def section_records(content: ReportContent) -> List[Dict[str, Any]]:
+    """Every section of the report as data (title, intro, tables with their header and
+    cell records): what report.json carries so that no section reaches only md/tex/html."""
+    return [{"title": section.title, "intro": section.intro,
+             "tables": [{"key": t.key, "title": t.title, "caption": t.caption,
+                         "header": list(t.header),
+                         "rows": [[cell_record(c) for c in row] for row in t.rows]}
+                        for t in section.tables]}
+            for section in content.sections]
+
+
+def _flat_columns(records: List[Dict[str, Any]]) -> List[str]:
+    cols: List[str] = []
+    for r in records:
+        cols += [k for k in r if k not in cols]
+    return cols
+
+
 def to_csv(content: ReportContent) -> Dict[str, str]:
-    """File name -> CSV text: groups.csv, datasets.csv and (with a gap) gap.csv."""
+    """File name -> CSV text: groups.csv, datasets.csv, (with a gap) gap.csv, and one
+    ``<section>--<table>.csv`` for each table of every other section (per layer, surface
+    baselines, selectivity, MDL, control model, similarity...)."""
     files = {"groups.csv": _csv(group_records(content)),
              "datasets.csv": _csv(dataset_records(content))}
     if content.gap is not None:
         files["gap.csv"] = _csv(gap_records(content.gap))
+    for section in content.sections:
+        if section.in_score_files:
+            continue
+        for table in section.tables:
+            records = table_records(table)
+            name = f"{_slug(section.title)}--{_slug(table.key or table.title)}.csv"
+            files[name] = _csv(records, _flat_columns(records))
     return files
 
 
@@ -401,6 +476,7 @@ def to_json(content: ReportContent) -> str:
         "gap": None if content.gap is None else {
             "pairs": [{"name": p.name, "en": p.en, "es": p.es} for p in content.gap.pairs],
             "notes": content.gap.notes, "cells": gap_records(content.gap)},
+        "sections": section_records(content),
     }
     return json.dumps(doc, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
 
