@@ -21,22 +21,30 @@ def tass(es_data_dir, minilm_dir, tmp_path_factory):
     return task, cache
 
 
-def test_an_mlp_reaches_a_higher_control_task_accuracy_than_a_linear_probe(tass, tmp_path):
+def test_both_probes_read_their_task_better_than_its_control(tass, tmp_path):
+    """A control task is a floor the probe must clear: for a linear probe and a 256-unit MLP
+    the task accuracy is above the control's (positive selectivity), and the control sits at
+    or above the majority rate less 5 points (its labels keep the task's class shares).
+
+    Not asserted: that the MLP memorises more of the control than the linear probe (Hewitt &
+    Liang's capacity effect). On this 1,500-sentence slice, with the control's length signal
+    removed, both stay within about 2.5 points of the majority rate (measured: linear 46.3,
+    MLP 45.9, majority 44.0), so the order of the two is noise."""
     from estratos.probe.estimators.classifiers import SentEvalClassifier
     from estratos.probe.grid.runner import run_probe
 
     task, cache = tass
-    scores = {}
     for nhid in (0, 256):
         kw = dict(loader=SliceLoader(task), layers="6", pooling="mean", seeds=(1, 2, 3),
                   classifier=SentEvalClassifier(nhid=nhid), features="standardized",
                   threads=1)
         out = tmp_path / f"r{nhid}.jsonl"
         control = run_probe(cache, [task.spec], None, out, control="control-task", **kw)
-        scores[nhid] = np.mean([r.score for r in control])
         assert all(r.control["kind"] == "control-task" for r in control)
-    majority = control[0].chance["majority"]
-    assert scores[256] > scores[0] > majority - 5, (scores, majority)
+        real = run_probe(cache, [task.spec], None, out, **kw)
+        c, t = np.mean([r.score for r in control]), np.mean([r.score for r in real])
+        majority = control[0].chance["majority"]
+        assert t > c > majority - 5, (nhid, t, c, majority)
 
 
 def test_the_control_score_is_free_of_length_on_every_real_task(es_data_dir):
