@@ -206,3 +206,21 @@ def test_check_collects_missing_files_and_bad_lines_across_files(tmp_path):
     lines = result.output.splitlines()
     assert lines[0].startswith(f"{folder / 'valid.txt'}:2: label '9' is not in the label set")
     assert lines[1].startswith(f"{folder / 'valid.txt'}:3: invalid utf-8")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["tasks", "show", "tense"], "unknown task 'tense'; say which: es-senteval:Tense, "
+                                 "en-senteval:Tense, synthetic-es:Tense"),
+    (["tasks", "show", "tenze"], "(closest: es-senteval:Tense, en-senteval:Tense, "
+                                 "synthetic-es:Tense)"),
+])
+def test_a_name_several_suites_share_is_suggested_as_their_ids(args, needle):
+    """The hint never suggests a bare name that is itself ambiguous (``tense`` once said
+    "closest: Tense", which then failed as ambiguous)."""
+    from click.testing import CliRunner
+
+    from estratos.cli import cli
+
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2, res.output
+    assert needle in res.output, res.output

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 from estratos.errors import SelectionError, TaskError
 from estratos.tasks.types import TaskSpec
@@ -79,7 +79,10 @@ def get_spec(task_id: str) -> TaskSpec:
     return found[0]
 
 
-def _close_matches(word: str, candidates: Sequence[str]) -> str:
+def _close_matches(word: str, candidates: Sequence[str],
+                   expand: Optional[Mapping[str, Sequence[str]]] = None) -> str:
+    """`` (closest: ...)`` for ``word`` among ``candidates``; a match found in ``expand``
+    is shown as what it maps to (a bare name shared by several tasks: their ids)."""
     by_lower: Dict[str, str] = {}
     for candidate in candidates:
         by_lower.setdefault(candidate.lower(), candidate)
@@ -88,7 +91,9 @@ def _close_matches(word: str, candidates: Sequence[str]) -> str:
     if not matches:
         lowered = word.lower()
         matches = [c for c in candidates if lowered in c.lower()][:5]
-    return (" (closest: " + ", ".join(matches) + ")") if matches else ""
+    shown = list(dict.fromkeys(m for match in matches
+                               for m in (expand or {}).get(match, [match])))
+    return (" (closest: " + ", ".join(shown) + ")") if shown else ""
 
 
 def _by_case(item: str, specs: Sequence[TaskSpec]) -> List[TaskSpec]:
@@ -144,6 +149,10 @@ def _resolve_item(item: str, specs: Sequence[TaskSpec],
     folded = _by_case(item, specs)
     if folded:
         return folded
+    same = [s for s in specs if s.name.lower() == item.lower()]
+    if len(same) > 1:  # "tense": the qualified ids, not a bare name that is ambiguous too
+        raise SelectionError(f"unknown task {item!r}; say which: "
+                             + ", ".join(s.id for s in same))
     near = [s for s in specs if s.suite in context] or list(specs)
     groups = list(dict.fromkeys(f"{s.suite}:{s.group}" for s in near
                                 if s.group.lower() == item.lower()))
@@ -156,8 +165,13 @@ def _resolve_item(item: str, specs: Sequence[TaskSpec],
     everything = (list(dict.fromkeys(s.id for s in near))
                   + list(dict.fromkeys(s.suite for s in near))
                   + list(dict.fromkeys(s.name for s in near)))
+    # a bare name several tasks share is suggested as their ids: it would be ambiguous too
+    shared: Dict[str, List[str]] = {}
+    for s in specs:
+        shared.setdefault(s.name, []).append(s.id)
     where = f" in {', '.join(context)}" if context and len(near) < len(specs) else ""
-    raise SelectionError(f"unknown task {item!r}{where}" + _close_matches(item, everything))
+    raise SelectionError(f"unknown task {item!r}{where}" + _close_matches(
+        item, everything, {name: ids for name, ids in shared.items() if len(ids) > 1}))
 
 
 def builtin_clash(extra: Sequence[TaskSpec]) -> None:
