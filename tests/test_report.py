@@ -529,3 +529,19 @@ def test_json_and_csv_carry_every_section_the_markdown_has(tmp_path):
     mdl = next(n for n in extra if n.startswith("controls-mdl"))
     text = (rep / mdl).read_text(encoding="utf-8")
     assert "one_class" in text and "below_floor" in text, text
+
+
+def test_many_copies_in_one_file_are_one_notice(tmp_path):
+    """After ``probe --overwrite`` the file holds two copies of every cell: one summary
+    line, not one notice per cell; the last copy of each is kept."""
+    lines = [record("s:A", "SC", layer, 1, 10.0) for layer in range(6)]
+    lines += [record("s:A", "SC", layer, 1, 20.0) for layer in range(6)]
+    path = write_lines(tmp_path / "r.jsonl", lines)
+    loaded = load_results([path])
+    assert [loc.record.score for loc in loaded.records] == [20.0] * 6
+    [notice] = loaded.notices
+    assert notice.line == 7 and "6 duplicate cells from line 7 on" in notice.message
+    assert "the last copy of each is kept" in notice.message
+    res = CliRunner().invoke(cli, ["report", str(path), "--out", str(tmp_path / "rep"),
+                                   "--format", "md"])
+    assert res.exit_code == 0 and res.output.count("duplicate") <= 1, res.output

@@ -16,7 +16,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 from estratos.errors import ResultsError, ResultsFileError
 from estratos.results.record import READABLE_SCHEMAS, CellKey, ResultRecord
@@ -160,6 +160,8 @@ def load_results(paths: Union[PathLike, Sequence[PathLike]]) -> LoadedResults:
     out = LoadedResults(sources=files)
     by_key: Dict[CellKey, Located] = {}
     first: Optional[Located] = None
+    #: path -> (its first plain-duplicate notice, how many it stands for)
+    repeats: Dict[str, List[Any]] = {}
     for path in files:
         parsed = read_file(path, first)
         first = first or (parsed.records[0] if parsed.records else None)
@@ -179,14 +181,26 @@ def load_results(paths: Union[PathLike, Sequence[PathLike]]) -> LoadedResults:
                                     f"{previous.line} (data digest {old}); the last one is "
                                     "kept")
                     log.warning("%s", notice)
+                    out.notices.append(notice)
+                elif str(loc.path) in repeats:  # one line per file, however many copies
+                    repeats[str(loc.path)][1] += 1
                 else:
                     notice = Notice(loc.path, loc.line,
                                     f"duplicate cell {_describe(loc.record)} (also at "
                                     f"{previous.path}:{previous.line}); the last one is kept")
-                    log.info("%s", notice)
-                out.notices.append(notice)
+                    repeats[str(loc.path)] = [notice, 1]
+                    out.notices.append(notice)
                 out.copies.setdefault(loc.record.key, [previous]).append(loc)
             by_key[loc.record.key] = loc  # re-inserted: keeps last-seen order
+    for notice, count in repeats.values():
+        if count > 1:  # e.g. a rerun with --overwrite: its copies are meant to replace
+            index = out.notices.index(notice)
+            notice = Notice(notice.path, notice.line,
+                            f"{count} duplicate cells from line {notice.line} on, e.g. "
+                            f"{notice.message.removeprefix('duplicate cell ')}; the last copy "
+                            "of each is kept (what a rerun with --overwrite appends)")
+            out.notices[index] = notice
+        log.info("%s", notice)
     out.records = list(by_key.values())
     return out
 
