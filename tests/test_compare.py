@@ -264,6 +264,9 @@ def test_compare_selects_by_every_part_of_a_cells_identity(tmp_path):
     code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=0,control=x",
                         "--b", "layer=4")
     assert code == 2 and "--a: 'layer=0,control=x' matches no cell of toy:A" in out, out
+    # what the cells hold, per key (the selection's keys first), not whole identities
+    assert "its cells have layer: " in out and f"control: none, {CONTROL}" in out, out
+    assert "model=org/mini,pooling=mean" not in out, out
 
 
 def test_compare_selector_keys_are_the_identity_of_a_cell():

@@ -123,6 +123,28 @@ def _describe(record: ResultRecord) -> str:
     return ",".join(parts)
 
 
+def _values_present(records: Sequence[Located], selector: Dict[str, str]) -> str:
+    """What the cells hold, per selector key: each key of ``selector`` first (the one that
+    matched nothing is among them), then every other key whose value differs between cells;
+    at most 8 values a key. Short where listing whole cells was not (8 long identities)."""
+    values: Dict[str, List[str]] = {}
+    for loc in records:
+        for key, value in _identity(loc.record).items():
+            if key == "seed":
+                continue
+            text = layer_label(value) if key == "layer" else _text(value)
+            if text not in values.setdefault(key, []):
+                values[key].append(text)
+    keys = [k for k in selector if k in values] + [
+        k for k in values if k not in selector and len(values[k]) > 1]
+    parts = []
+    for key in keys:
+        shown = values[key][:8]
+        more = f" (+{len(values[key]) - 8} more)" if len(values[key]) > 8 else ""
+        parts.append(f"{key}: {', '.join(shown)}{more}")
+    return "its cells have " + "; ".join(parts) if parts else "it has no cell"
+
+
 def _row_id(record: ResultRecord) -> Tuple[Tuple[str, Any], ...]:
     """What one row of a selection is: the cell's identity apart from its seed."""
     return tuple((k, v) for k, v in _identity(record).items() if k != "seed")
@@ -132,9 +154,8 @@ def _select(records: Sequence[Located], task: str, selector: Dict[str, str], opt
             text: str) -> Tuple[Row, List[Located]]:
     hits = [loc for loc in records if _matches(loc, selector)]
     if not hits:
-        present = sorted({_describe(loc.record) for loc in records})
-        shown = "; ".join(present[:8]) + (" ..." if len(present) > 8 else "")
-        raise OptionError(f"{option}: {text!r} matches no cell of {task} (its cells: {shown})")
+        raise OptionError(f"{option}: {text!r} matches no cell of {task}; "
+                          f"{_values_present(records, selector)}")
     rows: Dict[Tuple[Tuple[str, Any], ...], List[Located]] = {}
     for loc in hits:
         rows.setdefault(_row_id(loc.record), []).append(loc)
