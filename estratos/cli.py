@@ -29,6 +29,7 @@ from estratos.vocab import (
     BOOTSTRAP_SEED,
     CACHE_POOLINGS,
     CONTROL_KINDS,
+    CONTROL_L2,
     DEFAULT_BASELINE,
     DEFAULT_POOLING,
     DEFAULT_SEED,
@@ -458,20 +459,25 @@ def _command_words(ctx: click.Context) -> List[str]:
                    "random function of each example's words, scored on them: selectivity = "
                    "score - control; Hewitt & Liang 2019) or label-shuffle (shuffled "
                    "training labels, tested on the true ones: a majority-rate floor).")
+@click.option("--control-l2", "control_l2", type=click.Choice(CONTROL_L2), default=None,
+              help="With --control: own (default: a control cell chooses its L2 on its own "
+                   "dev labels) or task (it reuses the L2 its task cell chose, which must "
+                   "be in --out; Hewitt & Liang fix the hyper-parameters across the pair).")
 @click.option("--mdl", is_flag=True,
               help="Also record each classification cell's online code length, its "
                    "compression against the uniform code and against a code of the labels "
                    "alone (Voita & Titov 2020).")
 def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, seeds, classifier,
                   sequential, jobs, threads, overwrite, expect_model, device, shard,
-                  resume_from, progress, features, control, mdl) -> None:
+                  resume_from, progress, features, control, control_l2, mdl) -> None:
     """Train probes for every task x layer x seed (estratos.probe.probe_tasks)."""
     from estratos.probe.command import probe_tasks
 
     run = probe_tasks(cache, tasks, out, data_dir=data_dirs, task_files=task_files,
                       layers=layers, pooling=pooling, seeds=seeds, classifier=classifier,
-                      features=features, control=control, mdl=mdl, sequential=sequential,
-                      jobs=jobs, overwrite=overwrite, expect_model=expect_model,
+                      features=features, control=control, control_l2=control_l2, mdl=mdl,
+                      sequential=sequential, jobs=jobs, overwrite=overwrite,
+                      expect_model=expect_model,
                       threads=threads, device=device, shard=shard or "auto",
                       resume_from=resume_from, progress=progress)
     click.echo(run.describe(command=_command_words(click.get_current_context())))
@@ -689,6 +695,8 @@ def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, l
               help="As for probe [default: the classifier's own].")
 @click.option("--control", type=click.Choice(CONTROL_KINDS), default=None,
               help="As for probe: control cells beside the ordinary ones.")
+@click.option("--control-l2", "control_l2", type=click.Choice(CONTROL_L2), default=None,
+              help="As for probe: own, or task (a control cell reuses its task cell's L2).")
 @click.option("--mdl", is_flag=True, help="As for probe: online code lengths too.")
 @click.option("--device", default="auto", show_default=True,
               help=f"Where the probe jobs train: {device_help(PROBE_DEVICES)}.")
@@ -708,7 +716,8 @@ def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, l
                    "(repeatable).")
 @click.option("--dry-run", is_flag=True, help="Write the scripts and submit.sh; submit nothing.")
 def slurm_command(models, tasks, task_files, data_dirs, out, encode_array, probe_array,
-                  layers, seeds, pooling, classifier, features, control, mdl, device, states,
+                  layers, seeds, pooling, classifier, features, control, control_l2, mdl,
+                  device, states,
                   prompt, partition, gpus_per_task, cpus_per_task, time_limit, sbatch_args,
                   dry_run) -> None:
     """Run encode -> merge -> probe -> report on SLURM as dependent job arrays
@@ -720,7 +729,8 @@ def slurm_command(models, tasks, task_files, data_dirs, out, encode_array, probe
                          encode_array=encode_array,
                          probe_array=probe_array, layers=layers, seeds=seeds, pooling=pooling,
                          classifier=classifier, features=features, control=control,
-                         mdl=mdl, device=device, states=states, prompt=prompt,
+                         control_l2=control_l2, mdl=mdl, device=device, states=states,
+                         prompt=prompt,
                          partition=partition,
                          gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
                          time=time_limit, sbatch_args=sbatch_args)

@@ -115,6 +115,11 @@ CONTROL_TASK = "control-task"
 LABEL_SHUFFLE = "label-shuffle"
 #: the control kinds a cell may be (``ResultRecord.control["kind"]``)
 CONTROL_KINDS: Tuple[str, ...] = (CONTROL_TASK, LABEL_SHUFFLE)
+#: ``probe --control-l2``: a control cell chooses its own L2 on its own dev labels (``own``,
+#: the same probe family and selection rule as its task cell), or reuses the L2 its task
+#: cell chose (``task``: the hyper-parameters fixed across the pair, as Hewitt & Liang do)
+CONTROL_L2: Tuple[str, ...] = ("own", "task")
+CONTROL_L2_OWN, CONTROL_L2_TASK = CONTROL_L2
 #: a classification cell whose test predictions fall in one class at least this often is
 #: flagged one-class: its score is (nearly) that class's rate, not what the layer encodes
 ONE_CLASS_SHARE = 0.99

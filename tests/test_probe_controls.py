@@ -524,3 +524,43 @@ def test_a_prompted_cache_gives_cells_of_their_own(tmp_path):
     assert res.exit_code == 0, res.output
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "(prompt " in md and "means in one word" in md
+
+
+def test_control_l2_task_reuses_each_task_cells_l2_and_is_a_cell_of_its_own(tmp_path):
+    """``--control-l2 task``: each control cell trains with the L2 its task cell chose (one
+    value, so no choice of its own), records ``"l2": "task"`` in its control object and is
+    a cell apart from the own-L2 control (both kept in one file); without the task cells in
+    --out it is one Error line naming the command, nothing written; the report gives it a
+    selectivity table of its own."""
+    task_file, cache = write_toml_task(tmp_path, 300, (1,), 180, 60)
+    out = tmp_path / "r.jsonl"
+    base = ["probe", "--cache", str(cache), "--task-file", str(task_file),
+            "--out", str(out), "--threads", "1", "--layers", "0,1", "--seeds", "1,2"]
+    runner = CliRunner()
+    fixed = base + ["--control", "control-task", "--control-l2", "task"]
+    res = runner.invoke(cli, fixed)
+    assert res.exit_code == 2, res.output
+    assert "--control-l2 task: 4 control cell(s) have no task cell" in res.output
+    assert "without --control and --control-l2 first" in res.output and not out.exists()
+    res = runner.invoke(cli, base + ["--control-l2", "task"])
+    assert res.exit_code == 2 and "only with --control" in res.output
+    for args in (base, base + ["--control", "control-task"], fixed):
+        res = runner.invoke(cli, args)
+        assert res.exit_code == 0, res.output
+    cells = read_results(out)
+    assert len(cells) == 12
+    task_l2 = {(c.layer, c.seed): c.l2 for c in cells if c.control is None}
+    same = [c for c in cells if c.control and c.control.get("l2") == "task"]
+    own = [c for c in cells if c.control and "l2" not in c.control]
+    assert len(same) == 4 and len(own) == 4
+    for c in same:
+        assert c.l2 == task_l2[(c.layer, c.seed)]
+        assert c.control == {"kind": "control-task", "seed": c.seed, "l2": "task"}
+    assert {c.key for c in same}.isdisjoint({c.key for c in own})
+    res = runner.invoke(cli, fixed)  # resumes: nothing left to do
+    assert res.exit_code == 0 and len(read_results(out)) == 12, res.output
+    res = runner.invoke(cli, ["report", str(out), "--out", str(tmp_path / "rep"), "--format",
+                              "md"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert "(control with the task's L2)" in md and "Selectivity:" in md

@@ -100,7 +100,8 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
                    seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
                    device: Union[str, "torch.device"] = "cpu", features: Optional[str] = None,
                    shuffle_labels: bool = False, mdl: bool = False,
-                   on_seed: Optional[SeedSink] = None) -> List[List[CellOutcome]]:
+                   on_seed: Optional[SeedSink] = None,
+                   l2_grid: Optional[Sequence[float]] = None) -> List[List[CellOutcome]]:
     """Train and evaluate the cells (layer spec x seed) of one task; outer list: seeds,
     inner: ``states`` in order.
 
@@ -114,7 +115,8 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
     seeds of a protocol whose seeds share the data (``split``, ``relatedness``) train as one
     program (layer specs x L2 values x seeds); on the CPU they train one after the other, so
     a cell's numbers never depend on which other seeds ran (docs/probe.md, "Devices").
-    ``features``, ``shuffle_labels``, ``mdl`` and ``on_seed``: see :func:`evaluate_groups`.
+    ``features``, ``shuffle_labels``, ``mdl``, ``on_seed`` and ``l2_grid``: see
+    :func:`evaluate_groups`.
     """
     spec = task.spec
     torch_device = resolve_probe_device(device)
@@ -138,7 +140,8 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
 
     return evaluate_groups(task, group_features, pairs, len(states), seeds, classifier,
                            sequential=sequential, device=torch_device, features=features,
-                           shuffle_labels=shuffle_labels, mdl=mdl, on_seed=on_seed)
+                           shuffle_labels=shuffle_labels, mdl=mdl, on_seed=on_seed,
+                           l2_grid=l2_grid)
 
 
 def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
@@ -146,7 +149,8 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
                     seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
                     device: Optional["torch.device"] = None, features: Optional[str] = None,
                     shuffle_labels: bool = False, mdl: bool = False,
-                    on_seed: Optional[SeedSink] = None) -> List[List[CellOutcome]]:
+                    on_seed: Optional[SeedSink] = None,
+                    l2_grid: Optional[Sequence[float]] = None) -> List[List[CellOutcome]]:
     """The cells of one task over ``n_groups`` feature groups (outer list: seeds, inner:
     groups), whatever the features are: ``group_features(split)`` gives the G groups of a split's
     examples (a ``(G, n, F)`` stack or a list of G matrices, sparse ones included),
@@ -165,7 +169,9 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
     (:mod:`estratos.probe.mdl`). ``on_seed(seed, outcomes, seconds)`` hears each seed's
     final outcomes as soon as they are (seeds that train one after the other: each in turn;
     fused seeds: all at the end, each with an equal share of the time), so a caller can
-    store them before the next seed trains.
+    store them before the next seed trains. ``l2_grid``: the L2 values to choose from
+    instead of the estimator's (after the task's overrides; one value fixes it:
+    ``probe --control-l2 task``); estimators without an L2 grid ignore it.
     """
     report = on_seed or (lambda seed, outcomes, seconds: None)
     protocol = get_protocol(task.protocol)
@@ -180,6 +186,8 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
     clf = _classifier(task, classifier)
     if features is not None and "features" in clf.get_params():  # not the surface baselines
         clf = clf.set_params(features=features)
+    if l2_grid is not None and "l2_grid" in clf.get_params():
+        clf = clf.set_params(l2_grid=[float(v) for v in l2_grid])
     params = clf.get_params()
     # the relatedness regressor always reads features like the classifier (None: its default)
     reading = {} if features is None else {"features": features}

@@ -25,8 +25,10 @@ def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
                 pooling: Optional[str] = DEFAULT_POOLING,
                 seeds: Union[str, Sequence[int]] = str(DEFAULT_SEED),
                 classifier: Any = None, features: Optional[str] = None,
-                control: Optional[str] = None, mdl: bool = False, sequential: bool = False,
-                jobs: int = 1, overwrite: bool = False, expect_model: Optional[str] = None,
+                control: Optional[str] = None, control_l2: Optional[str] = None,
+                mdl: bool = False, sequential: bool = False,
+                jobs: Optional[int] = None, overwrite: bool = False,
+                expect_model: Optional[str] = None,
                 threads: Optional[int] = None, device: Optional[str] = "auto",
                 shard: ShardSpec = None, resume_from: Sequence[Union[str, os.PathLike]] = (),
                 progress: Optional[bool] = False) -> Any:
@@ -36,7 +38,8 @@ def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
     :func:`estratos.probe.grid.runner.run_probe` (a ``ProbeRun``)."""
     config = ProbeConfig.build(layers=layers, pooling=pooling, seeds=seeds,
                                classifier=classifier, features=features, control=control,
-                               mdl=mdl, sequential=sequential, device=device, jobs=jobs,
+                               control_l2=control_l2, mdl=mdl, sequential=sequential,
+                               device=device, jobs=jobs,
                                threads=threads, shard=shard, overwrite=overwrite)
     from estratos.cache import open_cache
     from estratos.tasks.selection import select_specs

@@ -30,6 +30,9 @@ from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER, RecordedEstim
 from estratos.vocab import (
     CACHE_POOLINGS,
     CONTROL_KINDS,
+    CONTROL_L2,
+    CONTROL_L2_OWN,
+    CONTROL_L2_TASK,
     DEFAULT_POOLING,
     DEFAULT_SEED,
     FEATURES,
@@ -52,7 +55,9 @@ class ProbeConfig:
       ``standardized`` (:mod:`estratos.probe.estimators.scaling`), resolved from the
       classifier's own default when not given (``senteval``: raw, ``lbfgs``: standardized).
     - ``control``: None (ordinary cells), ``"control-task"`` or ``"label-shuffle"``
-      (:mod:`estratos.probe.controls`); ``mdl``: also record online code lengths.
+      (:mod:`estratos.probe.controls`); ``control_l2``: ``"own"`` (a control cell chooses
+      its L2 on its own dev labels) or ``"task"`` (it reuses its task cell's, which must be
+      in the results); ``mdl``: also record online code lengths.
     - ``sequential``: train every model alone; ``device``: ``auto``, ``cpu``, ``cuda[:N]``;
       ``jobs``: processes (None: :func:`estratos.options.default_jobs`); ``threads``: torch
       threads per process (None: 1); ``shard``: ``(I, N)`` or None; ``overwrite``: redo cells
@@ -65,6 +70,7 @@ class ProbeConfig:
     classifier: Classifier = DEFAULT_CLASSIFIER
     features: str = RAW_FEATURES
     control: Optional[str] = None
+    control_l2: str = CONTROL_L2_OWN
     mdl: bool = False
     sequential: bool = False
     device: str = "auto"
@@ -78,7 +84,8 @@ class ProbeConfig:
               pooling: Optional[str] = DEFAULT_POOLING,
               seeds: Union[str, int, Sequence[int]] = (DEFAULT_SEED,),
               classifier: Optional[Classifier] = None, features: Optional[str] = None,
-              control: Optional[str] = None, mdl: bool = False, sequential: bool = False,
+              control: Optional[str] = None, control_l2: Optional[str] = None,
+              mdl: bool = False, sequential: bool = False,
               device: Optional[str] = "auto", jobs: Optional[int] = None,
               threads: Optional[int] = None,
               shard: ShardSpec = None, overwrite: bool = False) -> "ProbeConfig":
@@ -97,6 +104,13 @@ class ProbeConfig:
         if control is not None and control not in CONTROL_KINDS:
             raise OptionError(f"--control: {control!r} is not one of "
                               f"{', '.join(CONTROL_KINDS)}")
+        control_l2 = control_l2 or CONTROL_L2_OWN
+        if control_l2 not in CONTROL_L2:
+            raise OptionError(f"--control-l2: {control_l2!r} is not one of "
+                              f"{', '.join(CONTROL_L2)}")
+        if control_l2 == CONTROL_L2_TASK and control is None:
+            raise OptionError("--control-l2 task: only with --control (it fixes a control "
+                              "cell's L2 to its task cell's)")
         device_t = check_device(device, kinds=PROBE_DEVICES)
         shard_t = resolve_shard(shard)
         # the estimator registry imports numpy: after the checks that need none
@@ -112,9 +126,18 @@ class ProbeConfig:
                               "block models; use --classifier senteval")
         return cls(layers=layers if isinstance(layers, str) else tuple(layers),
                    pooling=pooling, seeds=seeds_t, classifier=classifier, features=features,
-                   control=control, mdl=bool(mdl), sequential=bool(sequential),
+                   control=control, control_l2=control_l2, mdl=bool(mdl),
+                   sequential=bool(sequential),
                    device=device_t, jobs=jobs_n, threads=threads_n, shard=shard_t,
                    overwrite=bool(overwrite))
+
+    @property
+    def control_identity(self) -> Optional[str]:
+        """The control part of this run's cell identities
+        (:func:`estratos.results.record.control_identity`)."""
+        from estratos.results.record import control_identity
+
+        return control_identity(self.control, self.control_l2)
 
     @property
     def classifier_name(self) -> str:
@@ -140,6 +163,8 @@ class ProbeConfig:
                   "--classifier", self.classifier_name, "--features", self.features]
         if self.control is not None:
             words += ["--control", self.control]
+        if self.control_l2 != CONTROL_L2_OWN:
+            words += ["--control-l2", self.control_l2]
         if self.mdl:
             words.append("--mdl")
         return words + ["--device", self.device]

@@ -70,7 +70,13 @@ import numpy as np
 
 from estratos.protocols import EstimatorFactory
 from estratos.tasks.types import Split, TaskData
-from estratos.vocab import CONTROL_KINDS, CONTROL_TASK, LABEL_SHUFFLE
+from estratos.vocab import (
+    CONTROL_KINDS,
+    CONTROL_L2_OWN,
+    CONTROL_L2_TASK,
+    CONTROL_TASK,
+    LABEL_SHUFFLE,
+)
 
 #: keeps the label-shuffle permutations apart from every other use of the seed
 CONTROL_STREAM = 0xC0
@@ -82,14 +88,19 @@ TRAIN_PART, DEV_PART = 0, 1
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def control_record(kind: Optional[str], seed: int) -> Optional[Dict[str, Any]]:
+def control_record(kind: Optional[str], seed: int,
+                   l2: str = CONTROL_L2_OWN) -> Optional[Dict[str, Any]]:
     """The ``control`` object of a control cell of ``kind`` trained with ``seed`` (None for
-    an ordinary cell)."""
+    an ordinary cell); ``l2`` ``"task"``: it reused its task cell's L2 (``--control-l2``),
+    recorded as ``"l2": "task"``."""
     if kind is None:
         return None
     if kind not in CONTROL_KINDS:
         raise ValueError(f"unknown control kind {kind!r}")
-    return {"kind": kind, "seed": int(seed)}
+    out: Dict[str, Any] = {"kind": kind, "seed": int(seed)}
+    if l2 == CONTROL_L2_TASK:
+        out["l2"] = CONTROL_L2_TASK
+    return out
 
 
 # ---- the control task ----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from estratos.report.aggregate import Aggregate, Row, Stat, System, layer_label,
 from estratos.report.intervals import RowSample, Samples
 from estratos.report.tables import Cell, Footnotes, Table, mark_cells, system_title
 from estratos.results import Located
+from estratos.results.record import control_identity
 from estratos.stats import (
     BOOTSTRAP_SEED,
     DEFAULT_LEVEL,
@@ -39,7 +40,7 @@ from estratos.stats import (
     paired_bootstrap,
 )
 from estratos.stats.bootstrap import same_test_set
-from estratos.vocab import CONTROL_TASK
+from estratos.vocab import CONTROL_L2_TASK, CONTROL_TASK
 
 SELECTIVITY_INTRO = (
     "Selectivity = score - control-task score (Hewitt & Liang 2019): the control task gives "
@@ -98,13 +99,11 @@ def _layer_table(key: str, title: str, agg: Aggregate, system: System,
 def selectivity_tables(agg: Aggregate) -> List[Table]:
     """Per system with control-task rows: datasets x layers of score - control score."""
     tables = []
-    for system in agg.systems:
-        if system.control is not None:
-            continue
-        twin = next((s for s in agg.systems if s.control == CONTROL_TASK
-                     and s.without_control() == system), None)
-        if twin is None:
-            continue
+    own, fixed = CONTROL_TASK, control_identity(CONTROL_TASK, CONTROL_L2_TASK)
+    pairs = [(system, twin) for system in agg.systems if system.control is None
+             for kind in (own, fixed) for twin in agg.systems
+             if twin.control == kind and twin.without_control() == system]
+    for system, twin in pairs:
         by_layer = {r.layer: r for r in agg.layers_of(twin)}
 
         def value(row: Row, task: str, by_layer=by_layer) -> Cell:
@@ -116,9 +115,14 @@ def selectivity_tables(agg: Aggregate) -> List[Table]:
             flagged = _one_class(agg, row, task) or _one_class(agg, control, task)
             return Cell(stat=Stat.of([a - b for a, b in pairs]), degenerate=flagged)
 
-        table = _layer_table(f"selectivity-{system.slug}",
-                             f"Selectivity: {agg.name(system)}{system_title(system)}",
-                             agg, system, value, "score - control-task score, per layer")
+        same_l2 = twin.control == fixed
+        table = _layer_table(f"selectivity-{system.slug}" + ("-task-l2" if same_l2 else ""),
+                             f"Selectivity: {agg.name(system)}{system_title(system)}"
+                             + (" (control with the task's L2)" if same_l2 else ""),
+                             agg, system, value,
+                             "score - control-task score, per layer" + (
+                                 "; each control cell trained with the L2 its task cell "
+                                 "chose" if same_l2 else ""))
         if table is not None:
             tables.append(table)
     return tables

@@ -16,6 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from estratos.errors import ResultsFileError
 from estratos.vocab import (
     CONTROL_KINDS,
+    CONTROL_L2_TASK,
     FEATURES,
     LABEL_SHUFFLE,
     METRIC_INFO,
@@ -119,11 +120,21 @@ def migrate(obj: Dict[str, Any]) -> Dict[str, Any]:
     return obj
 
 
+def control_identity(kind: Optional[str], l2: Optional[str] = None) -> Optional[str]:
+    """What a control cell's identity holds of its control: its kind, with ``/task-l2``
+    when it reused its task cell's L2 (``probe --control-l2 task``), so that the two
+    readings of one control are two cells (None: an ordinary cell)."""
+    if kind is None:
+        return None
+    return f"{kind}/task-l2" if l2 == CONTROL_L2_TASK else str(kind)
+
+
 def control_kind(control: Any) -> Optional[str]:
-    """The kind of a record's ``control`` object (None: an ordinary cell)."""
+    """The control part of a record's identity (:func:`control_identity` of its ``control``
+    object; None: an ordinary cell)."""
     if isinstance(control, Mapping):
         kind = control.get("kind")
-        return None if kind is None else str(kind)
+        return control_identity(None if kind is None else str(kind), control.get("l2"))
     return None
 
 

@@ -380,7 +380,8 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
                   layers: str = "all", seeds: str = DEFAULT_SEEDS_TEXT,
                   pooling: Optional[str] = DEFAULT_POOLING,
                   classifier: str = DEFAULT_CLASSIFIER, features: Optional[str] = None,
-                  control: Optional[str] = None, mdl: bool = False, device: str = "auto",
+                  control: Optional[str] = None, control_l2: Optional[str] = None,
+                  mdl: bool = False, device: str = "auto",
                   states: str = "all", prompt: Optional[str] = None,
                   partition: Optional[str] = None,
                   gpus_per_task: int = 0, cpus_per_task: Optional[int] = None,
@@ -389,7 +390,8 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
     """The job scripts for ``models`` on ``tasks`` (nothing is written or submitted).
 
     ``tasks``/``task_files``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier``/
-    ``features``/``control``/``mdl``/``device`` are the forms ``estratos probe`` takes
+    ``features``/``control``/``control_l2``/``mdl``/``device`` are the forms ``estratos
+    probe`` takes
     (``pooling`` None: each cache's first, as probe does; the probe jobs get them through
     :meth:`ProbeConfig.to_argv`); ``states`` and ``prompt`` the forms ``estratos encode``
     takes. ``gpus_per_task`` and ``cpus_per_task`` go to the
@@ -415,7 +417,7 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
     check_encode_options(states=states, prompt=prompt)
     probe = ProbeConfig.build(layers=layers, pooling=pooling, seeds=seeds,
                               classifier=classifier, features=features, control=control,
-                              mdl=mdl, device=device, jobs=1)
+                              control_l2=control_l2, mdl=mdl, device=device, jobs=1)
     words = probe.to_argv()
     probe_options = []
     for i, word in enumerate(words):  # (option, value) pairs; a flag has the value None

@@ -59,7 +59,7 @@ from estratos.probe.records import CellSource
 from estratos.results import ResultRecord
 from estratos.results.provenance import check_done_cells
 from estratos.results.reader import done_keys, expand_paths
-from estratos.vocab import RAW_FEATURES, LayerSpec
+from estratos.vocab import CONTROL_L2_TASK, RAW_FEATURES, LayerSpec
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,9 @@ class RunPlan:
     done: Set[tuple]
     pending: Dict[str, Dict[int, List[LayerSpec]]]
     estimators: Dict[str, Any]
+    #: ``--control-l2 task``: (task, layer spec, seed) -> the L2 its task cell chose
+    task_l2: Dict[Tuple[str, str, int], Optional[float]] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def ids(self) -> List[str]:
@@ -138,8 +141,8 @@ class RunPlan:
     def key(self, task: str, layer: LayerSpec, seed: int) -> tuple:
         """The identity of one of this run's cells."""
         c = self.config
-        return self.system.key(task, layer, c.pooling, seed, c.classifier_name, c.control,
-                               c.features)
+        return self.system.key(task, layer, c.pooling, seed, c.classifier_name,
+                               c.control_identity, c.features)
 
     @property
     def grid_cells(self) -> int:
@@ -250,7 +253,39 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
         check_done_cells(files, specs, data_dirs, grid.__contains__, loader,
                          encoding=plan.system.encoding, source=f"the cache {cache_path}")
     plan.pending.update(_pending_cells(ids, layer_specs, config.seeds, plan.key, done))
+    if config.control_l2 == CONTROL_L2_TASK and plan.pending:
+        plan.task_l2.update(_task_cells_l2(plan, [out_path, *expand_paths(list(resume_from))]))
     return plan
+
+
+def _task_cells_l2(plan: RunPlan, files: Sequence[Union[str, Path]]
+                   ) -> Dict[Tuple[str, str, int], Optional[float]]:
+    """(task, layer spec, seed) -> the L2 its task cell chose, for every pending control
+    cell (``--control-l2 task``), read from the results files; a control cell whose task
+    cell is not there is an :class:`OptionError` naming how many and the command that adds
+    them."""
+    from estratos.results.reader import read_results
+
+    c = plan.config
+    existing = [f for f in files if os.path.exists(f)]
+    by_key = {r.key: r for r in read_results(existing)} if existing else {}
+    out: Dict[Tuple[str, str, int], Optional[float]] = {}
+    missing = []
+    for task, by_seed in plan.pending.items():
+        for seed, layers in by_seed.items():
+            for layer in layers:
+                twin = by_key.get(plan.system.key(task, layer, c.pooling, seed,
+                                                  c.classifier_name, None, c.features))
+                if twin is None:
+                    missing.append(f"{task} layer {layer} seed {seed}")
+                else:
+                    out[(task, str(layer), int(seed))] = twin.l2
+    if missing:
+        raise OptionError(
+            f"--control-l2 task: {len(missing)} control cell(s) have no task cell in "
+            f"{plan.out} to take the L2 from (e.g. {missing[0]}); run the same probe command "
+            "without --control and --control-l2 first (same --out)")
+    return out
 
 
 def _execute(plan: RunPlan, data_dirs: Any, loader: Optional[Callable[[Any, Any], Any]],
@@ -286,7 +321,7 @@ def _execute(plan: RunPlan, data_dirs: Any, loader: Optional[Callable[[Any, Any]
                                                  threads=threads),
                                   str(plan.cache_path), str(plan.out),
                                   {spec.id: spec_state(spec) for spec in plan.specs},
-                                  data_dirs, loader)
+                                  data_dirs, loader, dict(plan.task_l2))
             executor.start(UnitRunner, context)
             shapes = _survey(executor, to_survey)
             _check_missing(plan, shapes, to_survey, data_dirs)

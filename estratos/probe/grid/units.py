@@ -27,7 +27,7 @@ from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
 from estratos.probe.grid.plan import TaskShape, WorkUnit
 from estratos.probe.records import CellSource, cell_record, store_cells
 from estratos.results import ResultRecord, ResultsStore
-from estratos.vocab import CONTROL_TASK, LABEL_SHUFFLE
+from estratos.vocab import CONTROL_L2_TASK, CONTROL_TASK, LABEL_SHUFFLE
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,9 @@ class GridContext:
     specs: Mapping[str, Dict[str, Any]]  # task id -> TaskSpec fields (see spec_state)
     data_dirs: Any
     loader: Optional[Callable[[Any, Any], Any]] = None
+    #: ``--control-l2 task``: (task, layer spec as text, seed) -> its task cell's L2
+    task_l2: Mapping[Tuple[str, str, int], Optional[float]] = dataclasses.field(
+        default_factory=dict)
 
 
 def _check_vectors(cache_path: Path, spec_id: str, vectors: np.ndarray,
@@ -230,23 +233,37 @@ class UnitRunner:
         ctx, config = self.context, self.context.config
         chance = chance_levels(task)
 
-        def store(seed: int, outcomes: List[Any], took: float) -> None:
-            # each seed's cells as soon as they are final: a killed run keeps them
-            seconds = took / len(chunk)
-            records = [cell_record(task, o, system, layer=layer if layer == AVG else int(layer),
-                                   pooling=config.pooling, features=config.features,
-                                   seed=seed, classifier=classifier, seconds=seconds,
-                                   chance=chance, data_digest=data_digest,
-                                   control=control_record(config.control, seed))
-                       for layer, o in zip(chunk, outcomes)]
-            written = store_cells(ctx.out, task, records, list(outcomes),
-                                  overwrite=config.overwrite, store=results)
-            log.info("%s layers %s seed %d: %d cell(s) in %.1fs", task.spec.id,
-                     ",".join(map(str, chunk)), seed, len(records), took)
-            report(written)
+        def storing(layers: List[LayerSpec]) -> Callable[[int, List[Any], float], None]:
+            def store(seed: int, outcomes: List[Any], took: float) -> None:
+                # each seed's cells as soon as they are final: a killed run keeps them
+                seconds = took / len(layers)
+                records = [cell_record(task, o, system,
+                                       layer=layer if layer == AVG else int(layer),
+                                       pooling=config.pooling, features=config.features,
+                                       seed=seed, classifier=classifier, seconds=seconds,
+                                       chance=chance, data_digest=data_digest,
+                                       control=control_record(config.control, seed,
+                                                              config.control_l2))
+                           for layer, o in zip(layers, outcomes)]
+                written = store_cells(ctx.out, task, records, list(outcomes),
+                                      overwrite=config.overwrite, store=results)
+                log.info("%s layers %s seed %d: %d cell(s) in %.1fs", task.spec.id,
+                         ",".join(map(str, layers)), seed, len(records), took)
+                report(written)
+            return store
 
-        evaluate_cells(task, vectors, positions, seeds, config.classifier,
-                       sequential=config.sequential, device=device,
-                       features=config.features,
-                       shuffle_labels=config.control == LABEL_SHUFFLE, mdl=config.mdl,
-                       on_seed=store)
+        common: Dict[str, Any] = {"sequential": config.sequential, "device": device,
+                                  "features": config.features, "mdl": config.mdl,
+                                  "shuffle_labels": config.control == LABEL_SHUFFLE}
+        if config.control_l2 != CONTROL_L2_TASK:
+            evaluate_cells(task, vectors, positions, seeds, config.classifier,
+                           on_seed=storing(chunk), **common)
+            return
+        # each control cell with the L2 its task cell chose: one program per layer spec and
+        # seed (their L2 values differ), the L2 grid reduced to that value
+        for layer, position in zip(chunk, positions):
+            for seed in seeds:
+                l2 = ctx.task_l2.get((task.spec.id, str(layer), int(seed)))
+                evaluate_cells(task, vectors, [position], [seed], config.classifier,
+                               l2_grid=None if l2 is None else [float(l2)],
+                               on_seed=storing([layer]), **common)
