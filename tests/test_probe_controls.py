@@ -332,6 +332,15 @@ def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
                                    "--control", str(other)])
     assert res.exit_code == 2 and "--control: no cell of" in res.output
     assert not (tmp_path / "r2").exists()
+    assert "holds no random-init control model" not in md
+    # a control file of another model, not a random-init one: the report says so
+    plain = write_cache(tmp_path / "plain.h5", sentences, noise, model="org/other")
+    plain_out = tmp_path / "plain.jsonl"
+    run_probe(plain, [task.spec], None, plain_out, **kw)
+    res = CliRunner().invoke(cli, ["report", str(out), "--out", str(tmp_path / "r3"),
+                                   "--control", str(plain_out), "--format", "md"])
+    assert res.exit_code == 0, res.output  # (the warning goes to the log, on stderr)
+    assert "holds no random-init control model" in (tmp_path / "r3" / "report.md").read_text()
 
 
 # ---- the control task ----------------------------------------------------------------------

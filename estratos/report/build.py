@@ -36,6 +36,7 @@ from estratos.report.writers import DELTA_LEGEND, UNDEFINED, WRITERS, ReportCont
 from estratos.results import LoadedResults, Located, Notice, expand_paths, load_results
 from estratos.results.provenance import check_copies, data_builds, describe_builds
 from estratos.results.similarity import read_maps
+from estratos.vocab import RANDOM_INIT_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +179,21 @@ def _control_sections(agg: Aggregate, records: Sequence[Located],
                               "classifier and task)")
         level = kw.get("level", ctl.DEFAULT_LEVEL)
         resamples = kw.get("resamples", ctl.DEFAULT_RESAMPLES)
-        out.append(Section("Controls: control model", tables, ctl.CONTROL_INTRO.format(
+        intro = ctl.CONTROL_INTRO.format(
             control=", ".join(f"`{os.fspath(p)}`" for p in control), level=100 * level,
-            resamples=resamples)))
+            resamples=resamples)
+        wanted = {os.path.realpath(p) for p in control}
+        revisions = {loc.record.revision for loc in records
+                     if os.path.realpath(loc.path) in wanted}
+        if not any(str(r or "").startswith(RANDOM_INIT_PREFIX) for r in revisions):
+            named = ", ".join(os.fspath(p) for p in control)
+            warning = (f"--control: {named} holds no random-init control model (its cells' "
+                       f"revision is {', '.join(sorted(str(r) for r in revisions))}, not "
+                       f"{RANDOM_INIT_PREFIX}SEED from `estratos encode --random-init SEED`): "
+                       "this section compares two models, not a model and its control")
+            log.warning("%s", warning)
+            intro = f"**Note:** {warning}.\n\n{intro}"
+        out.append(Section("Controls: control model", tables, intro))
     return out
 
 
