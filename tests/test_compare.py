@@ -256,6 +256,9 @@ def test_compare_selects_by_every_part_of_a_cells_identity(tmp_path):
     assert "A: model=org/mini,pooling=mean,classifier=senteval,layer=0 (seeds 1)" in out
     assert (f"B: model=org/mini,pooling=mean,classifier=senteval,control={CONTROL},"
             "layer=0 (seeds 1)") in out
+    # a task cell against its control cell: the control's labels are its own, per seed
+    assert "control-task cell(s): their test labels are the control's" in out, out
+    assert "McNemar exact" not in out, out
     code, out = _invoke("compare", path, "--task", "toy:A", "--a", "layer=4,revision=r1,"
                         "control=null", "--b", "layer=4,revision=random-init:7")
     assert code == 0, out

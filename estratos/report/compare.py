@@ -37,7 +37,7 @@ from estratos.stats import (
     paired_bootstrap,
     same_test_set,
 )
-from estratos.vocab import RANDOM_INIT_PREFIX
+from estratos.vocab import CONTROL_TASK, RANDOM_INIT_PREFIX
 
 PathLike = Union[str, os.PathLike]
 #: selector keys: every part of a cell's identity (:attr:`ResultRecord.identity`, the
@@ -388,7 +388,18 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
                                                 level, seed), label_b)
     out = Comparison(task_id, got_a.sample.metric, got_a.sample.n, side_a, side_b, diff,
                      notes=notes)
-    if got_a.sample.metric == "accuracy":
+    controls = [label for label, locs in (("A", locs_a), ("B", locs_b))
+                if any(loc.record.control_kind and str(loc.record.control_kind).startswith(
+                    CONTROL_TASK) for loc in locs)]
+    if controls:
+        # a control task's test labels are drawn from its seed: they are not the task's
+        # labels, nor the same from one seed to the next
+        out.notes.append(
+            f"{' and '.join(controls)} {'is a' if len(controls) == 1 else 'are'} "
+            "control-task cell(s): their test labels are the control's, drawn anew for each "
+            "seed, not the task's; B - A is then a selectivity (score - control score), and "
+            "McNemar, which pairs right and wrong answers on one set of labels, is skipped")
+    elif got_a.sample.metric == "accuracy":
         common = sorted(set(got_a.seeds) & set(got_b.seeds))
         gold = got_a.sample.gold
         for s in common:
