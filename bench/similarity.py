@@ -69,13 +69,13 @@ def build(path: Path, n: int, n_states: int, dim: int, seed: int, model: str) ->
 
 #: runs the command line in the child and prints the child's own peak RSS (KB) last
 CHILD = ("import resource, sys\nfrom estratos.cli import main\ntry:\n    main(sys.argv[1:])\n"
-         "finally:\n    sys.stderr.write('PEAK_KB %d\\n' % "
-         "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+         "finally:\n    u = resource.getrusage(resource.RUSAGE_SELF)\n"
+         "    sys.stderr.write('PEAK_KB %d CPU_S %.1f\\n' % (u.ru_maxrss, u.ru_utime + u.ru_stime))\n")
 
 
 def run(words: list) -> tuple:
     """Run ``estratos WORDS`` in a fresh process: (seconds, its peak RSS in MB, its last
-    output line, its logged timings)."""
+    output line, its logged timings and CPU time)."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", CHILD, "-v", *words], check=False,
                           capture_output=True, text=True, cwd=REPO)
@@ -83,9 +83,10 @@ def run(words: list) -> tuple:
     if proc.returncode != 0:
         sys.exit(f"estratos {words[0]} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     lines = proc.stderr.splitlines()
-    peak = next(int(x.split()[1]) for x in reversed(lines) if x.startswith("PEAK_KB"))
-    timings = [x for x in lines if "similarity.run" in x]
-    return seconds, peak / 1024, proc.stdout.strip().splitlines()[-1], timings
+    last = next(x.split() for x in reversed(lines) if x.startswith("PEAK_KB"))
+    # CPU seconds (user + system) say what the run costs whatever else the cores are doing
+    timings = [x for x in lines if "similarity.run" in x] + [f"CPU time {last[3]} s"]
+    return seconds, int(last[1]) / 1024, proc.stdout.strip().splitlines()[-1], timings
 
 
 def main() -> None:

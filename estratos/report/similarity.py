@@ -193,8 +193,9 @@ def similarity_figures(records: Sequence[MapRecord]) -> List[Any]:
         rows, cols, values = matrices(group)
         first = group[0]
         panels = len(values)
-        size = max(2.8, 0.32 * max(len(rows), len(cols)) + 1.6)
-        fig = Figure(figsize=(size * panels + 0.6, size), layout="constrained")
+        width = max(2.8, 0.3 * len(cols) + 1.6)  # a panel's columns: layers of the other
+        height = max(2.8, 0.22 * len(rows) + 1.4)
+        fig = Figure(figsize=(width * panels + 0.6, height), layout="constrained")
         for p, (m, cells) in enumerate(values.items()):
             ax = fig.add_subplot(1, panels, p + 1)
             grid = np.full((len(rows), len(cols)), np.nan)

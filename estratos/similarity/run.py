@@ -121,7 +121,8 @@ def _pooling(readers: Sequence[Any], pooling: Optional[str]) -> str:
 def _one_thread() -> Any:
     """BLAS and LAPACK on one thread: the many small decompositions (an SVD per layer pair,
     an eigendecomposition per layer) took 10 to 30 times longer on two threads of a busy
-    two-core machine than on one."""
+    two-core machine than on one, and geometry's per-layer 4,096 x 384 products twice as
+    long."""
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1)
@@ -415,9 +416,10 @@ def geometry_maps(cache: PathLike, out: PathLike, *, tasks: Optional[str] = None
             run.timings["moments"] = time.perf_counter() - t
             t = time.perf_counter()
             acc = GeometryAccumulator(moments, products)
-            for (xs,) in _stream([a], n, order, pool):
-                assert xs is not None
-                acc.add(xs)
+            with _one_thread():  # one small product per layer: faster on one BLAS thread,
+                for (xs,) in _stream([a], n, order, pool):  # the reader on the other core
+                    assert xs is not None
+                    acc.add(xs)
             rows = a.read(sample_pos, pool)
             with _one_thread():
                 for f in feats:
