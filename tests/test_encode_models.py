@@ -22,7 +22,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from estratos.cache import open_cache
+from estratos.cache import architecture, open_cache
 from estratos.cli import cli
 from estratos.encode.models import pooling
 from estratos.results import read_results
@@ -336,10 +336,10 @@ def test_architecture_is_read_from_the_config():
     assert pooling.is_decoder_only(tf.GPT2Config())
     assert pooling.is_decoder_only(tf.Qwen2Config())
     assert pooling.is_decoder_only(tf.BertConfig(is_decoder=True))
-    assert pooling.decoder_only_type("remote", ["ToyForCausalLM"])
-    assert not pooling.decoder_only_type("remote", ["ToyForCausalLM", "ToyForMaskedLM"])
-    assert pooling.cache_is_decoder({"encoder": "transformers", "model_type": "llama"})
-    assert not pooling.cache_is_decoder({"encoder": "batcher", "model_type": ""})
+    assert architecture.decoder_only_type("remote", ["ToyForCausalLM"])
+    assert not architecture.decoder_only_type("remote", ["ToyForCausalLM", "ToyForMaskedLM"])
+    assert architecture.cache_is_decoder({"encoder": "transformers", "model_type": "llama"})
+    assert not architecture.cache_is_decoder({"encoder": "batcher", "model_type": ""})
 
 
 # -- control models: --random-init ---------------------------------------------------------------

@@ -447,7 +447,7 @@ def test_a_decoder_cache_read_raw_is_told_to_read_standardized_too(tmp_path, cap
 
     import h5py
 
-    from estratos.encode.models.pooling import DECODER
+    from estratos.cache.architecture import DECODER
 
     task, cache, loader = _toy(tmp_path)
     with h5py.File(cache, "r+") as f:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from estratos.cache import schema
+from estratos.cache.architecture import DECODER, ENCODER
 from estratos.encode import options as model_options
 from estratos.encode.models import devices, hub, pooling, tokens
 from estratos.errors import OptionError
@@ -393,7 +394,7 @@ class HFEncoder:
             compute = f"{self.device.type}/{str(self.dtype).replace('torch.', '')}"
         out: Dict[str, object] = {
             "compute": compute, "model_type": str(getattr(self.config, "model_type", "")),
-            "architecture": pooling.DECODER if self.decoder else pooling.ENCODER,
+            "architecture": DECODER if self.decoder else ENCODER,
             "model_dtype": self.weights_dtype_name,
             "trust_remote_code": self.trust_remote_code}
         if self.device_map is not None:

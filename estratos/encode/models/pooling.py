@@ -20,8 +20,9 @@ batch it was padded in.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
+from estratos.cache.architecture import cls_refusal, decoder_only_type
 from estratos.encode.options import check_mean_first
 from estratos.errors import OptionError
 from estratos.vocab import (
@@ -34,63 +35,17 @@ from estratos.vocab import (
 if TYPE_CHECKING:  # torch is imported where vectors are computed, not to check options
     import torch
 
-#: values of the cache attribute ``architecture``
-ENCODER, DECODER = "encoder", "decoder"
-
-
 def is_decoder_only(config: object) -> bool:
-    """True for a causal (decoder-only) language model such as GPT-2, Llama, Qwen or Gemma.
-
-    transformers lists every model type with a causal-LM head and every one with a masked-LM
-    head; an encoder (BERT, RoBERTa, XLM-R, ELECTRA) has a masked-LM head even when it also
-    offers a causal one, a decoder-only model has only the causal one. Remote-code models
-    unknown to that list are judged by their ``architectures`` names. A BERT-style config
-    with ``is_decoder`` set runs causally too.
-    """
+    """True for a causal (decoder-only) language model such as GPT-2, Llama, Qwen or Gemma:
+    a BERT-style config with ``is_decoder`` set runs causally; otherwise its model type and
+    architecture names decide (:func:`estratos.cache.architecture.decoder_only_type`, the rule
+    a cache's recorded model type is read by too)."""
     if getattr(config, "is_encoder_decoder", False):
         return False
     if getattr(config, "is_decoder", False):
         return True
     model_type = str(getattr(config, "model_type", "") or "")
     return decoder_only_type(model_type, tuple(getattr(config, "architectures", None) or ()))
-
-
-def decoder_only_type(model_type: str, architectures: Sequence[str] = ()) -> bool:
-    """:func:`is_decoder_only` from a model type (and architecture names) alone, as a cache
-    records them."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
-    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
-        return False
-    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return True
-    names = [str(a) for a in architectures]
-    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in names)
-    return causal and not any(a.endswith("ForMaskedLM") for a in names)
-
-
-def cache_is_decoder(attrs: Mapping[str, Any]) -> bool:
-    """Whether a cache's vectors come from a decoder-only model: its ``architecture``
-    attribute, or, in a cache that does not record it (cache format 1), its ``model_type``."""
-    recorded = attrs.get("architecture")
-    if recorded:
-        return recorded == DECODER
-    model_type = attrs.get("model_type")
-    return attrs.get("encoder") == "transformers" and bool(model_type) and \
-        decoder_only_type(str(model_type))
-
-
-def cls_refusal(model: str, where: str = "--pooling") -> OptionError:
-    """The error for ``cls`` on a decoder-only model, saying why (encode and probe)."""
-    return OptionError(
-        f"{where}: cls is not a sentence vector of {model}, a decoder-only (causal) model: "
-        "position 0 attends only to itself. With a BOS token its state is the same for every "
-        "sentence; without one (GPT-2, Qwen2, SmolLM2 tokenizers add none) it is the first "
-        "word's state, which has seen only that word and nothing after it. Use last (the last "
-        "real token, which has seen the whole sentence) or mean")
 
 
 def resolve_poolings(poolings: Optional[Sequence[str]], *, decoder: bool,

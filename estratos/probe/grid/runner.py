@@ -169,7 +169,7 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     Cells already in the results file, or in ``resume_from`` files (paths or globs), are
     skipped unless ``overwrite``. ``progress``: a bar on stderr (None: when stderr is a
     terminal). ``pooling`` None: the cache's first pooling; cls on a decoder-only model's
-    cache is refused (:func:`estratos.encode.models.pooling.cls_refusal`).
+    cache is refused (:func:`estratos.cache.architecture.cls_refusal`).
 
     Raises :class:`OptionError`, :class:`CacheError` (incomplete cache),
     :class:`MissingSentences` (with the ``estratos encode`` command that adds them) or
@@ -202,7 +202,7 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
     cells still to do; a stored cell computed on other data than the task's now is refused
     (:func:`estratos.results.provenance.check_done_cells`), never skipped silently."""
     from estratos.cache import open_cache
-    from estratos.encode.models.pooling import cache_is_decoder, cls_refusal
+    from estratos.cache.architecture import cache_is_decoder, cls_refusal
     from estratos.protocols import get_protocol
 
     specs = list(specs)
