@@ -186,8 +186,9 @@ OVERRIDE_KEYS: Tuple[str, ...] = ("nhid", "dropout", "optim", "batch_size", "ten
 # ---- surface baselines (``estratos baseline --baseline``) -----------------------------------
 #: the baselines that read only a task's text, in the order ``all`` runs them
 #: (:mod:`estratos.probe.baseline`)
-SURFACE_BASELINES: Tuple[str, ...] = ("tfidf", "length-tokens", "length-chars", "char-ngrams",
-                                      "word-bigrams", "word-position")
+SURFACE_BASELINES: Tuple[str, ...] = ("tfidf", "word-counts", "length-tokens", "length-chars",
+                                      "char-ngrams", "word-bigrams", "word-position",
+                                      "first-last-word", "function-words")
 #: ``--baseline`` when none is given: ODESIA's bag of words
 DEFAULT_BASELINE = "tfidf"
 #: ``--baseline`` word for every surface baseline

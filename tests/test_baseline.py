@@ -378,9 +378,11 @@ def test_cli_every_baseline_on_a_custom_order_task(tmp_path: Path):
         assert rec.chance == {"n_classes": 2, "majority": 50.0}
     scores = {name: rec.score for name, rec in recs.items()}
     assert scores["tfidf"] == scores["length-tokens"] == scores["length-chars"] == 50.0
+    assert scores["word-counts"] == scores["function-words"] == 50.0
     assert scores["word-position"] == scores["word-bigrams"] == 100.0
+    assert scores["first-last-word"] == 100.0  # the first word is an A or a B
     assert scores["char-ngrams"] >= 90.0
-    # one results file, six cells told apart by their identity: a rerun skips them all
+    # one results file, nine cells told apart by their identity: a rerun skips them all
     result = CliRunner().invoke(cli, ["baseline", "--task-file", str(task), "--baseline",
                                       "all", "--out", str(out)])
     assert result.exit_code == 0 and "wrote 0 baseline result(s)" in result.output
@@ -413,8 +415,37 @@ def test_cli_char_ngrams_read_unseen_words(tmp_path: Path):
     assert recs["tfidf"].score == 50.0 and recs["char-ngrams"].score >= 95.0
 
 
+def test_cli_function_words_and_word_counts_read_counts(tmp_path: Path):
+    """The label is how many relative clauses a sentence has (0, 1 or 2 'que'), with the
+    content words drawn at random: the function-word counts and the raw word counts read it
+    exactly; first and last word do not (every sentence starts with 'El' and ends with a
+    random noun)."""
+    rng = np.random.default_rng(3)
+    nouns = ["gato", "perro", "pan", "sol", "mar", "libro", "vaso", "coche"]
+    rows = []
+    for _ in range(300):
+        k = int(rng.integers(0, 3))
+        rel = " ".join(f"que ve el {nouns[int(rng.integers(0, 8))]}" for _ in range(k))
+        rows.append((str(k), f"El niño {rel} come el {nouns[int(rng.integers(0, 8))]} ."
+                     .replace("  ", " ")))
+    task = write_toy_task(tmp_path / "que", {"train": rows[:200], "dev": rows[200:250],
+                                             "test": rows[250:]}, name="Que")
+    recs = _run(tmp_path, task, "function-words,word-counts,first-last-word",
+                tmp_path / "b.jsonl")
+    assert recs["function-words"].score == recs["word-counts"].score == 100.0
+    assert recs["first-last-word"].score < 60.0
+    assert "function word" in recs["function-words"].classifier["features"]
+
+
+def test_word_counts_are_raw_counts():
+    T = baseline.word_count_matrix(["que que a", "a b"], np.arange(2)).toarray()
+    # columns a, b, que (sorted)
+    assert T.tolist() == [[1, 0, 2], [1, 1, 0]]
+
+
 @pytest.mark.parametrize("value, needle", [
-    ("nope", "--baseline: unknown baseline 'nope'; choose from tfidf, length-tokens"),
+    ("nope", "--baseline: unknown baseline 'nope'; choose from tfidf, word-counts, "
+              "length-tokens"),
     ("tfidf,length", "--baseline: unknown baseline 'length'"),
     (",", "--baseline: give at least one baseline"),
 ])

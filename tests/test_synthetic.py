@@ -42,12 +42,16 @@ CONJUGATIONS = {
 ORDER = (("PRES", "sg"), ("PRES", "pl"), ("PAST", "sg"), ("PAST", "pl"), ("FUT", "sg"),
          ("FUT", "pl"))
 
-# Determiners (and the contractions del/al) with gender and number, written independently.
-DETS = {"el": ("m", "sg"), "la": ("f", "sg"), "los": ("m", "pl"), "las": ("f", "pl"),
-        "un": ("m", "sg"), "una": ("f", "sg"), "unos": ("m", "pl"), "unas": ("f", "pl"),
-        "este": ("m", "sg"), "esta": ("f", "sg"), "estos": ("m", "pl"), "estas": ("f", "pl"),
-        "ese": ("m", "sg"), "esa": ("f", "sg"), "esos": ("m", "pl"), "esas": ("f", "pl"),
-        "del": ("m", "sg"), "al": ("m", "sg")}
+# Determiners (and the contractions del/al) with the genders and numbers they agree with,
+# written independently.
+DETS = {w: {gn} for w, gn in {
+    "el": ("m", "sg"), "la": ("f", "sg"), "los": ("m", "pl"), "las": ("f", "pl"),
+    "un": ("m", "sg"), "una": ("f", "sg"), "unos": ("m", "pl"), "unas": ("f", "pl"),
+    "este": ("m", "sg"), "esta": ("f", "sg"), "estos": ("m", "pl"), "estas": ("f", "pl"),
+    "ese": ("m", "sg"), "esa": ("f", "sg"), "esos": ("m", "pl"), "esas": ("f", "pl"),
+    "del": ("m", "sg"), "al": ("m", "sg")}.items()}
+DETS["su"] = {("m", "sg"), ("f", "sg")}
+DETS["sus"] = {("m", "pl"), ("f", "pl")}
 CLITICS = {"lo": ("m", "sg"), "la": ("f", "sg"), "los": ("m", "pl"), "las": ("f", "pl")}
 
 ALL_NOUNS = lx.ANIMATE + lx.INANIMATE + lx.PLACES + lx.WORD_CONTENT
@@ -88,7 +92,7 @@ def agreement_ok(ws: List[str]) -> bool:
     """Every noun follows an agreeing determiner; adjectives after a noun agree with it."""
     for i, w in enumerate(ws):
         if w in NOUN_FORMS:
-            if i == 0 or ws[i - 1] not in DETS or DETS[ws[i - 1]] not in NOUN_FORMS[w]:
+            if i == 0 or ws[i - 1] not in DETS or not DETS[ws[i - 1]] & NOUN_FORMS[w]:
                 return False
             if i + 1 < len(ws) and ws[i + 1] in ADJ_FORMS:
                 if not ADJ_FORMS[ws[i + 1]] & NOUN_FORMS[w]:
@@ -200,32 +204,49 @@ def _numbers(ws: List[str]) -> Set[str]:
     return {number_of_noun(w) for w in ws if w in NOUN_FORMS}
 
 
-def test_subject_number_labels(built):
-    want = {"NN": "sg", "NNS": "pl"}
-    other = 0
-    for _, label, sentence in built["SubjNumber"]:
-        ws = words(sentence)
-        assert number_of_noun(ws[1]) == want[label], sentence
-        verb = ws[main_verb(ws)]
-        assert {n for _, n in VERB_FORMS[verb]} == {want[label]}, sentence
-        other += len(_numbers(ws)) > 1
-    assert other > 0.5 * N  # most sentences hold a noun of the other number
+SUBORDINATORS = ("porque", "aunque")
 
 
-def test_object_number_labels(built):
+def clauses(sentence: str) -> Tuple[List[str], List[str]]:
+    """(main clause, subordinate clause) of a SubjNumber/ObjNumber sentence, parsed here:
+    'Aunque SUB , MAIN place .' or '[opener] MAIN porque|aunque SUB place .' (the closing place
+    phrase is left on the last clause)."""
+    text = sentence[:-2]
+    ws = (text[:1].lower() + text[1:]).split()
+    if ws[0] == "aunque":
+        comma = ws.index(",")
+        return ws[comma + 1:], ws[1:comma]
+    ws = words(sentence)
+    at = next(i for i, w in enumerate(ws) if w in SUBORDINATORS)
+    return ws[:at], ws[at + 1:]
+
+
+def _subject_and_object(ws: List[str]) -> Tuple[str, str]:
+    """The subject noun (the clause's second word) and the main verb's object noun."""
+    verb = main_verb(ws)
+    assert {n for _, n in VERB_FORMS[ws[verb]]} == {number_of_noun(ws[1])}, ws
+    return ws[1], next(w for w in ws[verb + 1:] if w in NOUN_FORMS)
+
+
+@pytest.mark.parametrize("name, role", [("SubjNumber", 0), ("ObjNumber", 1)])
+def test_number_labels(built, name, role):
+    """The labelled noun of the main clause has the label's number, the same noun of the
+    subordinate clause the other number; the first and last words are never either."""
     want = {"NN": "sg", "NNS": "pl"}
-    other = 0
-    for _, label, sentence in built["ObjNumber"]:
-        ws = words(sentence)
-        obj = next(w for w in ws[main_verb(ws) + 1:] if w in NOUN_FORMS)
-        assert number_of_noun(obj) == want[label], sentence
-        other += len(_numbers(ws)) > 1
-    assert other > 0.5 * N
+    orders = Counter()
+    for _, label, sentence in built[name]:
+        main, sub = clauses(sentence)
+        assert number_of_noun(_subject_and_object(main)[role]) == want[label], sentence
+        assert number_of_noun(_subject_and_object(sub)[role]) != want[label], sentence
+        edges = (sentence.split()[0].lower(), sentence.split()[-2])
+        assert not set(edges) & set(_subject_and_object(main) + _subject_and_object(sub))
+        orders[sentence.split()[0] == "Aunque"] += 1
+    assert min(orders.values()) > 0.4 * N  # the subordinate clause comes first or last
 
 
 def test_length_labels(built):
     for _, label, sentence in built["Length"]:
-        n = len(words(sentence))
+        n = len(sentence.split()) - 1  # every word, an opening adverb too; not the period
         lo, hi = (int(x) for x in label.split("-"))
         assert lo <= n <= hi, sentence
     assert length_label(5) == "05-07" and length_label(22) == "20-22"
@@ -310,20 +331,30 @@ def test_coordination_inversion_labels(built):
 
 
 def test_depth_labels(built):
+    """The label is how many relatives nest under the main verb's object; the other ones
+    nest under the subject, so every sentence has three."""
     for _, label, sentence in built["Depth"]:
         ws = words(sentence)
         after = ws[main_verb(ws) + 1:]
         assert after.count("que") == int(label), sentence
-        assert ws[:main_verb(ws)].count("que") <= min(1, int(label)), sentence
+        assert ws[:main_verb(ws)].count("que") == 3 - int(label), sentence
+        # a chain: each relative's object is the next one's head, right before its 'que'
+        for i, w in enumerate(ws):
+            if w == "que":
+                assert ws[i - 1] in NOUN_FORMS or ws[i - 1] in ADJ_FORMS, sentence
 
 
 def test_word_content_labels(built):
     targets = {n.sg: n for n in lx.WORD_CONTENT}
     forms = {f: n.sg for n in lx.WORD_CONTENT for f in (n.sg, n.pl)}
     for _, label, sentence in built["WordContent"]:
-        present = [forms[w] for w in words(sentence) if w in forms]
+        ws = words(sentence)
+        present = [forms[w] for w in ws if w in forms]
         assert present == [label], sentence
         assert label in targets
+        # never the first or the last word
+        at = next(i for i, w in enumerate(ws) if w in forms)
+        assert 0 < at < len(ws) - 1 and sentence.split()[0].lower() not in forms, sentence
 
 
 def test_deterministic_and_seed_dependent(tmp_path):

@@ -1,6 +1,6 @@
 """``estratos baseline``: baselines that read only the text (no model, no cache).
 
-Six of them, each a feature extractor plus the probes' logistic-regression grid (or, for
+Nine of them, each a feature extractor plus the probes' logistic-regression grid (or, for
 score protocols, the cosine of its vectors), chosen with ``--baseline`` (names in
 :data:`estratos.vocab.SURFACE_BASELINES`):
 
@@ -9,6 +9,9 @@ score protocols, the cosine of its vectors), chosen with ``--baseline`` (names i
   no punctuation splitting, no accents stripped), weighted by TF-IDF (scikit-learn's
   ``TfidfVectorizer``: smoothed idf, l2-normalized rows). ODESIA's Delta
   (:mod:`estratos.report.odesia`) measures how far a system goes beyond it.
+- ``word-counts``: the same whitespace tokens as raw counts (scikit-learn's
+  ``CountVectorizer``, no idf, no normalization): how many times each word occurs, which the
+  l2-normalized TF-IDF blurs (a sentence's count of ``que`` or of a determiner).
 - ``length-tokens`` / ``length-chars``: the sentence's length in whitespace tokens /
   characters (``len``, spaces included), as a number (divided by the longest training
   sentence's) and as a category (one indicator per length seen in training), so the
@@ -18,6 +21,13 @@ score protocols, the cosine of its vectors), chosen with ``--baseline`` (names i
 - ``word-bigrams``: pairs of adjacent whitespace tokens, TF-IDF weighted: local word order.
 - ``word-position``: which token stands at each position from the start (one indicator per
   (position, token) seen in training): a template's slots.
+- ``first-last-word``: one indicator for the first word and one for the last word (a word:
+  a token with a letter or digit, so a final period does not hide it; :mod:`estratos.probe.
+  cues`): what a template's edges give away.
+- ``function-words``: counts of each Spanish function word (lower-cased), of tokens ending
+  in ``-s`` and of each punctuation mark (:mod:`estratos.probe.cues`), each as a scaled
+  number and one indicator per count seen in training: clause counts (``que``), number
+  marking (plural determiners, ``-s``) and punctuation without any content word.
 
 Case is kept everywhere. The extractors are fitted on the protocol's training split
 (``inner-kfold``: the whole pool, whose IDF/vocabulary then also sees the held-out folds'
@@ -79,6 +89,7 @@ from threadpoolctl import threadpool_limits
 from estratos.errors import OptionError
 from estratos.options import check_output_file, parse_baselines, parse_seeds
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
+from estratos.probe.cues import first_last_matrix, function_word_matrix
 from estratos.probe.estimators.classifiers import LogisticGrid
 from estratos.probe.features import COMBINERS
 from estratos.probe.records import CellSource, cell_record, store_cells
@@ -159,6 +170,13 @@ def _vectorized(vec: Any, sentences: Sequence[str], fit_ids: np.ndarray) -> sp.c
 def tfidf_matrix(sentences: Sequence[str], fit_ids: np.ndarray) -> sp.csr_array:
     """TF-IDF rows of every sentence, the vectorizer fitted on ``sentences[fit_ids]``."""
     return _vectorized(make_vectorizer(), sentences, fit_ids)
+
+
+def word_count_matrix(sentences: Sequence[str], fit_ids: np.ndarray) -> sp.csr_array:
+    """Raw counts of whitespace tokens (case kept), no idf and no normalization."""
+    return _vectorized(CountVectorizer(tokenizer=whitespace_tokens, token_pattern=None,
+                                       lowercase=False, dtype=np.float64),
+                       sentences, fit_ids)
 
 
 def char_ngram_matrix(sentences: Sequence[str], fit_ids: np.ndarray) -> sp.csr_array:
@@ -327,6 +345,8 @@ def _lengths_of(count: Callable[[Sequence[str]], np.ndarray]
 #: every surface baseline by name, in :data:`estratos.vocab.SURFACE_BASELINES` order
 BASELINES: Mapping[str, SurfaceBaseline] = {b.name: b for b in (
     SurfaceBaseline("tfidf", tfidf_matrix, TfidfLogReg),
+    SurfaceBaseline("word-counts", word_count_matrix, _surface_estimator(
+        "word-counts", "raw counts of whitespace tokens, case kept, no idf, no normalization")),
     SurfaceBaseline("length-tokens", _lengths_of(token_lengths), _surface_estimator(
         "length-tokens", "whitespace tokens per sentence: scaled count + one indicator per "
                          "count")),
@@ -338,6 +358,13 @@ BASELINES: Mapping[str, SurfaceBaseline] = {b.name: b for b in (
         "word-bigrams", "TF-IDF of adjacent whitespace-token pairs, case kept")),
     SurfaceBaseline("word-position", word_position_matrix, _surface_estimator(
         "word-position", "one indicator per (position from the start, whitespace token)")),
+    SurfaceBaseline("first-last-word", first_last_matrix, _surface_estimator(
+        "first-last-word", "one indicator per first word and per last word (tokens with a "
+                           "letter or digit), case kept")),
+    SurfaceBaseline("function-words", function_word_matrix, _surface_estimator(
+        "function-words", "counts of each Spanish function word (lower-cased), of tokens "
+                          "ending in -s and of each punctuation mark: scaled count + one "
+                          "indicator per count")),
 )}
 
 #: what produced TF-IDF baseline cells

@@ -105,6 +105,10 @@ DETERMINERS: Mapping[str, Mapping[Tuple[str, str], str]] = MappingProxyType({
     "dem2": {("m", "sg"): "ese", ("f", "sg"): "esa", ("m", "pl"): "esos", ("f", "pl"): "esas"},
 })
 
+#: possessive determiners, the same for both genders: the WordContent target takes one, so
+#: no article says which gender (and so which half of the labels) the target belongs to
+POSSESSIVES: Mapping[str, str] = MappingProxyType({"sg": "su", "pl": "sus"})
+
 #: object clitics (lo/la/los/las) that resume an object in a coordinated clause
 CLITICS: Mapping[Tuple[str, str], str] = MappingProxyType(
     {("m", "sg"): "lo", ("f", "sg"): "la", ("m", "pl"): "los", ("f", "pl"): "las"})
@@ -233,6 +237,10 @@ CONTRACTIONS: Mapping[Tuple[str, str], str] = MappingProxyType({("de", "el"): "d
 #: sentence openers that suit any tense (a fronted adverb before the subject)
 OPENING_ADVERBS: Tuple[str, ...] = ("por fin", "sin duda", "seguramente", "por suerte",
                                     "quizás")
+#: conjunctions that open the subordinate clause of SubjNumber and ObjNumber; both take
+#: the indicative in every tense, and only ``aunque`` opens a fronted clause
+SUBORDINATORS: Tuple[str, ...] = ("porque", "aunque")
+FRONTED_SUBORDINATOR = "aunque"
 #: coordinators of CoordinationInversion (clause order matters: the 2nd clause resumes the 1st)
 COORDINATORS: Tuple[str, ...] = ("y", "y luego", "y después", "y más tarde")
 

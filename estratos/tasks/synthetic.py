@@ -6,20 +6,30 @@ sentences from a hand-written lexicon (:mod:`estratos.tasks.lexicon_es`) and tem
 and number agreement is always right because every form comes from the lexicon's agreement
 tables.
 
-A task must test what it names, not what a bag of words or the sentence's length can read
-(docs/tasks.md says what each task can and cannot show, with every surface baseline's score).
-Three kinds:
+A task must test what it names, not what a bag of words, the sentence's length or a simpler
+surface cue can read (docs/tasks.md says what each task can and cannot show, with every
+surface baseline's score). The cues every task is held to (:mod:`estratos.probe.cue_audit`:
+the first and the last word, the number of tokens and of characters, the count of each
+function word, of ``que``, of words ending in ``-s``, of punctuation marks) stay within 5
+points of the majority rate, because the sentences are built so that the label changes none
+of them:
 
 - label first (Tense, Length, WordContent): the label is drawn, then a sentence built to have
-  it; in Tense other clauses carry other tenses, so the label is not one marker word;
-- length-matched groups (SubjNumber, ObjNumber, Depth): label first too (other clauses carry
-  other numbers; Depth pads shallow sentences with place phrases), but examples come in
-  groups of one sentence per label, all of the same length in whitespace tokens and in
-  characters, and a group stays in one split: the length alone scores exactly the majority
-  rate, whereas plural forms are longer and each relative clause adds words;
+  it; in Tense other clauses carry other tenses, so the label is not one marker word; Length
+  sentences come from one rule for every bin, kept when their length falls in it; the
+  WordContent target stands at no edge, in one of three roles, with a possessive (``su``)
+  that shows no gender;
+- length-matched groups (SubjNumber, ObjNumber, Depth): label first too, in groups of one
+  sentence per label, all of the same length in whitespace tokens and in characters, a group
+  in one split: the length alone scores exactly the majority rate. SubjNumber and ObjNumber
+  pair a main clause with a subordinate clause drawn alike whose subject (object) has the
+  other number, so one singular and one plural are always there; Depth sentences always hold
+  three relative clauses, the label saying how many nest under the object rather than the
+  subject;
 - minimal pairs (BigramShift, CoordinationInversion, OddManOut): a sentence is built and
   altered, and both go into the same split, the altered one made of exactly the original's
-  words; a bag of words cannot tell them apart, only word order can.
+  words, with the same first and last word; nothing that counts words or reads the edges can
+  tell them apart, only word order can.
 
 The output is ordinary task data in the SentEval probing format, one file per task,
 ``<out_dir>/<Name>.txt`` with lines ``split<TAB>label<TAB>sentence`` (split tr/va/te, 80/10/10,
@@ -49,7 +59,7 @@ from estratos.vocab import DEFAULT_SEED, SYNTHETIC_N_PER_TASK
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 #: task names, in the order the registry declares them
 TASK_NAMES: Tuple[str, ...] = ("Tense", "SubjNumber", "ObjNumber", "Length", "BigramShift",
                                "CoordinationInversion", "OddManOut", "Depth", "WordContent")
@@ -225,28 +235,69 @@ def _tense(g: _Grammar, label: str) -> List[Token]:
     return _with_opener(g, g.clause(tense=label, **_DISTRACTORS))
 
 
+#: the clauses of SubjNumber and ObjNumber (main and subordinate drawn alike): relative
+#: clauses and animate objects as distractors, no place phrase inside (one closes the sentence)
+_NUMBER_CLAUSE: Mapping[str, Any] = MappingProxyType(
+    {"subj_rel_p": 0.2, "person_obj_p": 0.6, "obj_rel_p": 0.4, "pp_max": 0})
+_OTHER_NUMBER = MappingProxyType({"sg": "pl", "pl": "sg"})
+
+
+def _main_and_subordinate(g: _Grammar, label: str, role: str) -> List[Token]:
+    """A main clause whose subject (``role="subj"``) or object (``"obj"``) has the label's
+    number, and a subordinate clause, drawn by the same rule, whose same noun has the other
+    number; then a closing place phrase.
+
+    Why: each sentence then holds one singular and one plural of the labelled role, with
+    their determiners, verbs and ``-s`` endings, so that no count of words or characters and
+    no bag of function words says which is which; only knowing which clause is the main one
+    does. The subordinate clause comes after the main one (``porque``/``aunque``, the main
+    clause then opened by an adverb or a fronted place phrase) or before it (``aunque ... ,``),
+    so the first word is never the labelled noun's determiner; the closing place phrase
+    (of any number) keeps the last word off the labelled nouns too."""
+    number = "sg" if label == "NN" else "pl"
+    other = _OTHER_NUMBER[number]
+    if role == "subj":
+        main = g.clause(subj_number=number, **_NUMBER_CLAUSE)
+        sub = g.clause(subj_number=other, **_NUMBER_CLAUSE)
+    else:
+        main = g.clause(obj_number=number, **_NUMBER_CLAUSE)
+        sub = g.clause(obj_number=other, **_NUMBER_CLAUSE)
+    if g.rng.random() < 0.5:
+        conj = g.rng.choice(lx.SUBORDINATORS)
+        toks = _opener(g) + main + [(conj, "SCONJ")] + sub
+    else:
+        toks = [(lx.FRONTED_SUBORDINATOR, "SCONJ")] + sub + [(",", "PUNCT")] + main
+    return toks + g.place_phrase()
+
+
 def _subj_number(g: _Grammar, label: str) -> List[Token]:
-    return _with_opener(g, g.clause(subj_number="sg" if label == "NN" else "pl",
-                                    **_DISTRACTORS))
+    return _main_and_subordinate(g, label, "subj")
 
 
 def _obj_number(g: _Grammar, label: str) -> List[Token]:
-    return _with_opener(g, g.clause(obj_number="sg" if label == "NN" else "pl",
-                                    **_DISTRACTORS))
+    return _main_and_subordinate(g, label, "obj")
 
 
 def _length(g: _Grammar, label: str) -> List[Token]:
+    """Sentences drawn by one rule for every bin and kept when their length falls in the
+    label's bin: the rule never depends on the bin, so what opens and what ends a sentence
+    (an adverb or the subject's determiner; an object noun or its adjective: place phrases,
+    which would end long sentences more often, are left out) is the same for every length."""
     lo, hi = (int(x) for x in label.split("-"))
-    # start from a complexity that usually lands near the bin, then let rejection settle it
-    for _ in range(_MAX_TRIES):
-        scale = lo / 22.0
+    # the opener is drawn before the rest and kept, so it is the same for every bin (drawn
+    # with the rest, the bins it helps to reach would show in the first word)
+    opener: List[Token] = []
+    if g.rng.random() < 0.3:
+        opener = [(w, "ADV") for w in g.rng.choice(lx.OPENING_ADVERBS).split()]
+    for _ in range(_MAX_TRIES * 10):
+        scale = g.rng.random()
         tense = g.rng.choice(lx.TENSES)
-        toks = g.clause(tense, adj_p=0.2 + 0.6 * scale, subj_rel_p=scale, person_obj_p=0.5,
-                        obj_rel_p=scale, pp_max=1 + int(2 * scale))
-        if hi >= 14 and g.rng.random() < scale:
+        toks = g.clause(tense, subj_rel_p=scale, person_obj_p=0.5, obj_rel_p=scale, pp_max=0)
+        if g.rng.random() < scale:
             # a second, independent clause in the same tense, joined by "y"
-            toks += [("y", "CONJ")] + g.clause(tense, adj_p=0.3 + 0.5 * scale,
-                                                 subj_rel_p=0.0, pp_max=0)
+            toks += [("y", "CONJ")] + g.clause(tense, subj_rel_p=scale / 2, person_obj_p=0.5,
+                                                 obj_rel_p=scale / 2, pp_max=0)
+        toks = opener + toks
         n = len(contract(toks))
         if lo <= n <= hi:
             return toks
@@ -254,38 +305,79 @@ def _length(g: _Grammar, label: str) -> List[Token]:
 
 
 #: the token counts Depth sentences are padded towards, the same for every depth: a sentence
-#: shorter than its drawn target gets place phrases until it reaches it, so shallow and deep
-#: sentences overlap in length and can be matched (:func:`_matched_rows`)
-DEPTH_TARGET_TOKENS: Tuple[int, int] = (18, 26)
+#: shorter than its drawn target gets place phrases until it reaches it, so that sentences of
+#: every depth share lengths and can be matched (:func:`_matched_rows`)
+DEPTH_TARGET_TOKENS: Tuple[int, int] = (26, 32)
+
+
+def _person_chain(g: _Grammar, head_number: str, tense: str, depth: int) -> List[Token]:
+    """``depth`` relative clauses nested in a chain, each ``que`` + verb + ``a`` + person,
+    the next one modifying that person."""
+    toks: List[Token] = []
+    for _ in range(depth):
+        verb, _ = g.verb(lx.PERSON_VERBS, tense, head_number)
+        head_number = g.number()
+        obj, _ = g.person(head_number)
+        toks += [("que", "REL"), verb, ("a", "A")] + obj
+    return toks
 
 
 def _depth(g: _Grammar, label: str) -> List[Token]:
+    """Subject + a chain of ``MAX_DEPTH - depth`` relatives, main verb + ``a`` + object + a
+    chain of ``depth`` relatives under it, then place phrases.
+
+    Every sentence holds :data:`MAX_DEPTH` relative clauses (so as many ``que``), four
+    personal-``a`` objects and five people, whatever its depth: what the label says is how
+    many of the relatives nest under the main verb's object and how many under the subject,
+    not how many there are. The place phrases that pad it to a length drawn alike for every
+    depth come last, so the last word is a place's and says nothing of the depth."""
     depth = int(label)
     tense = g.rng.choice(lx.TENSES)
     subj_number = g.number()
     toks, _ = g.person(subj_number)
-    if depth >= 1 and g.rng.random() < 0.3:
-        toks += g.relative(subj_number, tense, 1)
+    toks += _person_chain(g, subj_number, tense, MAX_DEPTH - depth)
+    verb, _ = g.verb(lx.PERSON_VERBS, tense, subj_number)
     obj_number = g.number()
-    if depth == 0 and g.rng.random() < 0.5:
-        verb, _ = g.verb(lx.THING_VERBS, tense, subj_number)
-        obj, _ = g.noun_phrase(lx.INANIMATE, obj_number)
-        toks += [verb] + obj
-    else:
-        verb, _ = g.verb(lx.PERSON_VERBS, tense, subj_number)
-        obj, _ = g.person(obj_number)
-        toks += [verb, ("a", "A")] + obj + g.relative(obj_number, tense, depth)
+    obj, _ = g.person(obj_number)
+    toks += [verb, ("a", "A")] + obj + _person_chain(g, obj_number, tense, depth)
     if g.rng.random() < 0.5:
         toks = _opener(g) + toks
     target = g.rng.randint(*DEPTH_TARGET_TOKENS)
+    toks += g.place_phrase()
     while len(contract(toks)) + 1 < target:  # + 1: the final period
         toks += g.place_phrase()
     return toks
 
 
 def _word_content(g: _Grammar, label: str) -> List[Token]:
+    """The target noun as the object of a thing verb: of the main clause, of a relative on
+    the subject, or of a relative on an animate object; its determiner a possessive (``su``,
+    ``sus``: no gender shown by a function word); a place phrase always closes the sentence.
+    So the target is never the first or the last word, and where it stands varies."""
     noun = next(n for n in lx.WORD_CONTENT if n.sg == label)
-    return g.clause(thing_noun=noun, thing_pool=lx.WORD_CONTENT)
+    tense = g.rng.choice(lx.TENSES)
+    number = g.number()
+    target: List[Token] = [(lx.POSSESSIVES[number], "DET"), (noun.form(number), "NOUN")]
+    if g.rng.random() < 0.3:
+        target.append((g.rng.choice(lx.ADJECTIVES).form(noun.gender, number), "ADJ"))
+    subj_number = g.number()
+    toks, _ = g.person(subj_number)
+    role = g.rng.choice(("main", "subject relative", "object relative"))
+    if role == "subject relative":
+        thing_verb, _ = g.verb(lx.THING_VERBS, g.rng.choice(lx.TENSES), subj_number)
+        toks += [("que", "REL"), thing_verb] + target
+    if role == "main":
+        verb, _ = g.verb(lx.THING_VERBS, tense, subj_number)
+        toks += [verb] + target
+    else:
+        verb, _ = g.verb(lx.PERSON_VERBS, tense, subj_number)
+        obj_number = g.number()
+        obj, _ = g.person(obj_number)
+        toks += [verb, ("a", "A")] + obj
+        if role == "object relative":
+            thing_verb, _ = g.verb(lx.THING_VERBS, g.rng.choice(lx.TENSES), obj_number)
+            toks += [("que", "REL"), thing_verb] + target
+    return toks + g.place_phrase()
 
 
 _GENERATORS: Mapping[str, Callable[[_Grammar, str], List[Token]]] = MappingProxyType({
@@ -303,7 +395,8 @@ def _bigram_shift(g: _Grammar) -> Optional[Tuple[List[Token], List[Token]]]:
     toks = contract(g.clause())
     # two adjacent words, never the first (its capital letter would give the swap away),
     # never a noun and its adjective (that order can be grammatical)
-    spots = [i for i in range(1, len(toks) - 1)
+    # never the last one either: the two members of a pair share their first and last words
+    spots = [i for i in range(1, len(toks) - 2)
              if toks[i][0] != toks[i + 1][0]
              and {toks[i][1], toks[i + 1][1]} != {"NOUN", "ADJ"}]
     if not spots:
@@ -315,9 +408,11 @@ def _bigram_shift(g: _Grammar) -> Optional[Tuple[List[Token], List[Token]]]:
 
 
 def _coordination_inversion(g: _Grammar) -> Optional[Tuple[List[Token], List[Token]]]:
-    """'Subject V1 object [place] y (luego) CLITIC V2 [place]': the second verb phrase resumes
-    the first one's object with a clitic; inverted, the two verb phrases trade places around
-    the coordinator, so the clitic comes before the object it stands for."""
+    """'Subject V1 object [place] y (luego) CLITIC V2 [place] place': the second verb phrase
+    resumes the first one's object with a clitic; inverted, the two verb phrases trade places
+    around the coordinator, so the clitic comes before the object it stands for. The closing
+    place phrase stays where it is, so both members of a pair end with the same word (which
+    verb phrase ends the sentence would otherwise show in the last word: a verb or a noun)."""
     tense = g.rng.choice(lx.TENSES)
     subj_number = g.number()
     obj_number = g.number()
@@ -332,15 +427,18 @@ def _coordination_inversion(g: _Grammar) -> Optional[Tuple[List[Token], List[Tok
     if g.rng.random() < 0.3:
         second += g.place_phrase()
     conj = [(w, "CONJ") for w in g.rng.choice(lx.COORDINATORS).split()]
-    return (contract(subject + first + conj + second), contract(subject + second + conj + first))
+    closing = g.place_phrase()
+    return (contract(subject + first + conj + second + closing),
+            contract(subject + second + conj + first + closing))
 
 
 def _odd_man_out(g: _Grammar) -> Optional[Tuple[List[Token], List[Token]]]:
     """Two nouns of different animacy trade places (a person where a thing or a place was,
     and the other way round); same gender and number, so every agreement stays right and
-    only the meaning is odd ('El libro compró al niño en la plaza')."""
+    only the meaning is odd ('El libro compró al niño en la plaza'). A noun that is the
+    sentence's last word is never swapped, so both members of a pair end with the same word."""
     toks = contract(g.clause(pp_max=2))
-    nouns = [(i, lx.NOUN_FORMS[w]) for i, (w, tag) in enumerate(toks) if tag == "NOUN"]
+    nouns = [(i, lx.NOUN_FORMS[w]) for i, (w, tag) in enumerate(toks[:-1]) if tag == "NOUN"]
     swaps = [(i, j) for i, (a, na) in nouns for j, (b, nb) in nouns
              if toks[i][0] in lx.ANIMATE_FORMS and toks[j][0] not in lx.ANIMATE_FORMS
              and a.gender == b.gender and na == nb]
