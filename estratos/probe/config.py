@@ -26,7 +26,11 @@ from estratos.options import (
     positive_int,
     resolve_shard,
 )
-from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER, RecordedEstimator
+from estratos.probe.estimators.registry import (
+    DEFAULT_CLASSIFIER,
+    RecordedEstimator,
+    check_features,
+)
 from estratos.vocab import (
     CACHE_POOLINGS,
     CONTROL_KINDS,
@@ -35,7 +39,6 @@ from estratos.vocab import (
     CONTROL_L2_TASK,
     DEFAULT_POOLING,
     DEFAULT_SEED,
-    FEATURES,
     RAW_FEATURES,
     LayerSpec,
 )
@@ -170,14 +173,6 @@ class ProbeConfig:
         return words + ["--device", self.device]
 
 
-def check_features(value: Any, option: str = "--features") -> str:
-    """``value`` if it is a features mode (:data:`estratos.vocab.FEATURES`), else an
-    :class:`OptionError` naming ``option``."""
-    if value not in FEATURES:
-        raise OptionError(f"{option}: {value!r} is not one of {', '.join(FEATURES)}")
-    return str(value)
-
-
 def _default_features(estimator: Any) -> str:
     """The features mode an estimator (class or instance) reads when none is asked for: its
     ``features`` (a registered class's default: every parameter has one), raw when it has
@@ -186,4 +181,4 @@ def _default_features(estimator: Any) -> str:
     return str(getattr(instance, "features", RAW_FEATURES))
 
 
-__all__ = ["Classifier", "ProbeConfig", "check_features"]
+__all__ = ["Classifier", "ProbeConfig"]

@@ -33,10 +33,10 @@ from typing import (
 
 import numpy as np
 
-from estratos.probe.config import check_features
 from estratos.probe.estimators.registry import (
     DEFAULT_CLASSIFIER,
     RecordedEstimator,
+    check_features,
     estimator_names,
     get_estimator,
     register_estimator,

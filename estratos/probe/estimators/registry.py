@@ -23,7 +23,7 @@ import inspect
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from estratos.errors import OptionError
-from estratos.vocab import Role
+from estratos.vocab import FEATURES, Role
 
 #: roles an estimator can play (see the module docstring)
 ROLES: Tuple[Role, ...] = tuple(Role)
@@ -160,5 +160,16 @@ def get_estimator(name: str, role: str = Role.CLASSIFIER,
     return cls
 
 
-__all__ = ["DEFAULT_CLASSIFIER", "ROLES", "RecordedEstimator", "estimator_names",
-           "get_estimator", "register_estimator"]
+def check_features(value: Any, option: str = "--features") -> str:
+    """``value`` if it is a features mode (:data:`estratos.vocab.FEATURES`: how an
+    estimator's ``features`` parameter reads its input, :mod:`.scaling`), else an
+    :class:`OptionError` naming ``option``. Here, beside the estimators' base, because
+    :class:`~estratos.probe.config.ProbeConfig` checks ``--features`` with it before numpy is
+    imported."""
+    if value not in FEATURES:
+        raise OptionError(f"{option}: {value!r} is not one of {', '.join(FEATURES)}")
+    return str(value)
+
+
+__all__ = ["DEFAULT_CLASSIFIER", "ROLES", "RecordedEstimator", "check_features",
+           "estimator_names", "get_estimator", "register_estimator"]

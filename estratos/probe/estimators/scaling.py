@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from estratos.probe.config import check_features
+from estratos.probe.estimators.registry import check_features
 from estratos.vocab import RAW_FEATURES, STANDARDIZED_FEATURES
 
 #: a feature whose standard deviation is at most this share of its mean's magnitude (or of 1)
