@@ -20,7 +20,7 @@ import numpy as np
 
 from estratos.errors import InputError
 from estratos.tasks.building import SHUFFLE_SEED, TaskBuilder
-from estratos.tasks.formats import Format, Source, register_format, split_paths
+from estratos.tasks.formats.base import Format, Source, register_format, split_paths
 from estratos.tasks.reading import LoadContext, count_lines, read_lines
 from estratos.tasks.safe_pickle import load_pickle
 from estratos.tasks.types import TaskSpec

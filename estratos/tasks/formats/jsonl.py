@@ -14,7 +14,7 @@ from typing import Dict, Union
 
 from estratos.errors import InputError
 from estratos.tasks.building import TaskBuilder
-from estratos.tasks.formats import Format, Source, register_format, split_paths
+from estratos.tasks.formats.base import Format, Source, register_format, split_paths
 from estratos.tasks.reading import LoadContext, parse_score, read_lines
 from estratos.tasks.types import TaskSpec
 

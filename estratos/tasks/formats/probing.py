@@ -16,7 +16,7 @@ from typing import Dict, Optional, Sequence
 
 from estratos.errors import InputError
 from estratos.tasks.building import TaskBuilder
-from estratos.tasks.formats import Format, Source, register_format
+from estratos.tasks.formats.base import Format, Source, register_format
 from estratos.tasks.reading import (
     LoadContext,
     count_first_column,

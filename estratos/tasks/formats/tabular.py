@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional, Union
 
 from estratos.errors import InputError, TaskError
 from estratos.tasks.building import TaskBuilder
-from estratos.tasks.formats import Format, Source, register_format, split_paths
+from estratos.tasks.formats.base import Format, Source, register_format, split_paths
 from estratos.tasks.reading import LoadContext, count_lines, parse_score, read_lines, split_columns
 from estratos.tasks.types import TaskSpec
 
