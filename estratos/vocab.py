@@ -182,6 +182,10 @@ VALIDATION_SPLIT = 0.05
 #: the keys a task spec's ``classifier`` mapping (a task's overrides) may set
 OVERRIDE_KEYS: Tuple[str, ...] = ("nhid", "dropout", "optim", "batch_size", "tenacity",
                                   "epoch_size", "max_epoch", "l2_grid", "kfold")
+#: the ``optim`` values (what a results line's ``classifier`` object records) whose fits draw
+#: no random numbers: full-batch L-BFGS from a zero start gives the same model whatever the
+#: seed (``--classifier lbfgs``, whose ``deterministic`` tells the estimator registry so)
+SEED_FREE_OPTIMIZERS: Tuple[str, ...] = ("lbfgs",)
 
 # ---- surface baselines (``estratos baseline --baseline``) -----------------------------------
 #: the baselines that read only a task's text, in the order ``all`` runs them

@@ -356,3 +356,19 @@ def test_masks_drawn_a_pass_ahead_equal_masks_drawn_per_step(monkeypatch, seeds)
     np.testing.assert_array_equal(per_step.predict(xd), by_pass.predict(xd))
     for a, b in zip(per_step._state.best, by_pass._state.best):
         assert torch.equal(a, b)
+
+
+def test_a_classifier_is_deterministic_exactly_when_its_record_says_its_fit_is_seed_free():
+    """Reports decide that a cell's seeds could not differ from its results line
+    (``results.record.seed_free_fit``: the recorded ``optim``), probe from the estimator
+    registry (``deterministic``): the two agree for every registered estimator."""
+    from estratos.probe.estimators.registry import ROLES, estimator_names, get_estimator
+    from estratos.results.record import seed_free_fit
+
+    checked = {}
+    for role in ROLES:
+        for name in estimator_names(role):
+            cls = get_estimator(name, role)
+            checked[name] = cls.deterministic
+            assert cls.deterministic == seed_free_fit(cls().record()), name
+    assert checked["lbfgs"] and not checked["senteval"]

@@ -22,6 +22,7 @@ from estratos.protocols.base import (
     get_protocol,
     protocol_names,
     register,
+    seeds_cannot_differ,
 )
 from estratos.protocols.classification import inner_kfold_protocol, kfold_protocol, split_protocol
 from estratos.protocols.estimators import OneAtATime, group, n_groups, take
@@ -50,6 +51,6 @@ __all__ = [
     "all_protocols", "correlations", "cosine_protocol", "cosine_relatedness", "f1_positive",
     "finite_or_none", "get_protocol", "group", "holdout_split", "inner_kfold_protocol",
     "kfold_protocol", "n_groups", "positive_class", "protocol_names", "register",
-    "relatedness_levels", "relatedness_protocol", "row_cosine", "split_protocol",
-    "stratified_folds", "take",
+    "relatedness_levels", "relatedness_protocol", "row_cosine", "seeds_cannot_differ",
+    "split_protocol", "stratified_folds", "take",
 ]

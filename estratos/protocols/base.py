@@ -206,6 +206,17 @@ def get_protocol(name: str) -> Protocol:
                        f"{', '.join(protocol_names())})") from None
 
 
+def seeds_cannot_differ(deterministic: bool, protocol: Optional[str]) -> bool:
+    """Whether cells of a classifier under ``protocol`` are the same for every seed: the
+    classifier is ``deterministic`` (its fit depends on nothing but its data and parameters)
+    and the protocol trains it on data that do not depend on the seed (``split``; k-fold
+    protocols draw their folds or held-out parts from it). An unknown protocol (another
+    version's) may differ."""
+    found = _REGISTRY.get(str(protocol))
+    return bool(deterministic and found is not None and found.trains == Role.CLASSIFIER
+                and found.seeds_share_data)
+
+
 def protocol_names() -> Tuple[str, ...]:
     """Registered protocol names, in registration order."""
     return tuple(_REGISTRY)

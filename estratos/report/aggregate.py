@@ -490,7 +490,8 @@ def _seed_free(record: Any) -> bool:
     """Whether the record's seed could change nothing: an ordinary cell (no control, whose
     labels come from the seed) of a classifier that is deterministic on a protocol that
     draws no data from the seed, e.g. ``lbfgs`` on a split task."""
-    from estratos.probe.estimators.classifiers import seeds_cannot_differ
+    from estratos.protocols import seeds_cannot_differ
+    from estratos.results.record import seed_free_fit
 
     return (record.kind == "probe" and not record.control
-            and seeds_cannot_differ(record.classifier_name, record.protocol))
+            and seeds_cannot_differ(seed_free_fit(record.classifier), record.protocol))

@@ -22,6 +22,7 @@ from estratos.vocab import (
     METRIC_INFO,
     RAW_FEATURES,
     SCORE_DECIMALS,
+    SEED_FREE_OPTIMIZERS,
 )
 
 #: the results schema version this estratos writes (docs/contracts.md); older lines are read
@@ -50,6 +51,14 @@ def primary_score(metric: str, test: Mapping[str, Any]) -> Optional[float]:
     info = METRIC_INFO.get(metric)
     factor = 100.0 if info is None else info.raw_scale  # other metrics: correlations
     return round(factor * float(value), SCORE_DECIMALS)
+
+
+def seed_free_fit(classifier: Any) -> bool:
+    """Whether a record's ``classifier`` object says its fit draws no random numbers: its
+    ``optim`` is one of :data:`estratos.vocab.SEED_FREE_OPTIMIZERS`. What a report reads to
+    know that a cell's seeds could not differ (with
+    :func:`estratos.protocols.seeds_cannot_differ`), from the record alone."""
+    return isinstance(classifier, Mapping) and classifier.get("optim") in SEED_FREE_OPTIMIZERS
 
 
 def classifier_name(classifier: Any) -> Optional[str]:

@@ -33,6 +33,7 @@ from typing import (
 
 import numpy as np
 
+from estratos.errors import OptionError
 from estratos.probe.estimators.registry import (
     DEFAULT_CLASSIFIER,
     RecordedEstimator,
@@ -632,16 +633,15 @@ class LBFGSClassifier(LogisticGrid):
 
 def seeds_cannot_differ(classifier: Optional[str], protocol: Optional[str]) -> bool:
     """Whether cells of ``classifier`` (a registered name) under ``protocol`` are the same
-    for every seed: a deterministic estimator (:attr:`RecordedEstimator.deterministic`)
-    trained by a protocol whose data do not depend on the seed (the ``split`` protocol;
-    k-fold protocols draw their folds or held-out parts from it)."""
-    from estratos.protocols import get_protocol
+    for every seed: :func:`estratos.protocols.seeds_cannot_differ` of its
+    :attr:`RecordedEstimator.deterministic`. An unknown name (another version's) may differ."""
+    from estratos.protocols import seeds_cannot_differ as protocol_rule
 
     try:
-        cls, proto = get_estimator(str(classifier)), get_protocol(str(protocol))
-    except Exception:  # noqa: BLE001 - an unknown name (another version's): may differ
+        cls = get_estimator(str(classifier))
+    except OptionError:
         return False
-    return bool(cls.deterministic and proto.trains == Role.CLASSIFIER and proto.seeds_share_data)
+    return protocol_rule(cls.deterministic, protocol)
 
 
 __all__ = ["DEFAULT_CLASSIFIER", "LBFGSClassifier", "LogisticGrid", "RecordedEstimator",
