@@ -109,11 +109,9 @@ from estratos.vocab import (
 
 log = logging.getLogger(__name__)
 
-#: the model and revision of the TF-IDF baseline's cells (every baseline's:
-#: :func:`baseline_model`, :func:`baseline_revision`)
+#: the model of the default baseline's cells (every baseline's: :func:`baseline_model`,
+#: :func:`baseline_revision`)
 BASELINE_MODEL = f"{BASELINE_MODEL_PREFIX}{DEFAULT_BASELINE}"
-#: bump when the recipe changes, so old and new baseline results never count as one cell
-BASELINE_REVISION = "tfidf-v1"
 CLASSIFIER_NAME = "tfidf"
 MAX_ITER = 1000
 #: saga's stopping tolerance: 1e-4 took 4x longer on WordContent for the same dev accuracy
@@ -366,10 +364,6 @@ BASELINES: Mapping[str, SurfaceBaseline] = {b.name: b for b in (
                           "ending in -s and of each punctuation mark: scaled count + one "
                           "indicator per count")),
 )}
-
-#: what produced TF-IDF baseline cells
-BASELINE_SYSTEM = BASELINES[DEFAULT_BASELINE].system
-
 
 def get_baseline(name: str) -> SurfaceBaseline:
     """The baseline called ``name``; an unknown name is an :class:`OptionError` naming

@@ -58,7 +58,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -522,18 +522,6 @@ class PredictionsReader:
                            "this cell (rerun it with --overwrite)")
 
 
-def read_predictions(results_path: PathLike, records: Iterable[ResultRecord]
-                     ) -> Dict[CellKey, Found]:
-    """The predictions of each record of one results file, by cell key."""
-    reader = PredictionsReader()
-    return {r.key: reader.find(r, results_path) for r in records}
-
-
-def describe_test_set(preds: CellPredictions) -> str:
-    """A short name of a test set for messages (n examples, digest prefix)."""
-    return f"{preds.n} examples, {preds.test_digest()[:8]}"
-
-
 def check_metric(record: ResultRecord, preds: CellPredictions) -> Optional[float]:
     """The record's primary score recomputed from its predictions (paper's scale)."""
     value = sample_of(record, preds).value()
@@ -541,6 +529,5 @@ def check_metric(record: ResultRecord, preds: CellPredictions) -> Optional[float
 
 
 __all__ = ["CellPredictions", "FOLDER_SUFFIX", "Found", "PredictionsReader", "SUFFIX",
-           "cell_id", "check_metric", "describe_test_set", "interval_of", "intervals_of",
-           "predictions_dir", "predictions_path", "read_predictions", "sample_of",
-           "write_predictions"]
+           "cell_id", "check_metric", "interval_of", "intervals_of", "predictions_dir",
+           "predictions_path", "sample_of", "write_predictions"]

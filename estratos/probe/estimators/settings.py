@@ -18,13 +18,9 @@ from estratos.probe.estimators.classifiers import (
     DEFAULT_CLASSIFIER,
     RecordedEstimator,
     RelatednessRegressor,
-    estimator_names,
     get_estimator,
 )
 from estratos.vocab import DEFAULT_L2_GRID, NOREG_GRID, OVERRIDE_KEYS, Role  # noqa: F401
-
-#: ``--classifier`` choices, from the estimator registry (:mod:`estratos.probe.estimators.registry`)
-CLASSIFIERS: Tuple[str, ...] = estimator_names("classifier")
 
 
 def _as_int(task: str, key: str, value: Any, minimum: int) -> int:
@@ -49,14 +45,6 @@ def _l2_grid(task: str, value: Any) -> Tuple[float, ...]:
         raise TaskError(f"{task}: classifier override l2_grid={value!r} needs at least one "
                         "value, all >= 0")
     return grid
-
-
-def check_classifier(classifier: Union[str, RecordedEstimator]) -> str:
-    """The name of ``--classifier``: a registered classifier's name (:class:`OptionError`
-    otherwise) or an estimator's ``name``."""
-    if isinstance(classifier, str):
-        return get_estimator(classifier).name
-    return classifier.name
 
 
 def task_overrides(overrides: Optional[Mapping[str, Any]] = None, *,
