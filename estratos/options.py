@@ -13,7 +13,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union, overload
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    overload,
+)
 
 from estratos.errors import OptionError
 from estratos.vocab import (
@@ -331,13 +343,35 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _creatable_below(target: str, fail: Callable[[str], OptionError]) -> str:
+    """The nearest existing folder at or above ``target``, checked to be a folder in which
+    files can be created (what ``os.access`` cannot tell too: a read-only file system, an
+    ACL, a full quota); raises ``fail(reason)``. Writes nothing that stays."""
+    import errno
+    import tempfile
+
+    parent = target
+    while not os.path.exists(parent):
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    if not os.path.isdir(parent):
+        raise fail(f"{os.strerror(errno.ENOTDIR)} ({parent} is a file)")
+    try:
+        with tempfile.TemporaryFile(dir=parent, prefix=".estratos-check-"):
+            pass
+    except OSError as exc:
+        raise fail(f"{exc.strerror or exc} (cannot create files in {parent})") from None
+    return parent
+
+
 def check_output_file(path: Union[str, os.PathLike], option: str = "--out") -> None:
     """Check, before any work, that results can be written at ``path`` (a file created with
     its parent folders as needed): an existing ``path`` must be a writable file, and the
     nearest existing folder above it writable, with no file on the way ("Not a directory").
     Raises :class:`OptionError` naming ``option``; writes nothing."""
     import errno
-    import tempfile
 
     target = os.path.abspath(os.path.expanduser(os.fspath(path)))
     shown = os.fspath(path)
@@ -347,23 +381,11 @@ def check_output_file(path: Union[str, os.PathLike], option: str = "--out") -> N
 
     if os.path.isdir(target):
         raise fail("is a folder; give a results file such as run.jsonl")
-    parent = os.path.dirname(target)
-    while not os.path.exists(parent):
-        up = os.path.dirname(parent)
-        if up == parent:
-            break
-        parent = up
-    if not os.path.isdir(parent):
-        raise fail(f"{os.strerror(errno.ENOTDIR)} ({parent} is a file)")
-    if os.path.exists(target):
+    if os.path.exists(target):  # appended to: its folder need not take new files
         if not os.access(target, os.W_OK):
             raise fail(f"{os.strerror(errno.EACCES)} (the file cannot be written)")
         return
-    try:  # what os.access cannot tell: a read-only file system, an ACL, a full quota
-        with tempfile.TemporaryFile(dir=parent, prefix=".estratos-check-"):
-            pass
-    except OSError as exc:
-        raise fail(f"{exc.strerror or exc} (cannot create files in {parent})") from None
+    _creatable_below(os.path.dirname(target), fail)
 
 
 def check_output_folder(path: Union[str, os.PathLike], option: str = "--out") -> None:
@@ -372,9 +394,6 @@ def check_output_folder(path: Union[str, os.PathLike], option: str = "--out") ->
     folder at or above it must let files be created, with no file on the way ("Not a
     directory"): a read-only folder, a path under a file, /proc. Raises
     :class:`OptionError` naming ``option``; writes nothing."""
-    import errno
-    import tempfile
-
     target = os.path.abspath(os.path.expanduser(os.fspath(path)))
     shown = os.fspath(path)
 
@@ -383,19 +402,7 @@ def check_output_folder(path: Union[str, os.PathLike], option: str = "--out") ->
 
     if os.path.exists(target) and not os.path.isdir(target):
         raise fail("exists and is not a folder")
-    parent = target
-    while not os.path.exists(parent):
-        up = os.path.dirname(parent)
-        if up == parent:
-            break
-        parent = up
-    if not os.path.isdir(parent):
-        raise fail(f"{os.strerror(errno.ENOTDIR)} ({parent} is a file)")
-    try:  # what os.access cannot tell: a read-only file system, an ACL, a full quota
-        with tempfile.TemporaryFile(dir=parent, prefix=".estratos-check-"):
-            pass
-    except OSError as exc:
-        raise fail(f"{exc.strerror or exc} (cannot create files in {parent})") from None
+    _creatable_below(target, fail)
 
 
 def is_local_model(model: Union[str, os.PathLike]) -> bool:
