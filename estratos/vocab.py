@@ -22,8 +22,9 @@ DEFAULT_SEED = 1111
 #: examples per task of the built-in synthetic suite, for `estratos tasks build` and
 #: `estratos demo` alike (one size, so the README's step-by-step commands make the demo's data)
 SYNTHETIC_N_PER_TASK = 1000
-#: the bootstrap's resampling seed (``report --seed``, ``compare``): a name apart from
-#: :data:`DEFAULT_SEED`, which seeds the probes and the data
+#: the bootstrap's resampling seed (``report --ci`` / ``--significance``, and ``compare``'s
+#: default ``--seed``): a name apart from :data:`DEFAULT_SEED`, which seeds the probes and
+#: the data
 BOOTSTRAP_SEED = 0
 #: the demo's probe seeds (``estratos demo --seeds``)
 DEMO_SEEDS = (DEFAULT_SEED, 1, 2)

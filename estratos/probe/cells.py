@@ -1,9 +1,9 @@
 """Evaluating the cells of one task: (feature groups x seeds) through the task's protocol.
 
 Why one pipeline: the grid runner calls :func:`evaluate_cells` with a task, its cached
-sentence vectors and the layer specs wanted; the TF-IDF baseline
-(:mod:`estratos.probe.baseline`) calls :func:`evaluate_groups` with its own sparse features
-and its estimator. Both then go through the same steps: the task's overrides on a new
+sentence vectors and the layer specs wanted; the surface baselines
+(:mod:`estratos.probe.baseline`) call :func:`evaluate_groups` with their own sparse features
+and estimators. Both then go through the same steps: the task's overrides on a new
 estimator, the protocol object (:mod:`estratos.protocols`) deciding what is trained and
 measured, the estimators (:mod:`estratos.probe.estimators.classifiers`) how, and
 :func:`classifier_record` saying what a result records. Nothing here switches on protocol

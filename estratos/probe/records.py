@@ -1,6 +1,6 @@
 """A cell's results line and its predictions: built and stored once, for probe and baseline.
 
-Why a module of its own: the probe runner (cached vectors) and the TF-IDF baseline evaluate
+Why a module of its own: the probe runner (cached vectors) and the surface baselines evaluate
 cells the same way and must write them the same way: the same record fields from a
 protocol's :class:`~estratos.protocols.CellOutcome`, the same cell identity
 (:func:`estratos.results.record.cell_key`), and predictions stored *before* the results lines

@@ -3,7 +3,7 @@
 
 A task names its protocol (``TaskSpec.protocol``); everything that depends on it asks the
 registered :class:`Protocol` instead of comparing names: ``estratos.tasks`` its split handling
-(:meth:`Protocol.plan`, ``scores``, ``subset_splits``), the probe and the TF-IDF baseline its
+(:meth:`Protocol.plan`, ``scores``, ``subset_splits``), the probe and the surface baselines its
 evaluation (:meth:`Protocol.evaluate` with an :class:`Inputs`). This package sits below
 ``tasks/`` (numpy, scipy, scikit-learn and :mod:`estratos.errors` only); see
 docs/contracts.md.

@@ -3,7 +3,7 @@
 Why a leaf package: a protocol has two sides. Its split handling (which files it needs, which
 fallback applies when one is missing, whether labels are classes or scores) is read by
 ``estratos.tasks`` while loading data; its evaluation (features, training through an estimator
-factory, metrics, what a cell records) is run by the probe and by the TF-IDF baseline. Both
+factory, metrics, what a cell records) is run by the probe and by the surface baselines. Both
 sides live here, below ``tasks/``, depending only on numpy, scipy (scikit-learn for the folds)
 and :mod:`estratos.errors`, so every layer above may import it and no protocol name is
 switched on anywhere else.

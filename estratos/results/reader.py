@@ -5,7 +5,9 @@ A report must be rebuildable from results files alone, so every line is validate
 tolerated, but never silently: a cut last line (a run killed mid-write) is skipped, and a
 cell written twice (a rerun with ``--overwrite``, or two files that overlap) keeps the last
 copy. Both produce a :class:`Notice`. Anything else (a broken line in the middle, a file
-that is not JSON lines at all, another schema version) is an error naming the file and line.
+that is not JSON lines at all, a schema version this estratos does not read) is an error
+naming the file and line; lines of an older version it reads are migrated
+(:func:`estratos.results.record.migrate`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ SCHEMA_VERSION = 2
 #: the versions this estratos reads (older ones migrated on reading; one file may hold
 #: lines of several: a resumed run appends current lines to an older file)
 READABLE_SCHEMAS: Tuple[int, ...] = (1, SCHEMA_VERSION)
-#: what produced a record: a probe on cached vectors, or the TF-IDF baseline
+#: what produced a record: a probe on cached vectors, or one of the surface baselines
+#: (:data:`estratos.vocab.SURFACE_BASELINES`)
 KINDS = ("probe", "baseline")
 
 Layer = Union[int, str, None]

@@ -50,10 +50,11 @@ class RecordedEstimator:
     _recorded: Tuple[str, ...] = ()
     _facts: Mapping[str, Any] = {}
     #: the task overrides (``spec.classifier`` keys) this estimator takes; None: every one it
-    #: has a parameter for (the TF-IDF baseline keeps its own L2 grid and takes ``kfold`` only)
+    #: has a parameter for (the surface baselines keep their own L2 grid and take ``kfold``
+    #: only)
     task_overrides: Optional[Tuple[str, ...]] = None
     #: whether the relatedness protocol trains its regressor on this estimator's features;
-    #: False: it scores their untrained cosine (the TF-IDF baseline)
+    #: False: it scores their untrained cosine (the surface baselines)
     trains_regressor = True
     #: whether a fit depends on nothing but its data and parameters (the seed changes
     #: nothing): on a protocol whose data do not depend on the seed either
