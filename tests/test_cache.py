@@ -282,3 +282,24 @@ def test_cache_commands(tmp_path, batcher_target):
     assert not (tmp_path / "m.h5").exists()
     res = runner.invoke(cli, ["cache", "merge", "--out", str(tmp_path / "m.h5"), *shards])
     assert res.exit_code == 0 and "merged 2 shards" in res.output
+
+
+def test_a_corrupted_avg_chunk_is_named_as_avg_by_verify_and_by_the_reader(tmp_path,
+                                                                          batcher_target):
+    """Damage in /avg is reported as /avg (not /vectors, and without a "state" /avg does not
+    have) by `cache verify` and by a probe's read."""
+    path, sentences = small_cache(tmp_path, batcher_target)
+    with h5py.File(path, "r") as f:
+        info = f["avg/encoder"].id.get_chunk_info(0)
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset + info.size // 2)
+        byte = fh.read(1)
+        fh.seek(info.byte_offset + info.size // 2)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    problems = verify_cache(path).problems
+    damaged = [p for p in problems if "checksum" in p]
+    assert damaged and all("/avg/encoder" in p and "state" not in p for p in damaged), problems
+    with open_cache(path) as cache:
+        with pytest.raises(CacheError, match=r"/avg/encoder rows \d+\.\.\d+ are unreadable"):
+            cache.read(cache.rows_for(sentences[:3]), "encoder", ["avg"])
+        cache.read(cache.rows_for(sentences[:3]), "encoder", [0])  # the states are whole

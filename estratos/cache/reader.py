@@ -207,6 +207,7 @@ class CacheReader:
             end = int(np.searchsorted(uniq, hi))
             take = uniq[pos:end] - lo
             whole = len(take) == hi - lo
+            reading = f"/{schema.VECTORS}/{pooling}"  # named in the error: the damaged dataset
             try:
                 if contiguous:
                     block = ds[lo:hi, columns[0]:columns[-1] + 1, :]
@@ -214,11 +215,12 @@ class CacheReader:
                 else:
                     for j, c in zip(targets, columns):
                         gathered[pos:end, j] = ds[lo:hi, c, :][take]
+                reading = f"/{schema.AVG_GROUP}/{pooling}"
                 for j in avg_at:
                     block = self._f[schema.AVG_GROUP][pooling][lo:hi, :]
                     gathered[pos:end, j] = block if whole else block[take]
             except OSError as exc:  # a fletcher32 mismatch or a damaged file: never fill values
-                raise CacheError(f"{self.path}: /vectors/{pooling} rows {lo}..{hi - 1} are "
+                raise CacheError(f"{self.path}: {reading} rows {lo}..{hi - 1} are "
                                  f"unreadable ({exc}); the cache is corrupted: run `estratos "
                                  "cache verify` and re-encode") from exc
             pos = end

@@ -160,7 +160,8 @@ def _check_vectors(ds, name: str, n: int, dtype: str, report: VerifyReport) -> N
                 continue
             nonfinite += int(schema.nonfinite_rows(block, dtype).sum())
     for lo, hi, s in corrupt[:MAX_LISTED]:
-        report.problems.append(f"{name} rows {lo}..{hi}, state {s}: checksum error "
+        where = f", state {s}" if ds.ndim == 3 else ""  # /avg has no states: one mean each
+        report.problems.append(f"{name} rows {lo}..{hi}{where}: checksum error "
                                "(corrupted chunk)")
     if len(corrupt) > MAX_LISTED:
         report.problems.append(f"{name}: {len(corrupt) - MAX_LISTED} more corrupted blocks")
