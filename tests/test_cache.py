@@ -303,3 +303,31 @@ def test_a_corrupted_avg_chunk_is_named_as_avg_by_verify_and_by_the_reader(tmp_p
         with pytest.raises(CacheError, match=r"/avg/encoder rows \d+\.\.\d+ are unreadable"):
             cache.read(cache.rows_for(sentences[:3]), "encoder", ["avg"])
         cache.read(cache.rows_for(sentences[:3]), "encoder", [0])  # the states are whole
+
+
+def test_cache_info_reads_a_partial_that_a_running_encode_holds(tmp_path, batcher_target):
+    """docs/cache.md: `cache info` shows how far a run got, while the run (another process)
+    holds the `.partial` open for writing with HDF5's lock: read without the lock, exit 0."""
+    import subprocess
+    import sys
+
+    path, _ = small_cache(tmp_path, batcher_target)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(path.read_bytes())
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time, h5py\n"
+         "f = h5py.File(sys.argv[1], 'r+'); f.attrs['complete'] = False; f.flush()\n"
+         "print('ready', flush=True); time.sleep(60)", str(partial)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        locked = subprocess.run([sys.executable, "-c", "import sys, h5py\n"
+                                 "h5py.File(sys.argv[1], 'r')", str(partial)],
+                                capture_output=True, text=True)
+        assert locked.returncode != 0  # a plain read is refused while the run holds it
+        res = CliRunner().invoke(cli, ["cache", "info", str(partial)])
+        assert res.exit_code == 0, res.output
+        assert "n_rows" in res.output, res.output
+    finally:
+        holder.kill()
+        holder.wait()

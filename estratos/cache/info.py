@@ -13,7 +13,10 @@ def cache_info(path: os.PathLike | str) -> Dict[str, Any]:
     """Root attributes plus ``path``, ``size_bytes``, ``n_rows``, ``n_states``, ``dim``,
     ``poolings``, ``n_truncated`` and the vector datasets' shapes and chunking."""
     path = Path(path)
-    with schema.open_existing(path) as (f, attrs):
+    # a .partial may be open in a running encode, which holds HDF5's lock: read it without
+    # (what the writer last flushed, n_done included: how far the run got)
+    with schema.open_existing(path, locking=not path.name.endswith(schema.PARTIAL_SUFFIX)
+                              ) as (f, attrs):
         n = int(attrs.get("n_done", 0))
         groups = [schema.VECTORS] + ([schema.AVG_GROUP] if schema.AVG_GROUP in f else [])
         vectors = {(name if group == schema.VECTORS else f"{group}/{name}"):

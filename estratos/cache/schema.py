@@ -427,16 +427,18 @@ def open_h5(path: os.PathLike | str, mode: str, **kwargs: Any) -> h5py.File:
 
 
 @contextlib.contextmanager
-def open_existing(path: os.PathLike | str, what: str = "cache file"
-                  ) -> Iterator[Tuple[h5py.File, Dict[str, Any]]]:
+def open_existing(path: os.PathLike | str, what: str = "cache file", *,
+                  locking: bool = True) -> Iterator[Tuple[h5py.File, Dict[str, Any]]]:
     """Open an existing cache read-only; yields (file, root attributes).
 
-    Raises :class:`CacheError` when ``path`` does not exist or is not an estratos cache
-    (``what`` names it in the message, e.g. "shard file").
+    ``locking`` False: without HDF5's file lock, so that a file another process is writing
+    (a running encode's ``.partial``) can be looked at; what is read is then what the writer
+    last flushed. Raises :class:`CacheError` when ``path`` does not exist or is not an
+    estratos cache (``what`` names it in the message, e.g. "shard file").
     """
     if not Path(path).exists():
         raise CacheError(f"{path}: no such {what}")
-    with open_h5(path, "r") as f:
+    with open_h5(path, "r", **({} if locking else {"locking": False})) as f:
         if not is_cache(f):
             raise CacheError(f"{path}: not an estratos cache")
         yield f, read_attrs(f)
