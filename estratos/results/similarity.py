@@ -229,5 +229,5 @@ def append_maps(path: PathLike, records: Iterable[MapRecord], *, skip_done: bool
         return written
 
 
-__all__ = ["CACHE_FIELDS", "MAP_KINDS", "MAP_SCHEMA", "MapKey", "MapRecord", "append_maps",
+__all__ = ["CACHE_FIELDS", "MAP_KINDS", "MAP_SCHEMA", "Layer", "MapKey", "MapRecord", "append_maps",
            "cache_part", "done_map_keys", "read_maps"]
