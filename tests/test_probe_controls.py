@@ -573,3 +573,22 @@ def test_control_l2_task_reuses_each_task_cells_l2_and_is_a_cell_of_its_own(tmp_
     assert res.exit_code == 0, res.output
     md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     assert "(control with the task's L2)" in md and "Selectivity:" in md
+
+
+def test_control_task_cells_under_ci_are_explained_not_reported_as_faults(tmp_path):
+    """`report --ci` with control-task cells over several seeds: no interval over seeds (each
+    seed has its own control labels), said as intended, not as cells without usable
+    predictions."""
+    task_file, cache = write_toml_task(tmp_path, 300, (1,), 180, 60)
+    out = tmp_path / "r.jsonl"
+    base = ["probe", "--cache", str(cache), "--task-file", str(task_file), "--out", str(out),
+            "--threads", "1", "--layers", "0,1", "--seeds", "1,2"]
+    runner = CliRunner()
+    for args in (base, base + ["--control", "control-task"]):
+        assert runner.invoke(cli, args).exit_code == 0
+    res = runner.invoke(cli, ["report", str(out), "--out", str(tmp_path / "rep"), "--ci",
+                              "--format", "md"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert "2 control-task cell(s) have no interval over their seeds" in md
+    assert "as intended" in md and "no usable predictions" not in md

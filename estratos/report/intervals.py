@@ -31,6 +31,7 @@ from estratos.stats import (
     compare_to,
     same_test_set,
 )
+from estratos.vocab import CONTROL_TASK
 
 CellId = Tuple[Row, str]
 
@@ -104,6 +105,7 @@ def cell_intervals(agg: Aggregate, samples: Samples, *, resamples: int = DEFAULT
     """The bootstrap interval of every (row, task) mean over its seeds."""
     out: Dict[CellId, Interval] = {}
     missing: Dict[CellId, str] = {}
+    per_seed_labels = 0
     for (row, task) in agg.seeds:
         recorded = samples.recorded_interval(row, task, resamples, level, seed)
         if recorded is not None:  # computed by the probe from these predictions
@@ -113,9 +115,19 @@ def cell_intervals(agg: Aggregate, samples: Samples, *, resamples: int = DEFAULT
         if got is not None:
             out[(row, task)] = bootstrap_ci(got.sample, resamples=resamples, level=level,
                                             seed=seed)
+        elif str(row.system.control or "").startswith(CONTROL_TASK) and \
+                len(samples.cells.get((row, task), [])) > 1:
+            per_seed_labels += 1  # by design, not a fault: see the notice below
         else:
             missing[(row, task)] = samples.problems.get((row, task), "no predictions")
-    return out, _problem_notice(missing, "interval")
+    notices = _problem_notice(missing, "interval")
+    if per_seed_labels:
+        notices.append(Notice("report", None, (
+            f"{per_seed_labels} control-task cell(s) have no interval over their seeds: "
+            "each seed draws its own control labels, so the seeds are not tested on one "
+            "set of labels (as intended); a one-seed report (--seeds in probe) gives each "
+            "its interval")))
+    return out, notices
 
 
 @dataclass(frozen=True)
