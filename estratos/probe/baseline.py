@@ -36,15 +36,15 @@ text; fitting uses no labels; ``cosine``, which trains nothing: every sentence o
 Per protocol (:mod:`estratos.protocols`; a baseline asks the protocol, never its name):
 
 - classification protocols (``split``, ``kfold``, ``inner-kfold``): example features are built
-  from the sparse sentence vectors with the task's own combiner (:data:`estratos.probe.
-  features.COMBINERS`, e.g. ``[|u-v|, u*v]`` for pairs; an RST subtree is the mean of its EDU
-  vectors), exactly as for the probes, and the probes' logistic-regression grid
-  (scikit-learn, here with saga) is trained by the probes' own cell code and protocol objects
-  (same splits, same folds, same seeds, L2 chosen on dev accuracy): each baseline is an
-  estimator (:class:`SurfaceLogReg`) with its own features. The L2 grid is SentEval's
-  ``1e-5 .. 1e-2``; as scikit-learn sums the loss over examples while SentEval's weight decay
-  applies to the mean loss, ``C = 1 / (L2 * n_train)`` makes the two penalties equal
-  (:class:`estratos.probe.estimators.classifiers.LogisticGrid`). Tasks that turn
+  from the sparse sentence vectors with the task's own combiner
+  (:data:`estratos.probe.features.COMBINER_FUNCTIONS`, e.g. ``[|u-v|, u*v]`` for pairs; an RST
+  subtree is the mean of its EDU vectors), exactly as for the probes, and the probes' logistic-
+  regression grid (scikit-learn, here with saga) is trained by the probes' own cell code and
+  protocol objects (same splits, same folds, same seeds, L2 chosen on dev accuracy): each
+  baseline is an estimator (:class:`SurfaceLogReg`) with its own features. The L2 grid is
+  SentEval's ``1e-5 .. 1e-2``; as scikit-learn sums the loss over examples while SentEval's
+  weight decay applies to the mean loss, ``C = 1 / (L2 * n_train)`` makes the two penalties
+  equal (:class:`estratos.probe.estimators.classifiers.LogisticGrid`). Tasks that turn
   regularization off for the neural probes (``noreg``) still use the grid: an unregularized
   linear model on sparse features only memorizes.
 - score protocols: the protocol is evaluated with nothing trained, on the cosine of the two
@@ -91,7 +91,7 @@ from estratos.options import check_output_file, parse_baselines, parse_seeds
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
 from estratos.probe.cues import first_last_matrix, function_word_matrix
 from estratos.probe.estimators.classifiers import LogisticGrid
-from estratos.probe.features import COMBINERS
+from estratos.probe.features import COMBINER_FUNCTIONS
 from estratos.probe.records import CellSource, cell_record, store_cells
 from estratos.protocols import CellOutcome, get_protocol
 from estratos.results import ResultRecord, ResultsStore
@@ -238,7 +238,7 @@ def slot_matrix(T: sp.csr_array, refs: SlotRefs) -> sp.csr_array:
 def split_matrix(T: sp.csr_array, split: Split, combiner: str) -> sp.csr_array:
     """Sparse example features of one split with the task's combiner (32-bit indices, which
     every scikit-learn solver accepts)."""
-    parts = COMBINERS[combiner]([slot_matrix(T, refs) for refs in split.slots])
+    parts = COMBINER_FUNCTIONS[combiner]([slot_matrix(T, refs) for refs in split.slots])
     X = sp.csr_array(sp.hstack(parts, format="csr"))
     if X.nnz < np.iinfo(np.int32).max and X.shape[1] < np.iinfo(np.int32).max:
         X.indices = X.indices.astype(np.int32, copy=False)

@@ -62,7 +62,9 @@ def _dc(x: List[np.ndarray]) -> List[np.ndarray]:
     return list(x)
 
 
-COMBINERS: Dict[str, Callable[[List[np.ndarray]], List[np.ndarray]]] = {
+#: combiner name -> its algebra (the parts it joins); the combiners' shapes (slots, width)
+#: are :data:`estratos.vocab.COMBINERS`
+COMBINER_FUNCTIONS: Dict[str, Callable[[List[np.ndarray]], List[np.ndarray]]] = {
     "single": _single, "pair": _pair, "pair4": _pair4, "sp": _sp, "bso": _bso, "dc": _dc,
     "rst": _pair4,  # [xl, xr, xl*xr, |xl-xr|] over subtree means: same algebra as pair4
 }
@@ -72,12 +74,12 @@ COMBINER_WIDTH: Dict[str, int] = {c.name: c.width for c in COMBINER_SHAPES.value
 
 def combine(combiner: str, slots: Sequence[np.ndarray]) -> np.ndarray:
     """Join per-slot vectors ``(n, D)`` into features ``(n, F)`` with a named combiner."""
-    if combiner not in COMBINERS:
+    if combiner not in COMBINER_FUNCTIONS:
         raise ValueError(f"unknown combiner {combiner!r}")
     if len(slots) != COMBINER_SLOTS[combiner]:
         raise ValueError(f"combiner {combiner} takes {COMBINER_SLOTS[combiner]} slots, "
                          f"got {len(slots)}")
-    parts = COMBINERS[combiner]([np.asarray(s, dtype=np.float32) for s in slots])
+    parts = COMBINER_FUNCTIONS[combiner]([np.asarray(s, dtype=np.float32) for s in slots])
     return np.concatenate(parts, axis=1)
 
 

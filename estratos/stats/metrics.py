@@ -33,9 +33,13 @@ def _accuracy(pred: np.ndarray, gold: np.ndarray, positive: Optional[int]) -> np
     return 100.0 * np.mean(pred == gold, axis=1)
 
 
-def _f1(pred: np.ndarray, gold: np.ndarray, positive: Optional[int]) -> np.ndarray:
+def f1_rows(pred: np.ndarray, gold: np.ndarray, positive: Optional[int]) -> np.ndarray:
+    """F1 (percent) of the ``positive`` class for each row of ``pred`` against ``gold``
+    (both ``(b, m)``): the one F1 rule, 0 when a row has no true positive (never predicted
+    nor present, or always wrong), as SentEval's probes report it."""
     if positive is None:
         raise ValueError("F1 needs the positive class")
+    pred, gold = np.asarray(pred), np.asarray(gold)
     p, g = pred == positive, gold == positive
     tp = np.sum(p & g, axis=1, dtype=np.float64)
     fp = np.sum(p & ~g, axis=1, dtype=np.float64)
@@ -128,7 +132,7 @@ def _spearman(x: np.ndarray, y: np.ndarray, positive: Optional[int] = None) -> n
 
 #: metric name -> function(predicted (b, m), gold (b, m), positive) -> values (b,)
 METRICS: Dict[str, Callable[[np.ndarray, np.ndarray, Optional[int]], np.ndarray]] = {
-    "accuracy": _accuracy, "f1": _f1, "pearson": _pearson, "spearman": _spearman}
+    "accuracy": _accuracy, "f1": f1_rows, "pearson": _pearson, "spearman": _spearman}
 
 
 @dataclass(frozen=True)
