@@ -254,9 +254,12 @@ def test_task_inputs_read_beside_the_imports_fail_first_and_as_themselves(tmp_pa
     build = CliRunner().invoke(cli, ["tasks", "build", "synthetic-es", "--out",
                                      str(tmp_path / "synth"), "--n-per-task", "200"])
     assert build.exit_code == 0, build.output
-    steps = []
-    both = inputs.gather_sentences_meanwhile(
-        [lambda: steps.append(1)], None, "synthetic-es", [f"synthetic-es={tmp_path / 'synth'}"])
-    assert steps == [1]
-    assert both == inputs.gather_sentences(None, "synthetic-es",
-                                           [f"synthetic-es={tmp_path / 'synth'}"])
+    alone = inputs.gather_sentences(None, "synthetic-es", [f"synthetic-es={tmp_path / 'synth'}"])
+    for cores in (2, 4):  # one helper process; three, each reading its share of the tasks
+        monkeypatch.setattr("estratos.options.available_cores", lambda cores=cores: cores)
+        steps = []
+        both = inputs.gather_sentences_meanwhile(
+            [lambda: steps.append(1)], None, "synthetic-es",
+            [f"synthetic-es={tmp_path / 'synth'}"])
+        assert steps == [1]
+        assert both == alone  # the same sentences in the same order

@@ -78,6 +78,27 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _spawnable() -> bool:
+    """Whether a spawned process can start here: it imports the caller's main module again,
+    which a program read from stdin (``python - < file``) does not have as a file (its
+    helpers would die starting, over and over)."""
+    import sys
+
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    return main_file is None or os.path.exists(main_file)
+
+
+def _one_task_sentences(tasks: Optional[str], data_dirs: Sequence[str],
+                        task_files: Sequence[str], index: int) -> List[str]:
+    """In a helper process: the sentences of the ``index``-th task of the selection (the
+    selection is made again there: a task spec does not pickle)."""
+    from estratos.tasks import load_task
+    from estratos.tasks.selection import select_specs
+
+    selection = select_specs(tasks, task_files, data_dirs)
+    return list(load_task(selection.specs[index], selection.data_dirs).sentences)
+
+
 def gather_sentences_meanwhile(meanwhile: Sequence[Callable[[], None]],
                                sentences_file: Optional[os.PathLike | str] = None,
                                tasks: Optional[str] = None, data_dirs: Sequence[str] = (),
@@ -88,29 +109,41 @@ def gather_sentences_meanwhile(meanwhile: Sequence[Callable[[], None]],
     Why: before its first forward pass ``encode`` reads and deduplicates the tasks (pure
     Python, seconds for a benchmark suite) and imports torch, transformers and the model's
     code (seconds more); one after the other they kept a GPU idle for the first ~20 s of a
-    run (docs/encode.md, "Before the first batch"). Tasks are read in a spawned helper
-    process while this one takes the steps, so the two overlap. A step must not raise; the
-    inputs' errors are raised here as themselves (estratos errors pickle with their fields),
-    and once the helper has failed no further step is taken. With one usable core, or a
-    sentences file (one read), the inputs are read here and the steps are left to the
-    caller's own later imports."""
+    run (docs/encode.md, "Before the first batch"). The tasks are read in spawned helper
+    processes, one task at a time each, as many as the other usable cores (one on two
+    cores), while this process takes the steps; the sentences are then joined in task
+    order, each once, exactly as :func:`gather_sentences` gives them. The selection itself
+    is checked here first. A step must not raise; the inputs' errors are raised here as
+    themselves (estratos errors pickle with their fields), the first task's in selection
+    order first, and once a helper has failed no further step is taken. With one usable
+    core, or a sentences file (one read), the inputs are read here and the steps are left
+    to the caller's own later imports."""
     import multiprocessing
 
     from estratos.options import available_cores
 
     by_tasks = tasks is not None or bool(task_files)
-    if sentences_file is not None or not by_tasks or available_cores() < 2:
+    if sentences_file is not None or not by_tasks or available_cores() < 2 \
+            or not _spawnable():
         return gather_sentences(sentences_file, tasks, data_dirs, task_files)
-    pool = multiprocessing.get_context("spawn").Pool(1, initializer=_ignore_sigint)
+    from estratos.tasks.selection import select_specs
+
+    n_tasks = len(select_specs(tasks, task_files, data_dirs).specs)
+    helpers = max(1, min(available_cores() - 1, n_tasks))
+    pool = multiprocessing.get_context("spawn").Pool(helpers, initializer=_ignore_sigint)
     try:
-        pending = pool.apply_async(gather_sentences,
-                                   (None, tasks, list(data_dirs), list(task_files)))
+        pending = [pool.apply_async(_one_task_sentences,
+                                    (tasks, list(data_dirs), list(task_files), i))
+                   for i in range(n_tasks)]
         for step in meanwhile:
-            if pending.ready() and not pending.successful():
+            if any(p.ready() and not p.successful() for p in pending):
                 break
             step()
-        sentences: List[str] = pending.get()
+        seen: dict = {}
+        for result in pending:
+            for sentence in result.get():
+                seen.setdefault(sentence, None)
     finally:
         pool.terminate()
         pool.join()
-    return sentences
+    return list(seen)
