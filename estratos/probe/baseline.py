@@ -89,7 +89,7 @@ from threadpoolctl import threadpool_limits
 from estratos.errors import OptionError
 from estratos.options import check_output_file, parse_baselines, parse_seeds
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
-from estratos.probe.cues import first_last_matrix, function_word_matrix
+from estratos.probe.cues import first_last_matrix, function_word_matrix, value_columns
 from estratos.probe.estimators.classifiers import LogisticGrid
 from estratos.probe.features import COMBINER_FUNCTIONS
 from estratos.probe.records import CellSource, cell_record, store_cells
@@ -210,21 +210,11 @@ def char_lengths(sentences: Sequence[str]) -> np.ndarray:
 
 
 def length_matrix(lengths: np.ndarray, fit_ids: np.ndarray) -> sp.csr_array:
-    """Rows ``[length / longest fitted length, one indicator per fitted length]``: the number
-    lets the classifier order lengths (and place unseen ones), the indicators give each
-    length seen in training a weight of its own."""
-    fitted = lengths[fit_ids]
-    values = np.unique(fitted)
-    scale = float(max(1, int(fitted.max()) if len(fitted) else 1))
-    n = len(lengths)
-    column = np.searchsorted(values, lengths)
-    seen = np.zeros(n, dtype=bool)
-    inside = column < len(values)
-    seen[inside] = values[column[inside]] == lengths[inside]
-    rows = np.concatenate([np.arange(n), np.flatnonzero(seen)])
-    cols = np.concatenate([np.zeros(n, dtype=np.int64), 1 + column[seen]])
-    data = np.concatenate([lengths / scale, np.ones(int(seen.sum()))])
-    return sp.csr_array((data, (rows, cols)), shape=(n, 1 + len(values)), dtype=np.float64)
+    """Rows ``[length / longest fitted length, one indicator per fitted length]``
+    (:func:`estratos.probe.cues.value_columns`): the number lets the classifier order
+    lengths (and place unseen ones), the indicators give each length seen in training a
+    weight of its own."""
+    return value_columns(lengths, fit_ids)
 
 
 def slot_matrix(T: sp.csr_array, refs: SlotRefs) -> sp.csr_array:

@@ -14,7 +14,7 @@ audit (:mod:`estratos.probe.cue_audit`) scores each of them alone.
 
 Every count becomes, per column, a number scaled by the largest count seen in the fitting
 sentences plus one indicator per count seen there (:func:`estratos.probe.baseline.
-length_matrix`'s recipe), so that a classifier can read any count as any label, not only
+value_columns`'s recipe), so that a classifier can read any count as any label, not only
 "more is more".
 """
 
@@ -101,28 +101,36 @@ _FUNCTION_SET = frozenset(FUNCTION_WORDS)
 
 # ----------------------------------------------------------------------------- matrices
 
+def value_columns(values: np.ndarray, fit_ids: np.ndarray) -> sp.csr_array:
+    """Rows ``[value / largest fitted value, one indicator per fitted value]`` for a count per
+    example (``values``, (n,)): the number lets a classifier order the values (and place
+    unseen ones), the indicators give each value seen in the fitting rows ``fit_ids`` a
+    weight of its own, so any value can stand for any label."""
+    n = len(values)
+    fitted = values[fit_ids]
+    seen_values = np.unique(fitted)
+    scale = float(max(1, int(fitted.max()) if len(fitted) else 1))
+    where = np.searchsorted(seen_values, values)
+    seen = np.zeros(n, dtype=bool)
+    inside = where < len(seen_values)
+    seen[inside] = seen_values[where[inside]] == values[inside]
+    rows = np.concatenate([np.arange(n), np.flatnonzero(seen)])
+    cols = np.concatenate([np.zeros(n, dtype=np.int64), 1 + where[seen]])
+    data = np.concatenate([values / scale, np.ones(int(seen.sum()))])
+    return sp.csr_array((data, (rows, cols)), shape=(n, 1 + len(seen_values)),
+                        dtype=np.float64)
+
+
 def count_columns(counts: np.ndarray, fit_ids: np.ndarray) -> sp.csr_array:
-    """Per column of ``counts`` (n, k): the count divided by its largest fitted value, and one
-    indicator per value seen in the fitting rows ``fit_ids``; columns never non-zero there
-    are dropped (nothing can be learnt from them)."""
+    """:func:`value_columns` of each column of ``counts`` (n, k) side by side; columns never
+    non-zero in the fitting rows ``fit_ids`` are dropped (nothing can be learnt from them)."""
     n = counts.shape[0]
     blocks: List[sp.csr_array] = []
     fitted = counts[fit_ids]
     for j in range(counts.shape[1]):
         if len(fitted) and not fitted[:, j].any():
             continue
-        column = counts[:, j]
-        values = np.unique(fitted[:, j])
-        scale = float(max(1, int(values.max()) if len(values) else 1))
-        where = np.searchsorted(values, column)
-        seen = np.zeros(n, dtype=bool)
-        inside = where < len(values)
-        seen[inside] = values[where[inside]] == column[inside]
-        rows = np.concatenate([np.arange(n), np.flatnonzero(seen)])
-        cols = np.concatenate([np.zeros(n, dtype=np.int64), 1 + where[seen]])
-        data = np.concatenate([column / scale, np.ones(int(seen.sum()))])
-        blocks.append(sp.csr_array((data, (rows, cols)), shape=(n, 1 + len(values)),
-                                   dtype=np.float64))
+        blocks.append(value_columns(counts[:, j], fit_ids))
     if not blocks:
         return sp.csr_array((n, 1), dtype=np.float64)
     return sp.csr_array(sp.hstack(blocks, format="csr"))
