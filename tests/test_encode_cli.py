@@ -242,7 +242,7 @@ def test_task_inputs_read_beside_the_imports_fail_first_and_as_themselves(tmp_pa
     them in this process."""
     from estratos.encode import inputs
 
-    monkeypatch.setattr("estratos.options.available_cores", lambda: 2)
+    monkeypatch.setattr("estratos.options.available_cores", lambda: 4)
     out = tmp_path / "c.h5"
     result = CliRunner().invoke(cli, ["encode", "--model", str(tmp_path / "no-model"),
                                       "--tasks", "es-senteval:TASS1", "--data-dir",
@@ -255,7 +255,7 @@ def test_task_inputs_read_beside_the_imports_fail_first_and_as_themselves(tmp_pa
                                      str(tmp_path / "synth"), "--n-per-task", "200"])
     assert build.exit_code == 0, build.output
     alone = inputs.gather_sentences(None, "synthetic-es", [f"synthetic-es={tmp_path / 'synth'}"])
-    for cores in (2, 4):  # one helper process; three, each reading its share of the tasks
+    for cores in (4, 16):  # three helper processes; nine, one per task
         monkeypatch.setattr("estratos.options.available_cores", lambda cores=cores: cores)
         steps = []
         both = inputs.gather_sentences_meanwhile(

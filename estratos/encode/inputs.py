@@ -78,6 +78,14 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+#: the usable cores from which the tasks are read in helper processes: on two cores the
+#: helper and the imports share them and made no measurable difference (bench/encode_phases.py
+#: on es-senteval, a shared machine: 15-21 s outside the encoding with or without one), so
+#: small machines keep one process; on the 16-core H100 node the run went from 48.2 s to
+#: 31.7 s (docs/encode.md, "Before the first batch")
+HELPERS_FROM_CORES = 4
+
+
 def _spawnable() -> bool:
     """Whether a spawned process can start here: it imports the caller's main module again,
     which a program read from stdin (``python - < file``) does not have as a file (its
@@ -110,20 +118,20 @@ def gather_sentences_meanwhile(meanwhile: Sequence[Callable[[], None]],
     Python, seconds for a benchmark suite) and imports torch, transformers and the model's
     code (seconds more); one after the other they kept a GPU idle for the first ~20 s of a
     run (docs/encode.md, "Before the first batch"). The tasks are read in spawned helper
-    processes, one task at a time each, as many as the other usable cores (one on two
-    cores), while this process takes the steps; the sentences are then joined in task
+    processes, one task at a time each, as many as the other usable cores, while this
+    process takes the steps; the sentences are then joined in task
     order, each once, exactly as :func:`gather_sentences` gives them. The selection itself
     is checked here first. A step must not raise; the inputs' errors are raised here as
     themselves (estratos errors pickle with their fields), the first task's in selection
-    order first, and once a helper has failed no further step is taken. With one usable
-    core, or a sentences file (one read), the inputs are read here and the steps are left
-    to the caller's own later imports."""
+    order first, and once a helper has failed no further step is taken. With fewer than
+    :data:`HELPERS_FROM_CORES` usable cores, or a sentences file (one read), the inputs are
+    read here and the steps are left to the caller's own later imports."""
     import multiprocessing
 
     from estratos.options import available_cores
 
     by_tasks = tasks is not None or bool(task_files)
-    if sentences_file is not None or not by_tasks or available_cores() < 2 \
+    if sentences_file is not None or not by_tasks or available_cores() < HELPERS_FROM_CORES \
             or not _spawnable():
         return gather_sentences(sentences_file, tasks, data_dirs, task_files)
     from estratos.tasks.selection import select_specs
