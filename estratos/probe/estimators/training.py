@@ -31,9 +31,10 @@ are never read again, so the results are those of the model trained alone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ContextManager, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -354,16 +355,90 @@ def train_stacked(net: StackedNet, x: torch.Tensor, targets: torch.Tensor, x_dev
     active = np.ones((P, R), dtype=bool)
     rows, cols = np.arange(P), np.arange(R)  # models still in the program
     nepoch = 0
-    feed = _MaskFeed(net, n) if subsets is None and _MaskFeed.wanted(net) else None
-    try:
-        return _train_rounds(net, xt, targets, x_dev, own_dev, dev_subsets, adam, best,
-                             best_score, count, epochs, active, rows, cols, nepoch, feed,
-                             score_fn=score_fn, grad_fn=grad_fn, batch_size=batch_size,
-                             epoch_size=epoch_size, max_epoch=max_epoch, tenacity=tenacity,
-                             subsets=subsets, l2=l2)
-    finally:
-        if feed is not None:
-            feed.close()
+    seeds = net.seeds
+    steps_taken = np.zeros(len(seeds), dtype=np.int64)  # Adam steps per seed (subsets)
+    with _mask_feed(net, n, subsets) as feed:
+        while active.any() and nepoch <= max_epoch:
+            row_seed = net.stream_seed[rows]
+            row_group = net.stream_group[rows]
+            live_seeds = np.unique(row_seed)
+            # all rows of a single seed: the batch is one contiguous gather (the common case)
+            simple = len(seeds) == 1 and len(rows) == net.G
+            g_index = torch.as_tensor(row_group, device=device)
+            s_pos = torch.as_tensor(np.searchsorted(live_seeds, row_seed), device=device)
+            # rows stay seed-major: each live seed's streams are one contiguous block
+            starts = np.searchsorted(row_seed, live_seeds)
+            segments = list(zip(starts.tolist(), starts[1:].tolist() + [len(rows)]))
+            for pass_index in range(nepoch, nepoch + epoch_size):
+                if subsets is not None:
+                    _subset_pass(net, adam, xt, targets, subsets, pass_index, batch_size,
+                                 live_seeds, row_seed, row_group, segments, steps_taken,
+                                 grad_fn)
+                    continue
+                perms = torch.stack([torch.from_numpy(pass_permutation(n, seeds[s], pass_index))
+                                     for s in live_seeds]).to(device)  # (S_live, n)
+                masks = None
+                if feed is not None:
+                    masks = feed.take(live_seeds, pass_index,
+                                      ahead=pass_index + 1 < nepoch + epoch_size)
+                for start in range(0, n, batch_size):
+                    idx = perms[:, start:start + batch_size]  # (S_live, B)
+                    if simple:
+                        xb = xt.index_select(0, idx[0]).transpose(0, 1)
+                        tb = targets.index_select(0, idx[0])
+                    else:
+                        rows_idx = idx.index_select(0, s_pos)  # (Ga, B): each stream's examples
+                        xb = xt[rows_idx.t(), g_index[None, :]].transpose(0, 1)
+                        tb = targets[rows_idx] if len(live_seeds) > 1 else targets.index_select(
+                            0, idx[0])
+                    mask = (net.draw_masks(row_seed, idx.shape[1]) if feed is None else
+                            net.step_mask(masks, s_pos, start, idx.shape[1]))
+                    z, saved = net.forward(xb, mask=mask)
+                    adam.step(net.backward(grad_fn(z, tb, segments), saved), segments)
+            nepoch += epoch_size
+            if own_dev is not None and dev_subsets is not None:
+                # each stream on its own dev examples: one seed's rows are one contiguous block
+                scores = np.concatenate([
+                    score_fn(net.logits(own_dev[s], [p[a:b] for p in net.params], row_group[a:b]),
+                             np.asarray(dev_subsets[s]))
+                    for s, (a, b) in zip(live_seeds, segments)])
+            else:
+                identity = len(seeds) == 1 and len(rows) == net.G
+                scores = score_fn(net.logits(x_dev, net.params, None if identity else row_group),
+                                  None)
+            live = np.ix_(rows, cols)
+            act = active[live]
+            improved = act & (scores > best_score[live])
+            stalled = act & ~improved
+            for i, j in zip(*np.nonzero(improved)):
+                for b, p, k in zip(best, net.params, net.blocks):
+                    _copy_model(b, p, k, int(rows[i]), int(cols[j]), int(i), int(j))
+            sub = best_score[live]
+            sub[improved] = scores[improved]
+            best_score[live] = sub
+            sub = count[live]
+            stop = stalled & (sub >= tenacity)
+            sub[stalled] += 1
+            count[live] = sub
+            act_after = act & ~stop
+            active[live] = act_after
+            sub = epochs[live]
+            sub[act] = nepoch
+            epochs[live] = sub
+            keep_rows = act_after.any(axis=1)
+            if not keep_rows.any():
+                break
+            keep_cols = act_after[keep_rows].any(axis=0)
+            if not (keep_rows.all() and keep_cols.all()):
+                r_idx = torch.as_tensor(np.flatnonzero(keep_rows), device=device)
+                c_idx = torch.as_tensor(np.flatnonzero(keep_cols), device=device)
+                adam.keep(r_idx, c_idx, net.blocks)
+                net.params = adam.params
+                net.R = int(keep_cols.sum())
+                rows, cols = rows[keep_rows], cols[keep_cols]
+    log.debug("trained %d x %d models for %d epochs", P, R, nepoch)
+    net.R = R
+    return FitState(net, best, best_score, epochs)
 
 
 class _MaskFeed:
@@ -411,102 +486,13 @@ class _MaskFeed:
         self.pool.shutdown(wait=True)
 
 
-def _train_rounds(net: StackedNet, xt: torch.Tensor, targets: torch.Tensor, x_dev: torch.Tensor,
-                  own_dev: Optional[List[torch.Tensor]],
-                  dev_subsets: Optional[Sequence[np.ndarray]], adam: StackedAdam,
-                  best: List[torch.Tensor], best_score: np.ndarray, count: np.ndarray,
-                  epochs: np.ndarray, active: np.ndarray, rows: np.ndarray, cols: np.ndarray,
-                  nepoch: int, feed: Optional[_MaskFeed], *, score_fn: ScoreFn,
-                  grad_fn: GradFn, batch_size: int, epoch_size: int, max_epoch: int,
-                  tenacity: int, subsets: Optional[Sequence[np.ndarray]],
-                  l2: np.ndarray) -> FitState:
-    """The rounds of :func:`train_stacked` (passes, then dev scores and early stopping)."""
-    P, R = l2.shape
-    n = xt.shape[0]
-    device = net.device
-    seeds = net.seeds
-    steps_taken = np.zeros(len(seeds), dtype=np.int64)  # Adam steps per seed (subsets)
-    while active.any() and nepoch <= max_epoch:
-        row_seed = net.stream_seed[rows]
-        row_group = net.stream_group[rows]
-        live_seeds = np.unique(row_seed)
-        # all rows of a single seed: the batch is one contiguous gather (the common case)
-        simple = len(seeds) == 1 and len(rows) == net.G
-        g_index = torch.as_tensor(row_group, device=device)
-        s_pos = torch.as_tensor(np.searchsorted(live_seeds, row_seed), device=device)
-        # rows stay seed-major: each live seed's streams are one contiguous block
-        starts = np.searchsorted(row_seed, live_seeds)
-        segments = list(zip(starts.tolist(), starts[1:].tolist() + [len(rows)]))
-        for pass_index in range(nepoch, nepoch + epoch_size):
-            if subsets is not None:
-                _subset_pass(net, adam, xt, targets, subsets, pass_index, batch_size,
-                             live_seeds, row_seed, row_group, segments, steps_taken,
-                             grad_fn)
-                continue
-            perms = torch.stack([torch.from_numpy(pass_permutation(n, seeds[s], pass_index))
-                                 for s in live_seeds]).to(device)  # (S_live, n)
-            masks = None
-            if feed is not None:
-                masks = feed.take(live_seeds, pass_index,
-                                  ahead=pass_index + 1 < nepoch + epoch_size)
-            for start in range(0, n, batch_size):
-                idx = perms[:, start:start + batch_size]  # (S_live, B)
-                if simple:
-                    xb = xt.index_select(0, idx[0]).transpose(0, 1)
-                    tb = targets.index_select(0, idx[0])
-                else:
-                    rows_idx = idx.index_select(0, s_pos)  # (Ga, B): each stream's examples
-                    xb = xt[rows_idx.t(), g_index[None, :]].transpose(0, 1)
-                    tb = targets[rows_idx] if len(live_seeds) > 1 else targets.index_select(
-                        0, idx[0])
-                mask = (net.draw_masks(row_seed, idx.shape[1]) if feed is None else
-                        net.step_mask(masks, s_pos, start, idx.shape[1]))
-                z, saved = net.forward(xb, mask=mask)
-                adam.step(net.backward(grad_fn(z, tb, segments), saved), segments)
-        nepoch += epoch_size
-        if own_dev is not None and dev_subsets is not None:
-            # each stream on its own dev examples: one seed's rows are one contiguous block
-            scores = np.concatenate([
-                score_fn(net.logits(own_dev[s], [p[a:b] for p in net.params], row_group[a:b]),
-                         np.asarray(dev_subsets[s]))
-                for s, (a, b) in zip(live_seeds, segments)])
-        else:
-            identity = len(seeds) == 1 and len(rows) == net.G
-            scores = score_fn(net.logits(x_dev, net.params, None if identity else row_group),
-                              None)
-        live = np.ix_(rows, cols)
-        act = active[live]
-        improved = act & (scores > best_score[live])
-        stalled = act & ~improved
-        for i, j in zip(*np.nonzero(improved)):
-            for b, p, k in zip(best, net.params, net.blocks):
-                _copy_model(b, p, k, int(rows[i]), int(cols[j]), int(i), int(j))
-        sub = best_score[live]
-        sub[improved] = scores[improved]
-        best_score[live] = sub
-        sub = count[live]
-        stop = stalled & (sub >= tenacity)
-        sub[stalled] += 1
-        count[live] = sub
-        act_after = act & ~stop
-        active[live] = act_after
-        sub = epochs[live]
-        sub[act] = nepoch
-        epochs[live] = sub
-        keep_rows = act_after.any(axis=1)
-        if not keep_rows.any():
-            break
-        keep_cols = act_after[keep_rows].any(axis=0)
-        if not (keep_rows.all() and keep_cols.all()):
-            r_idx = torch.as_tensor(np.flatnonzero(keep_rows), device=device)
-            c_idx = torch.as_tensor(np.flatnonzero(keep_cols), device=device)
-            adam.keep(r_idx, c_idx, net.blocks)
-            net.params = adam.params
-            net.R = int(keep_cols.sum())
-            rows, cols = rows[keep_rows], cols[keep_cols]
-    log.debug("trained %d x %d models for %d epochs", P, R, nepoch)
-    net.R = R
-    return FitState(net, best, best_score, epochs)
+def _mask_feed(net: StackedNet, n: int, subsets: Optional[Sequence[np.ndarray]]
+               ) -> ContextManager[Optional["_MaskFeed"]]:
+    """A :class:`_MaskFeed` for the program (closed when the fit ends) where its masks are
+    drawn a pass at a time, else None (per-step draws: the CPU, or MDL's subsets)."""
+    if subsets is None and _MaskFeed.wanted(net):
+        return contextlib.closing(_MaskFeed(net, n))
+    return contextlib.nullcontext()
 
 
 def _subset_pass(net: StackedNet, adam: StackedAdam, xt: torch.Tensor, targets: torch.Tensor,
