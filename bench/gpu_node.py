@@ -241,8 +241,6 @@ def main() -> None:
     ap.add_argument("--probe-limit", type=float, default=200.0)
     ap.add_argument("--skip", default="", help="steps to skip: encode,probe,cuda,decoder")
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--one-gpu-process", action="store_true",
-                    help="also probe the grid with one process driving the GPU")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     out, work = args.out, args.work
@@ -290,22 +288,6 @@ def main() -> None:
             step["speeds"] = [line.split("probe speed, ", 1)[1] for line in log.splitlines()
                               if "probe speed, " in line]
             summary["steps"]["probe-auto"] = step
-        if args.one_gpu_process and "probe" not in skip:
-            # the same grid with one process driving the GPU instead of
-            # placement.ACCELERATOR_PROCESSES (patched in the parent, which plans the run)
-            one = out / "auto-1gpu.jsonl"
-            one.unlink(missing_ok=True)
-            code = ("import sys; import estratos.probe.grid.placement as p; "
-                    "p.ACCELERATOR_PROCESSES = 1; from estratos.cli import main; "
-                    "main(sys.argv[1:])")
-            probe = ["-v", "probe", "--cache", str(cache), "--tasks", tasks, "--data-dir", data,
-                     "--layers", "all", "--seeds", "1111", "--out", str(one)]
-            step = run("probe-auto-1gpu", [sys.executable, "-c", code, *probe], out, sampler,
-                       args.probe_limit)
-            rows = read_jsonl(one)
-            step["cells"] = len(rows)
-            step["tasks"] = per_task(rows)
-            summary["steps"]["probe-auto-1gpu"] = step
         if "cuda" not in skip:
             gpu = out / "cuda.jsonl"
             gpu.unlink(missing_ok=True)

@@ -34,19 +34,6 @@ log = logging.getLogger(__name__)
 CPU, ACCELERATOR = "cpu", "accelerator"
 
 
-#: processes that drive the GPU together (when the run has this many and one more). One:
-#: measured on an H100 node (2026-11-27, bench/gpu_node.py), two processes sharing the GPU
-#: trained DC's MLP no faster (8 cells in 98.9 s of cell time against 95.2 s with one) and
-#: the es-senteval + DCopus grid ended later (unfinished at 140 s against 113 s)
-ACCELERATOR_PROCESSES = 1
-
-
-def accelerator_processes(processes: int) -> int:
-    """How many of a run's ``processes`` drive the accelerator: :data:`ACCELERATOR_PROCESSES`
-    when at least one more is left for the CPU, else one."""
-    return ACCELERATOR_PROCESSES if processes > ACCELERATOR_PROCESSES else 1
-
-
 @dataclasses.dataclass(frozen=True)
 class DeviceSpeed:
     """What a probe program costs on one device (one process): ``step_seconds`` per optimizer
@@ -128,29 +115,27 @@ def seconds_on(work: TaskWork, speed: DeviceSpeed, n_layers: int, n_seeds: int) 
 ESTIMATE_SLACK = 0.10
 
 
-def place_tasks(seconds: Mapping[str, Tuple[float, float, float]], cpu_lanes: int,
-                accelerator_lanes: int = 1) -> Dict[str, str]:
+def place_tasks(seconds: Mapping[str, Tuple[float, float, float]],
+                cpu_lanes: int) -> Dict[str, str]:
     """task -> :data:`CPU` or :data:`ACCELERATOR`, from each task's estimated ``(CPU
     seconds, accelerator seconds, CPU seconds of its smallest piece)``.
 
     Starts with every task on the CPU lanes and moves tasks to the accelerator, the ones it
     speeds up most first, while the estimated end of the run stays within
     :data:`ESTIMATE_SLACK` of the best seen and the work left on the CPU shrinks. The end is
-    the later of the accelerator's (its load over ``accelerator_lanes``, the processes
-    that share it) and the CPU lanes' (their total over ``cpu_lanes``, or their longest
-    piece, which cannot be cut). With no CPU lane (one process drives both), each task goes
-    where it is faster. The result depends only on the arguments."""
+    the later of the accelerator's (its load: one process drives it) and the CPU lanes'
+    (their total over ``cpu_lanes``, or their longest piece, which cannot be cut). With no
+    CPU lane (one process drives both), each task goes where it is faster. The result
+    depends only on the arguments."""
     if cpu_lanes <= 0:
         return {t: ACCELERATOR if acc < cpu else CPU for t, (cpu, acc, _) in seconds.items()}
     place = dict.fromkeys(seconds, CPU)
-    lanes = max(1, accelerator_lanes)
 
     def end(where: Mapping[str, str]) -> float:
         on_cpu = [seconds[t] for t in where if where[t] == CPU]
         cpu_end = max(sum(c for c, _, _ in on_cpu) / cpu_lanes,
                       max((piece for _, _, piece in on_cpu), default=0.0))
-        acc = [seconds[t][1] for t in where if where[t] == ACCELERATOR]
-        return max(cpu_end, sum(acc) / lanes, max(acc, default=0.0) / lanes)
+        return max(cpu_end, sum(seconds[t][1] for t in where if where[t] == ACCELERATOR))
 
     order = sorted((t for t, (c, a, _) in seconds.items() if a < c),
                    key=lambda t: (-seconds[t][0] / max(seconds[t][1], 1e-9), t))

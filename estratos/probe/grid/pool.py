@@ -120,7 +120,7 @@ class InProcess:
         self._runner_cm = cm
 
     def run(self, jobs: Iterable[Job], on_event: EventSink,
-            pinned: Optional[Callable[[Job], bool]] = None, pinned_workers: int = 0) -> None:
+            pinned: Optional[Callable[[Job], bool]] = None) -> None:
         """Run ``jobs`` in order (``pinned`` changes nothing here: every job runs here)."""
         if self.runner is None:
             raise RuntimeError("start() the executor before run()")
@@ -300,11 +300,11 @@ class WorkerPool:
         return proc, parent_end
 
     def run(self, jobs: Iterable[Job], on_event: EventSink,
-            pinned: Optional[Callable[[Job], bool]] = None, pinned_workers: int = 0) -> None:
+            pinned: Optional[Callable[[Job], bool]] = None) -> None:
         """Run ``jobs`` in order, each on the next free process (this one included);
         returns when all have ended. Jobs for which ``pinned(job)`` is true (those for a
-        GPU) run only in this process and the first ``pinned_workers`` workers, which take
-        them before any other; every process takes the other jobs."""
+        GPU) run only in this process, which takes them before any other; every process
+        takes the other jobs."""
         if self._local is None or self._setup is None:
             raise RuntimeError("start() the executor before run()")
         own: Deque[Job] = deque()
@@ -329,12 +329,9 @@ class WorkerPool:
                     return own.popleft()
                 return queue.popleft() if queue else None
 
-        def take_for(worker: int) -> Optional[Job]:
-            return take_local() if worker < pinned_workers else take()
-
         def feed() -> None:
             try:
-                self._feed(lambda: bool(queue or own), take_for, send, stop)
+                self._feed(queue, take, send, stop)
             except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
                 failed.append(exc)
                 stop.set()
@@ -355,22 +352,21 @@ class WorkerPool:
         if failed:
             raise failed[0]
 
-    def _feed(self, waiting: Callable[[], bool], take: Callable[[int], Optional[Job]],
-              send: EventSink, stop: threading.Event) -> None:
-        """The feeder thread: jobs to ready idle workers (``take(worker)``: the next job that
-        worker may run), their events to ``send``; ends when no job is ``waiting`` and no
-        worker is busy (or on ``stop``)."""
+    def _feed(self, queue: Deque[Job], take: Callable[[], Optional[Job]], send: EventSink,
+              stop: threading.Event) -> None:
+        """The feeder thread: jobs to ready idle workers, their events to ``send``; ends when
+        the queue is empty and no worker is busy (or on ``stop``)."""
         from multiprocessing.connection import wait
 
         busy: Dict[int, Job] = {}
-        while not stop.is_set() and (waiting() or busy):
+        while not stop.is_set() and (queue or busy):
             for w in sorted(self._ready - set(busy)):
-                job = take(w)
+                job = take()
                 if job is None:
-                    continue
+                    break
                 self._workers[w][1].send(job)
                 busy[w] = job
-            if not waiting() and not busy:
+            if not queue and not busy:
                 return
             conns = {conn: w for w, (_, conn) in enumerate(self._workers)}
             sentinels = {proc.sentinel: w for w, (proc, _) in enumerate(self._workers)}

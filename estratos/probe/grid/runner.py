@@ -37,7 +37,6 @@ from estratos.probe.estimators.settings import task_estimator
 from estratos.probe.grid.outcome import ProbeRun, UnitStat
 from estratos.probe.grid.placement import (
     ACCELERATOR,
-    accelerator_processes,
     describe_placement,
     measure_speed,
     place_tasks,
@@ -363,10 +362,10 @@ def _placed_units(plan: RunPlan, pending: Dict[str, Dict[int, List[LayerSpec]]],
                   processes: int) -> List[WorkUnit]:
     """The units of a run that uses a GPU and the CPU cores at once: each task placed by
     the cost model (:mod:`estratos.probe.grid.placement`, both devices timed now), the
-    GPU's tasks cut for the processes that drive it
-    (:func:`~estratos.probe.grid.placement.accelerator_processes`: this one and the first
-    workers) with their seeds fused, the others for the remaining workers, one seed per
-    program."""
+    GPU's tasks cut for the one process that drives it (this one) with their seeds fused,
+    the others for the ``processes - 1`` workers, one seed per program. One process on the
+    GPU: two sharing it trained DC's MLP no faster and ended the grid later (docs/probe.md,
+    "A GPU node, measured")."""
     # the CPU timed best of three: the workers may still be busy (their surveys) and a
     # slow reading sends work to the GPU that the cores would have ended sooner
     speeds = {"cpu": measure_speed("cpu", repeats=3), "accelerator": measure_speed(accelerator)}
@@ -380,15 +379,14 @@ def _placed_units(plan: RunPlan, pending: Dict[str, Dict[int, List[LayerSpec]]],
         estimates[task] = (seconds_on(work, speeds["cpu"], n_layers, n_seeds),
                            seconds_on(work, speeds["accelerator"], n_layers, n_seeds),
                            seconds_on(work, speeds["cpu"], 1, 1))
-    lanes = accelerator_processes(processes)
-    place = place_tasks(estimates, processes - lanes, lanes)
+    place = place_tasks(estimates, processes - 1)
     for line in describe_placement(place, estimates, str(accelerator)):
         log.info("placed %s", line)
     on_accelerator = {t: v for t, v in pending.items() if place[t] == ACCELERATOR}
     on_cpu = {t: v for t, v in pending.items() if place[t] != ACCELERATOR}
     units = [dataclasses.replace(u, device=str(accelerator))
-             for u in plan_units(on_accelerator, cost, lanes, seeds_apart=False)]
-    units += plan_units(on_cpu, cost, max(1, processes - lanes), seeds_apart=True)
+             for u in plan_units(on_accelerator, cost, 1, seeds_apart=False)]
+    units += plan_units(on_cpu, cost, max(1, processes - 1), seeds_apart=True)
     return [dataclasses.replace(u, index=i) for i, u in enumerate(units)]
 
 
@@ -496,11 +494,9 @@ def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRec
         elif kind == Event.BUG:
             raise RuntimeError(f"probe worker failed on {unit.describe()}:\n{value}")
 
-    # a unit placed on a device of its own (the GPU) runs in a process that drives it: this
-    # one and the first workers
+    # a unit placed on a device of its own (the GPU) runs in this process, which drives it
     executor.run([(Event.UNIT, u.index, u) for u in units], on_event,
-                 pinned=lambda job: job[2].device is not None,
-                 pinned_workers=accelerator_processes(executor.processes) - 1)
+                 pinned=lambda job: job[2].device is not None)
     return failures
 
 
