@@ -42,7 +42,9 @@ def _describe(path: Path, f: Any, attrs: Dict[str, Any]) -> Dict[str, Any]:
                 "chunks": list(ds.chunks or ()), "fletcher32": bool(ds.fletcher32)}
                for group in groups for name, ds in f[group].items()}
     info = dict(attrs)
-    info.update(path=str(path), size_bytes=path.stat().st_size, n_rows=n,
+    # The size comes from the open file, not the path: a finishing encode renames its
+    # .partial while this reads it.
+    info.update(path=str(path), size_bytes=int(f.id.get_filesize()), n_rows=n,
                 n_states=attrs.get("n_states"), dim=attrs.get("dim"),
                 poolings=list(attrs.get("poolings", ())),
                 n_truncated=schema.count_truncated(f), vectors=vectors)
