@@ -34,7 +34,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import Any, Callable, ContextManager, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -341,104 +342,212 @@ def train_stacked(net: StackedNet, x: torch.Tensor, targets: torch.Tensor, x_dev
     P, R = l2.shape
     n = x.shape[1]
     device = net.device
-    if dev_subsets is not None and (subsets is None or len(dev_subsets) != len(subsets)):
-        raise ValueError("dev_subsets needs one dev index array per training subset")
-    own_dev = (None if dev_subsets is None else
-               [x_dev[:, torch.as_tensor(np.asarray(d, dtype=np.int64))] for d in dev_subsets])
+    own_dev = _own_dev_sets(x_dev, subsets, dev_subsets)
     xt = x.transpose(0, 1).contiguous().to(device)  # (n, G, F): one example's groups side by side
-    targets = targets.to(device)
     adam = StackedAdam(net.params, net.decay_tensors(torch.as_tensor(l2, dtype=torch.float32)), lr)
-    best = [p.clone() for p in net.params]
-    best_score = np.full((P, R), float(first_best))  # SentEval starts from -1
-    count = np.zeros((P, R), dtype=np.int64)
-    epochs = np.zeros((P, R), dtype=np.int64)
-    active = np.ones((P, R), dtype=bool)
-    rows, cols = np.arange(P), np.arange(R)  # models still in the program
+    stopping = _EarlyStopping(net, P, R, first_best, tenacity)
     nepoch = 0
-    seeds = net.seeds
-    steps_taken = np.zeros(len(seeds), dtype=np.int64)  # Adam steps per seed (subsets)
     with _mask_feed(net, n, subsets) as feed:
-        while active.any() and nepoch <= max_epoch:
-            row_seed = net.stream_seed[rows]
-            row_group = net.stream_group[rows]
-            live_seeds = np.unique(row_seed)
-            # all rows of a single seed: the batch is one contiguous gather (the common case)
-            simple = len(seeds) == 1 and len(rows) == net.G
-            g_index = torch.as_tensor(row_group, device=device)
-            s_pos = torch.as_tensor(np.searchsorted(live_seeds, row_seed), device=device)
-            # rows stay seed-major: each live seed's streams are one contiguous block
-            starts = np.searchsorted(row_seed, live_seeds)
-            segments = list(zip(starts.tolist(), starts[1:].tolist() + [len(rows)]))
-            for pass_index in range(nepoch, nepoch + epoch_size):
-                if subsets is not None:
-                    _subset_pass(net, adam, xt, targets, subsets, pass_index, batch_size,
-                                 live_seeds, row_seed, row_group, segments, steps_taken,
-                                 grad_fn)
-                    continue
-                perms = torch.stack([torch.from_numpy(pass_permutation(n, seeds[s], pass_index))
-                                     for s in live_seeds]).to(device)  # (S_live, n)
-                masks = None
-                if feed is not None:
-                    masks = feed.take(live_seeds, pass_index,
-                                      ahead=pass_index + 1 < nepoch + epoch_size)
-                for start in range(0, n, batch_size):
-                    idx = perms[:, start:start + batch_size]  # (S_live, B)
-                    if simple:
-                        xb = xt.index_select(0, idx[0]).transpose(0, 1)
-                        tb = targets.index_select(0, idx[0])
-                    else:
-                        rows_idx = idx.index_select(0, s_pos)  # (Ga, B): each stream's examples
-                        xb = xt[rows_idx.t(), g_index[None, :]].transpose(0, 1)
-                        tb = targets[rows_idx] if len(live_seeds) > 1 else targets.index_select(
-                            0, idx[0])
-                    mask = (net.draw_masks(row_seed, idx.shape[1]) if feed is None else
-                            net.step_mask(masks, s_pos, start, idx.shape[1]))
-                    z, saved = net.forward(xb, mask=mask)
-                    adam.step(net.backward(grad_fn(z, tb, segments), saved), segments)
+        program = _Program(net, adam, xt, targets.to(device), grad_fn, batch_size, subsets,
+                           feed, np.zeros(len(net.seeds), dtype=np.int64))
+        while stopping.active.any() and nepoch <= max_epoch:
+            layout = _round_layout(net, stopping.rows)
+            program.train_round(layout, nepoch, epoch_size)
             nepoch += epoch_size
-            if own_dev is not None and dev_subsets is not None:
-                # each stream on its own dev examples: one seed's rows are one contiguous block
-                scores = np.concatenate([
-                    score_fn(net.logits(own_dev[s], [p[a:b] for p in net.params], row_group[a:b]),
-                             np.asarray(dev_subsets[s]))
-                    for s, (a, b) in zip(live_seeds, segments)])
-            else:
-                identity = len(seeds) == 1 and len(rows) == net.G
-                scores = score_fn(net.logits(x_dev, net.params, None if identity else row_group),
-                                  None)
-            live = np.ix_(rows, cols)
-            act = active[live]
-            improved = act & (scores > best_score[live])
-            stalled = act & ~improved
-            for i, j in zip(*np.nonzero(improved)):
-                for b, p, k in zip(best, net.params, net.blocks):
-                    _copy_model(b, p, k, int(rows[i]), int(cols[j]), int(i), int(j))
-            sub = best_score[live]
-            sub[improved] = scores[improved]
-            best_score[live] = sub
-            sub = count[live]
-            stop = stalled & (sub >= tenacity)
-            sub[stalled] += 1
-            count[live] = sub
-            act_after = act & ~stop
-            active[live] = act_after
-            sub = epochs[live]
-            sub[act] = nepoch
-            epochs[live] = sub
-            keep_rows = act_after.any(axis=1)
-            if not keep_rows.any():
+            scores = _dev_scores(net, x_dev, own_dev, dev_subsets, score_fn, layout)
+            if not stopping.update(net, adam, scores, nepoch):
                 break
-            keep_cols = act_after[keep_rows].any(axis=0)
-            if not (keep_rows.all() and keep_cols.all()):
-                r_idx = torch.as_tensor(np.flatnonzero(keep_rows), device=device)
-                c_idx = torch.as_tensor(np.flatnonzero(keep_cols), device=device)
-                adam.keep(r_idx, c_idx, net.blocks)
-                net.params = adam.params
-                net.R = int(keep_cols.sum())
-                rows, cols = rows[keep_rows], cols[keep_cols]
     log.debug("trained %d x %d models for %d epochs", P, R, nepoch)
     net.R = R
-    return FitState(net, best, best_score, epochs)
+    return FitState(net, stopping.best, stopping.score, stopping.epochs)
+
+
+def _own_dev_sets(x_dev: torch.Tensor, subsets: Optional[Sequence[np.ndarray]],
+                  dev_subsets: Optional[Sequence[np.ndarray]]) -> Optional[List[torch.Tensor]]:
+    """Each seed's own dev examples ``(G, n_s, F)`` when streams early-stop on their own dev
+    rows (k-fold's held-out folds), gathered once for the whole fit; None when every stream
+    scores on all of ``x_dev``. Checked first: a dev set per training subset, or none."""
+    if dev_subsets is not None and (subsets is None or len(dev_subsets) != len(subsets)):
+        raise ValueError("dev_subsets needs one dev index array per training subset")
+    if dev_subsets is None:
+        return None
+    return [x_dev[:, torch.as_tensor(np.asarray(d, dtype=np.int64))] for d in dev_subsets]
+
+
+class _Layout(NamedTuple):
+    """Where a round's live streams sit, computed once per round (streams only leave the
+    program between rounds).
+
+    ``rows``: the streams still in the program, seed-major; ``row_seed``/``row_group``: each
+    one's seed index and feature group; ``live_seeds``: the seeds with a stream left;
+    ``simple``: one seed and every group (each step's batch is one contiguous gather, the
+    common case); ``g_index``/``s_pos``: each stream's group and position among the live seeds,
+    on the device; ``segments``: each live seed's block of rows."""
+
+    rows: np.ndarray
+    row_seed: np.ndarray
+    row_group: np.ndarray
+    live_seeds: np.ndarray
+    simple: bool
+    g_index: torch.Tensor
+    s_pos: torch.Tensor
+    segments: List[Tuple[int, int]]
+
+
+def _round_layout(net: StackedNet, rows: np.ndarray) -> _Layout:
+    """The :class:`_Layout` of the streams ``rows`` (those with an active model)."""
+    row_seed = net.stream_seed[rows]
+    row_group = net.stream_group[rows]
+    live_seeds = np.unique(row_seed)
+    # rows stay seed-major: each live seed's streams are one contiguous block
+    starts = np.searchsorted(row_seed, live_seeds)
+    return _Layout(rows=rows, row_seed=row_seed, row_group=row_group, live_seeds=live_seeds,
+                   simple=len(net.seeds) == 1 and len(rows) == net.G,
+                   g_index=torch.as_tensor(row_group, device=net.device),
+                   s_pos=torch.as_tensor(np.searchsorted(live_seeds, row_seed),
+                                         device=net.device),
+                   segments=list(zip(starts.tolist(), starts[1:].tolist() + [len(rows)])))
+
+
+@dataclass
+class _Program:
+    """What every training pass of one fit reads: the net and its optimizer, the examples
+    ``xt (n, G, F)`` and targets on the device, the loss gradient, the batch size, MDL's
+    ``subsets`` (None: every stream passes over all examples), the pass-mask feed (None:
+    masks drawn per step) and each seed's Adam step count (subset streams step on their own).
+    Kept together so a round's passes are methods, not functions taking a dozen locals."""
+
+    net: StackedNet
+    adam: StackedAdam
+    xt: torch.Tensor
+    targets: torch.Tensor
+    grad_fn: GradFn
+    batch_size: int
+    subsets: Optional[Sequence[np.ndarray]]
+    feed: Optional["_MaskFeed"]
+    steps_taken: np.ndarray
+
+    def train_round(self, layout: _Layout, first_pass: int, epoch_size: int) -> None:
+        """The ``epoch_size`` passes of one round (passes ``first_pass`` onwards), before the
+        round's dev evaluation."""
+        last = first_pass + epoch_size
+        for pass_index in range(first_pass, last):
+            if self.subsets is not None:
+                _subset_pass(self.net, self.adam, self.xt, self.targets, self.subsets,
+                             pass_index, self.batch_size, layout.live_seeds, layout.row_seed,
+                             layout.row_group, layout.segments, self.steps_taken, self.grad_fn)
+            else:
+                self.shared_pass(layout, pass_index, ahead=pass_index + 1 < last)
+
+    def shared_pass(self, layout: _Layout, pass_index: int, ahead: bool) -> None:
+        """One pass over all examples, every stream in its seed's order
+        (:func:`pass_permutation`), one forward/backward and Adam step per batch;
+        ``ahead``: the next pass is in the same round (the mask feed may draw it now)."""
+        net, device, n = self.net, self.net.device, self.xt.shape[0]
+        perms = torch.stack([torch.from_numpy(pass_permutation(n, net.seeds[s], pass_index))
+                             for s in layout.live_seeds]).to(device)  # (S_live, n)
+        masks = None
+        if self.feed is not None:
+            masks = self.feed.take(layout.live_seeds, pass_index, ahead=ahead)
+        for start in range(0, n, self.batch_size):
+            idx = perms[:, start:start + self.batch_size]  # (S_live, B)
+            xb, tb = self.batch(layout, idx)
+            mask = (net.draw_masks(layout.row_seed, idx.shape[1]) if self.feed is None else
+                    net.step_mask(masks, layout.s_pos, start, idx.shape[1]))
+            z, saved = net.forward(xb, mask=mask)
+            self.adam.step(net.backward(self.grad_fn(z, tb, layout.segments), saved),
+                           layout.segments)
+
+    def batch(self, layout: _Layout, idx: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The step's features ``(Ga, B, F)`` and targets of every live stream, from the live
+        seeds' example indices ``idx (S_live, B)``: one contiguous gather when a single seed
+        trains every group, else each stream's own rows of its own group."""
+        xt, targets = self.xt, self.targets
+        if layout.simple:
+            return (xt.index_select(0, idx[0]).transpose(0, 1),
+                    targets.index_select(0, idx[0]))
+        rows_idx = idx.index_select(0, layout.s_pos)  # (Ga, B): each stream's examples
+        xb = xt[rows_idx.t(), layout.g_index[None, :]].transpose(0, 1)
+        tb = targets[rows_idx] if len(layout.live_seeds) > 1 else targets.index_select(0, idx[0])
+        return xb, tb
+
+
+def _dev_scores(net: StackedNet, x_dev: torch.Tensor, own_dev: Optional[List[torch.Tensor]],
+                dev_subsets: Optional[Sequence[np.ndarray]], score_fn: ScoreFn,
+                layout: _Layout) -> np.ndarray:
+    """Every live model's dev score after a round ``(rows, cols)``: each stream on its own
+    dev examples when it has them (one seed's rows are one contiguous block), else all of
+    ``x_dev``."""
+    if own_dev is not None and dev_subsets is not None:
+        return np.concatenate([
+            score_fn(net.logits(own_dev[s], [p[a:b] for p in net.params],
+                                layout.row_group[a:b]),
+                     np.asarray(dev_subsets[s]))
+            for s, (a, b) in zip(layout.live_seeds, layout.segments)])
+    return score_fn(net.logits(x_dev, net.params, None if layout.simple else layout.row_group),
+                    None)
+
+
+class _EarlyStopping:
+    """SentEval's early stopping, kept for every one of the fit's ``P x R`` models: the best
+    copy of its parameters, its best dev score, its cumulative non-improvement count, its
+    epochs and whether it still trains (``active``); a stall once the count has reached
+    ``tenacity`` stops it. ``rows``/``cols``: the streams and L2
+    values still in the program (those with an active model), what the live tensors hold."""
+
+    def __init__(self, net: StackedNet, P: int, R: int, first_best: float,
+                 tenacity: int) -> None:
+        self.tenacity = tenacity
+        self.best = [p.clone() for p in net.params]
+        self.score = np.full((P, R), float(first_best))  # SentEval starts from -1
+        self.count = np.zeros((P, R), dtype=np.int64)
+        self.epochs = np.zeros((P, R), dtype=np.int64)
+        self.active = np.ones((P, R), dtype=bool)
+        self.rows, self.cols = np.arange(P), np.arange(R)
+
+    def update(self, net: StackedNet, adam: StackedAdam, scores: np.ndarray,
+               nepoch: int) -> bool:
+        """Take a round's dev ``scores`` of the live models: an improvement keeps a copy of
+        the model; a stall past ``tenacity`` stops it. Then drop from the program the rows
+        and columns with no active model left. False when no model is left."""
+        act_after = self._record(net, scores, nepoch)
+        keep_rows = act_after.any(axis=1)
+        if not keep_rows.any():
+            return False
+        keep_cols = act_after[keep_rows].any(axis=0)
+        if not (keep_rows.all() and keep_cols.all()):
+            r_idx = torch.as_tensor(np.flatnonzero(keep_rows), device=net.device)
+            c_idx = torch.as_tensor(np.flatnonzero(keep_cols), device=net.device)
+            adam.keep(r_idx, c_idx, net.blocks)
+            net.params = adam.params
+            net.R = int(keep_cols.sum())
+            self.rows, self.cols = self.rows[keep_rows], self.cols[keep_cols]
+        return True
+
+    def _record(self, net: StackedNet, scores: np.ndarray, nepoch: int) -> np.ndarray:
+        """Update the best copies, scores, counts, epochs and active flags of the live
+        models from ``scores``; returns which live models are still active."""
+        rows, cols = self.rows, self.cols
+        live = np.ix_(rows, cols)
+        act = self.active[live]
+        improved = act & (scores > self.score[live])
+        stalled = act & ~improved
+        for i, j in zip(*np.nonzero(improved)):
+            for b, p, k in zip(self.best, net.params, net.blocks):
+                _copy_model(b, p, k, int(rows[i]), int(cols[j]), int(i), int(j))
+        sub = self.score[live]
+        sub[improved] = scores[improved]
+        self.score[live] = sub
+        sub = self.count[live]
+        stop = stalled & (sub >= self.tenacity)
+        sub[stalled] += 1
+        self.count[live] = sub
+        act_after = act & ~stop
+        self.active[live] = act_after
+        sub = self.epochs[live]
+        sub[act] = nepoch
+        self.epochs[live] = sub
+        return act_after
 
 
 class _MaskFeed:
