@@ -28,6 +28,7 @@ from typing import (
 )
 
 from estratos.errors import OptionError
+from estratos.registry import unknown_name
 from estratos.vocab import (
     ALL_BASELINES,
     ALL_LAYERS,
@@ -90,8 +91,8 @@ def parse_baselines(baselines: Union[str, Iterable[str]]) -> Tuple[str, ...]:
         elif name in SURFACE_BASELINES:
             out.append(name)
         else:
-            raise OptionError(f"--baseline: unknown baseline {name!r}; choose from "
-                              f"{', '.join(SURFACE_BASELINES)} or {ALL_BASELINES}")
+            raise unknown_name("baseline", name, (*SURFACE_BASELINES, ALL_BASELINES),
+                               "--baseline")
     if not out:
         raise OptionError(f"--baseline: give at least one baseline ({', '.join(SURFACE_BASELINES)}"
                           f" or {ALL_BASELINES})")

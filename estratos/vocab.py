@@ -3,8 +3,9 @@
 Why one module: a pooling name, the default seed or a metric's scale written in several
 places drifts (a new pooling added to the encoder but not to the probe's choices, a seed
 default changed in one command only). Everything here is plain data with no dependency
-(standard library only), so any module may import it, the CLI included, without loading
-numpy or torch. Extend a name here, and every command, check and help text follows.
+(standard library only, and :mod:`estratos.registry` for the tables looked up by name), so
+any module may import it, the CLI included, without loading numpy or torch. Extend a name
+here, and every command, check and help text follows.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
 from typing import Mapping, Optional, Tuple, Union
+
+from estratos.registry import Registry
 
 # ---- seeds -----------------------------------------------------------------------------------
 #: the seed SentEval fixes, and estratos' default everywhere a seed is taken (probe seeds,
@@ -79,6 +82,10 @@ VECTOR_SETTINGS: Mapping[str, str] = MappingProxyType({
 #: ``encoding["avg"]`` of a cache that stores the mean over every state
 AVG_OF_ALL = "all"
 
+#: the precisions a cache stores vectors in (``encode --dtype``; the cache's layout per
+#: precision is estratos.cache.schema's)
+VECTOR_DTYPES: Tuple[str, ...] = ("float16", "bfloat16", "float32")
+
 # ---- control models --------------------------------------------------------------------------
 #: the ``revision`` of a control model (``encode --random-init SEED``) is this prefix + SEED:
 #: its weights were never read, and its cells never share an identity with the trained model's
@@ -141,7 +148,7 @@ class Combiner:
 #: the feature combiners (docs/tasks.md): single ``x``; pair ``[|x1-x2|, x1*x2]``;
 #: pair4 ``[x1, x2, x1*x2, |x1-x2|]``; sp ``[x1, x1-x2 .. x1-x5]``; bso ``[x1, x2, x1-x2]``;
 #: dc ``[x1..x6]``; rst ``[xl, xr, xl*xr, |xl-xr|]`` over subtree means
-COMBINERS: Mapping[str, Combiner] = MappingProxyType({c.name: c for c in (
+COMBINERS: Registry[Combiner] = Registry("combiner", {c.name: c for c in (
     Combiner("single", 1, 1), Combiner("pair", 2, 2), Combiner("pair4", 2, 4),
     Combiner("sp", 5, 5), Combiner("bso", 2, 3), Combiner("dc", 6, 6), Combiner("rst", 2, 4),
 )})
@@ -163,11 +170,11 @@ class Metric:
 
 
 #: the metrics a task may report (``TaskSpec.metric`` / ``extra_metrics``), in this order
-METRIC_INFO: Mapping[str, Metric] = MappingProxyType({m.name: m for m in (
+METRIC_INFO: Registry[Metric] = Registry("metric", {m.name: m for m in (
     Metric("accuracy", 1.0, "accuracy (%)"), Metric("f1", 1.0, "F1 (%)"),
     Metric("pearson", 100.0, "Pearson r x100"), Metric("spearman", 100.0, "Spearman rho x100"),
 )})
-METRICS: Tuple[str, ...] = tuple(METRIC_INFO)
+METRICS: Tuple[str, ...] = METRIC_INFO.names()
 #: decimals of a result's ``score``
 SCORE_DECIMALS = 2
 

@@ -33,7 +33,8 @@ PACKAGE = Path(estratos.__file__).resolve().parent
 
 #: the shared leaf modules (the package itself holds ``__version__``)
 LEAVES = frozenset({"estratos", "estratos.errors", "estratos.text", "estratos.vocab",
-                    "estratos.options", "estratos.faultpoints", "estratos.files"})
+                    "estratos.options", "estratos.faultpoints", "estratos.files",
+                    "estratos.registry"})
 #: the parts, lowest first: each imports only parts before it
 ORDER = ("stats", "protocols", "tasks", "cache", "encode", "results", "probe", "similarity",
          "report")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
+from estratos.errors import TaskError
 import estratos.protocols as P
 from estratos.probe.estimators.classifiers import LBFGSClassifier, RelatednessRegressor, SentEvalClassifier
 from estratos.probe.estimators.runtime import torch_runtime
@@ -256,7 +257,7 @@ def test_registry_names_and_what_tasks_may_ask():
     assert P.get_protocol("cosine").trains is None
     assert P.get_protocol("inner-kfold").train_split == "all"
     assert P.get_protocol("split").seeds_share_data and not P.get_protocol("kfold").seeds_share_data
-    with pytest.raises(KeyError, match="unknown protocol 'loo'.*split"):
+    with pytest.raises(TaskError, match="unknown protocol 'loo'.*split"):
         P.get_protocol("loo")
 
 

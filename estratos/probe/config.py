@@ -31,6 +31,7 @@ from estratos.probe.estimators.registry import (
     RecordedEstimator,
     check_features,
 )
+from estratos.registry import unknown_name
 from estratos.vocab import (
     CACHE_POOLINGS,
     CONTROL_KINDS,
@@ -105,8 +106,7 @@ class ProbeConfig:
         if features is not None:
             check_features(features)
         if control is not None and control not in CONTROL_KINDS:
-            raise OptionError(f"--control: {control!r} is not one of "
-                              f"{', '.join(CONTROL_KINDS)}")
+            raise unknown_name("control", control, CONTROL_KINDS, "--control")
         control_l2 = control_l2 or CONTROL_L2_OWN
         if control_l2 not in CONTROL_L2:
             raise OptionError(f"--control-l2: {control_l2!r} is not one of "

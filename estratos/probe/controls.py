@@ -69,6 +69,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from estratos.protocols import EstimatorFactory
+from estratos.registry import unknown_name
 from estratos.tasks.types import Split, TaskData
 from estratos.vocab import (
     CONTROL_KINDS,
@@ -96,7 +97,7 @@ def control_record(kind: Optional[str], seed: int,
     if kind is None:
         return None
     if kind not in CONTROL_KINDS:
-        raise ValueError(f"unknown control kind {kind!r}")
+        raise unknown_name("control", kind, CONTROL_KINDS, "--control")
     out: Dict[str, Any] = {"kind": kind, "seed": int(seed)}
     if l2 == CONTROL_L2_TASK:
         out["l2"] = CONTROL_L2_TASK

@@ -73,9 +73,9 @@ COMBINER_WIDTH: Dict[str, int] = {c.name: c.width for c in COMBINER_SHAPES.value
 
 
 def combine(combiner: str, slots: Sequence[np.ndarray]) -> np.ndarray:
-    """Join per-slot vectors ``(n, D)`` into features ``(n, F)`` with a named combiner."""
-    if combiner not in COMBINER_FUNCTIONS:
-        raise ValueError(f"unknown combiner {combiner!r}")
+    """Join per-slot vectors ``(n, D)`` into features ``(n, F)`` with a named combiner (an
+    unknown name is the combiner registry's :class:`~estratos.errors.TaskError`)."""
+    COMBINER_SHAPES.get(combiner)
     if len(slots) != COMBINER_SLOTS[combiner]:
         raise ValueError(f"combiner {combiner} takes {COMBINER_SLOTS[combiner]} slots, "
                          f"got {len(slots)}")

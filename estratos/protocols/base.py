@@ -20,6 +20,7 @@ from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Se
 
 import numpy as np
 
+from estratos.registry import Registry
 from estratos.vocab import DEFAULT_KFOLD, DEFAULT_SEED, VALIDATION_SPLIT, Role
 
 #: name of the split a held-out part is cut from while loading
@@ -186,24 +187,24 @@ class Protocol:
         return f"<protocol {self.name}>"
 
 
-_REGISTRY: Dict[str, Protocol] = {}
+#: one instance of each protocol class, in registration order
+_REGISTRY: Registry[Protocol] = Registry("protocol")
 
 
 def register(cls: Type[Protocol]) -> Type[Protocol]:
-    """Class decorator: register one instance of ``cls`` under ``cls.name``."""
-    if not cls.name or cls.name in _REGISTRY:
-        raise ValueError(f"protocol name {cls.name!r} is empty or already registered")
-    _REGISTRY[cls.name] = cls()
+    """Class decorator: register one instance of ``cls`` under ``cls.name`` (a name taken
+    by another protocol is a ``ValueError``)."""
+    if cls.name in _REGISTRY:
+        raise ValueError(f"protocol {cls.name!r} registered twice")
+    _REGISTRY.register(cls.name, cls())
     return cls
 
 
 def get_protocol(name: str) -> Protocol:
-    """The registered protocol ``name``; raises ``KeyError`` naming the known ones."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown protocol {name!r} (protocols: "
-                       f"{', '.join(protocol_names())})") from None
+    """The registered protocol ``name``; an unknown one is the registries' lookup error
+    (:func:`estratos.registry.unknown_name`: a :class:`~estratos.errors.TaskError` with the
+    closest names and every protocol)."""
+    return _REGISTRY.get(name)
 
 
 def seeds_cannot_differ(deterministic: bool, protocol: Optional[str]) -> bool:
@@ -212,7 +213,7 @@ def seeds_cannot_differ(deterministic: bool, protocol: Optional[str]) -> bool:
     and the protocol trains it on data that do not depend on the seed (``split``; k-fold
     protocols draw their folds or held-out parts from it). An unknown protocol (another
     version's) may differ."""
-    found = _REGISTRY.get(str(protocol))
+    found = _REGISTRY.find(str(protocol))
     return bool(deterministic and found is not None and found.trains == Role.CLASSIFIER
                 and found.seeds_share_data)
 
@@ -223,4 +224,5 @@ def protocol_names() -> Tuple[str, ...]:
 
 
 def all_protocols() -> Mapping[str, Protocol]:
-    return dict(_REGISTRY)
+    """Name -> protocol, in registration order."""
+    return dict(_REGISTRY.items())

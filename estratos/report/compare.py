@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
+from estratos.registry import unknown_name
 from estratos.report.aggregate import Row, layer_label, revision_tag, row_of, short_model_name
 from estratos.report.intervals import RowSample, Samples
 from estratos.results import LoadedResults, Located, ResultRecord, load_results
@@ -29,7 +30,6 @@ from estratos.stats import (
     BOOTSTRAP_SEED,
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
-    METRICS,
     Difference,
     Interval,
     bootstrap_ci,
@@ -37,7 +37,7 @@ from estratos.stats import (
     paired_bootstrap,
     same_test_set,
 )
-from estratos.vocab import CONTROL_TASK, RANDOM_INIT_PREFIX
+from estratos.vocab import CONTROL_TASK, METRICS, RANDOM_INIT_PREFIX
 
 PathLike = Union[str, os.PathLike]
 #: selector keys: every part of a cell's identity (:attr:`ResultRecord.identity`, the
@@ -351,8 +351,7 @@ def compare_cells(results: Sequence[PathLike], task: str, a: str, b: str, *,
     :class:`ResultsError` unless ``last_wins`` (then the last file's copy, with a note)."""
     sel_a, sel_b = parse_selector(a, "--a"), parse_selector(b, "--b")
     if metric is not None and metric not in METRICS:
-        raise OptionError(f"--metric: unknown metric {metric!r}; choose from "
-                          f"{', '.join(METRICS)}")
+        raise unknown_name("metric", metric, METRICS, "--metric")
     if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
         raise OptionError(f"--resamples: must be a positive integer, got {resamples!r}")
     if not 0.0 < level < 1.0:

@@ -49,7 +49,7 @@ def primary_score(metric: str, test: Mapping[str, Any]) -> Optional[float]:
     value = test.get(metric)
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return None
-    info = METRIC_INFO.get(metric)
+    info = METRIC_INFO.find(metric)
     factor = 100.0 if info is None else info.raw_scale  # other metrics: correlations
     return round(factor * float(value), SCORE_DECIMALS)
 

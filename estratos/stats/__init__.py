@@ -27,10 +27,16 @@ from estratos.stats.bootstrap import (
     paired_bootstrap,
     same_test_set,
 )
-from estratos.stats.metrics import METRICS, Sample, metric_value, pearson_rows, spearman_rows
+from estratos.stats.metrics import (
+    METRIC_FUNCTIONS,
+    Sample,
+    metric_value,
+    pearson_rows,
+    spearman_rows,
+)
 from estratos.stats.significance import CORRECTIONS, adjust, holm, mcnemar_exact
 
 __all__ = ["DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "BOOTSTRAP_SEED", "Difference", "Interval",
            "bootstrap_ci", "bootstrap_cis", "compare_to", "paired_bootstrap", "same_test_set",
-           "METRICS", "Sample", "metric_value", "pearson_rows", "spearman_rows",
+           "METRIC_FUNCTIONS", "Sample", "metric_value", "pearson_rows", "spearman_rows",
            "CORRECTIONS", "adjust", "holm", "mcnemar_exact"]

@@ -130,8 +130,9 @@ def _spearman(x: np.ndarray, y: np.ndarray, positive: Optional[int] = None) -> n
     return _pearson(average_ranks(x), average_ranks(y))
 
 
-#: metric name -> function(predicted (b, m), gold (b, m), positive) -> values (b,)
-METRICS: Dict[str, Callable[[np.ndarray, np.ndarray, Optional[int]], np.ndarray]] = {
+#: metric name (:data:`estratos.vocab.METRICS`) -> function(predicted (b, m), gold (b, m),
+#: positive) -> values (b,)
+METRIC_FUNCTIONS: Dict[str, Callable[[np.ndarray, np.ndarray, Optional[int]], np.ndarray]] = {
     "accuracy": _accuracy, "f1": f1_rows, "pearson": _pearson, "spearman": _spearman}
 
 
@@ -156,8 +157,9 @@ class Sample:
     _gold: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r} (known: {', '.join(METRICS)})")
+        if self.metric not in METRIC_FUNCTIONS:
+            raise ValueError(f"unknown metric {self.metric!r} (known: "
+                             f"{', '.join(METRIC_FUNCTIONS)})")
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"unknown weighting {self.weighting!r}")
         pred = np.atleast_2d(np.asarray(self.predicted))
@@ -196,7 +198,7 @@ class Sample:
     def values(self, positions: Sequence[np.ndarray]) -> np.ndarray:
         """The metric of every seed on resampled test sets: ``positions[k]`` ``(b, n_k)``
         are the examples drawn from stratum ``k``. Returns ``(S, b)``."""
-        fn = METRICS[self.metric]
+        fn = METRIC_FUNCTIONS[self.metric]
         groups = self.groups()
         out = np.zeros((self.n_seeds, positions[0].shape[0]))
         for (_, weight), pos in zip(groups, positions):

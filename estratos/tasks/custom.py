@@ -36,11 +36,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 only
     import tomli as tomllib
 
-from estratos.errors import InputError
-from estratos.protocols import get_protocol, protocol_names
-from estratos.tasks.formats import format_names
+from estratos.errors import InputError, TaskError
+from estratos.protocols import get_protocol
+from estratos.tasks.formats import FORMATS
 from estratos.tasks.suites.common import CLASSIFIER_KEYS
-from estratos.tasks.types import COMBINER_SLOTS, METRICS, TaskSpec
+from estratos.tasks.types import COMBINER_SLOTS, TaskSpec
+from estratos.vocab import COMBINERS, METRIC_INFO
 
 REQUIRED = ("name", "group", "format", "combiner", "protocol", "files")
 OPTIONAL = ("suite", "language", "metric", "labels", "extra_metrics", "score_range",
@@ -122,18 +123,14 @@ def load_task_file(path: os.PathLike | str) -> TaskSpec:
         if not _NAME.match(value):
             raise _fail(f"{label} {value!r} may only hold letters, digits and _ . + -", path)
     fmt, combiner, protocol = doc["format"], doc["combiner"], doc["protocol"]
-    if fmt not in format_names():
-        raise _fail(f"unknown format {fmt!r} (formats: {', '.join(format_names())})", path)
-    if combiner not in COMBINER_SLOTS:
-        raise _fail(f"unknown combiner {combiner!r} (combiners: "
-                    f"{', '.join(COMBINER_SLOTS)})", path)
-    if protocol not in protocol_names():
-        raise _fail(f"unknown protocol {protocol!r} (protocols: "
-                    f"{', '.join(protocol_names())})", path)
-    scores = get_protocol(protocol).scores
-    metric = doc.get("metric", "pearson" if scores else "accuracy")
-    if metric not in METRICS:
-        raise _fail(f"unknown metric {metric!r} (metrics: {', '.join(METRICS)})", path)
+    try:  # the registries' lookup error (closest names, choices), naming the file
+        FORMATS.get(fmt)
+        COMBINERS.get(combiner)
+        scores = get_protocol(protocol).scores
+        metric = doc.get("metric", "pearson" if scores else "accuracy")
+        METRIC_INFO.get(metric)
+    except TaskError as exc:
+        raise _fail(str(exc), path) from None
     table = doc["files"]
     if not isinstance(table, dict) or not table or not all(
             isinstance(v, str) for v in table.values()):
@@ -177,5 +174,5 @@ def load_task_file(path: os.PathLike | str) -> TaskSpec:
                         classifier=classifier, description=doc.get("description", ""),
                         extra_metrics=tuple(doc.get("extra_metrics", ())),
                         score_range=score_range, source=str(path.resolve()))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, TaskError) as exc:
         raise _fail(f"invalid task spec: {exc}", path) from None

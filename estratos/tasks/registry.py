@@ -8,12 +8,12 @@ are task ids (``suite:name``), suite names, ``suite:GROUP`` or bare names unique
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set
 
 from estratos.errors import SelectionError, TaskError
+from estratos.registry import Registry, closest_hint
 from estratos.tasks.types import TaskSpec
 
 
@@ -31,16 +31,14 @@ class SuiteInfo:
     default_dir: Optional[Path] = None
 
 
-_SUITES: Dict[str, SuiteInfo] = {}
-_SPECS: Dict[str, TaskSpec] = {}
+#: the suites and the task specs, in registration order (:class:`estratos.registry.Registry`)
+_SUITES: Registry[SuiteInfo] = Registry("suite")
+_SPECS: Registry[TaskSpec] = Registry("task")
 
 
 def register_suite(info: SuiteInfo) -> SuiteInfo:
     """Declare a suite (once); its specs are added with :func:`register`."""
-    if info.name in _SUITES and _SUITES[info.name] != info:
-        raise ValueError(f"suite {info.name!r} registered twice")
-    _SUITES[info.name] = info
-    return info
+    return _SUITES.register(info.name, info)
 
 
 def register(*specs: TaskSpec) -> None:
@@ -48,52 +46,34 @@ def register(*specs: TaskSpec) -> None:
     for spec in specs:
         if spec.suite not in _SUITES:
             raise ValueError(f"{spec.id}: suite {spec.suite!r} is not registered")
-        if spec.id in _SPECS and _SPECS[spec.id] != spec:
-            raise ValueError(f"task {spec.id!r} registered twice")
-        _SPECS[spec.id] = spec
+        _SPECS.register(spec.id, spec)
 
 
 def suites() -> List[SuiteInfo]:
     """All registered suites, in registration order."""
-    return list(_SUITES.values())
+    return _SUITES.values()
 
 
 def suite_info(name: str) -> Optional[SuiteInfo]:
     """The registered suite called ``name`` (None when unknown)."""
-    return _SUITES.get(name)
+    return _SUITES.find(name)
 
 
 def all_specs() -> List[TaskSpec]:
     """Every registered spec, in registry order (suite by suite, as declared)."""
-    return list(_SPECS.values())
+    return _SPECS.values()
 
 
 def get_spec(task_id: str) -> TaskSpec:
     """The spec registered as ``task_id`` (``suite:name``; a unique bare name also works)."""
-    if task_id in _SPECS:
-        return _SPECS[task_id]
+    found_id = _SPECS.find(task_id)
+    if found_id is not None:
+        return found_id
     found = select_tasks(task_id)
     if len(found) != 1:
         raise TaskError(f"{task_id!r} names {len(found)} tasks, not one: "
                         + ", ".join(s.id for s in found))
     return found[0]
-
-
-def _close_matches(word: str, candidates: Sequence[str],
-                   expand: Optional[Mapping[str, Sequence[str]]] = None) -> str:
-    """`` (closest: ...)`` for ``word`` among ``candidates``; a match found in ``expand``
-    is shown as what it maps to (a bare name shared by several tasks: their ids)."""
-    by_lower: Dict[str, str] = {}
-    for candidate in candidates:
-        by_lower.setdefault(candidate.lower(), candidate)
-    matches = [by_lower[m] for m in
-               difflib.get_close_matches(word.lower(), list(by_lower), n=5, cutoff=0.5)]
-    if not matches:
-        lowered = word.lower()
-        matches = [c for c in candidates if lowered in c.lower()][:5]
-    shown = list(dict.fromkeys(m for match in matches
-                               for m in (expand or {}).get(match, [match])))
-    return (" (closest: " + ", ".join(shown) + ")") if shown else ""
 
 
 def _by_case(item: str, specs: Sequence[TaskSpec]) -> List[TaskSpec]:
@@ -137,9 +117,9 @@ def _resolve_item(item: str, specs: Sequence[TaskSpec],
             in_suite = [s.name for s in specs if s.suite == suite]
             groups = sorted({s.group for s in specs if s.suite == suite})
             raise SelectionError(f"unknown task or group {item!r} in suite {suite}"
-                                 + _close_matches(rest, in_suite + groups))
+                                 + closest_hint(rest, in_suite + groups))
         raise SelectionError(f"unknown suite {suite!r} in {item!r}"
-                             + _close_matches(suite, suite_names))
+                             + closest_hint(suite, suite_names))
     bare = [s for s in specs if s.name == item]
     if len(bare) == 1:
         return bare
@@ -170,7 +150,7 @@ def _resolve_item(item: str, specs: Sequence[TaskSpec],
     for s in specs:
         shared.setdefault(s.name, []).append(s.id)
     where = f" in {', '.join(context)}" if context and len(near) < len(specs) else ""
-    raise SelectionError(f"unknown task {item!r}{where}" + _close_matches(
+    raise SelectionError(f"unknown task {item!r}{where}" + closest_hint(
         item, everything, {name: ids for name, ids in shared.items() if len(ids) > 1}))
 
 

@@ -21,8 +21,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from estratos.protocols import PROTOCOLS, protocol_names
-from estratos.vocab import COMBINERS, METRICS
+from estratos.errors import TaskError
+from estratos.protocols import PROTOCOLS, get_protocol
+from estratos.vocab import COMBINERS, METRIC_INFO, METRICS
 
 #: sentence positions each feature combiner takes (:data:`estratos.vocab.COMBINERS`)
 COMBINER_SLOTS: Mapping[str, int] = MappingProxyType({c.name: c.slots
@@ -73,16 +74,14 @@ class TaskSpec:
         object.__setattr__(self, "classifier", MappingProxyType(dict(self.classifier)))
         if self.labels is not None:
             object.__setattr__(self, "labels", tuple(sorted(self.labels)))
-        if self.combiner not in COMBINER_SLOTS:
-            raise ValueError(f"{self.id}: unknown combiner {self.combiner!r}")
-        if self.protocol not in protocol_names():
-            raise ValueError(f"{self.id}: unknown protocol {self.protocol!r}")
-        if self.metric not in METRICS:
-            raise ValueError(f"{self.id}: unknown metric {self.metric!r}")
         object.__setattr__(self, "extra_metrics", tuple(self.extra_metrics))
-        for extra in self.extra_metrics:
-            if extra not in METRICS:
-                raise ValueError(f"{self.id}: unknown extra metric {extra!r}")
+        try:  # the registries' one lookup error, naming the task
+            COMBINERS.get(self.combiner)
+            get_protocol(self.protocol)
+            for metric in (self.metric, *self.extra_metrics):
+                METRIC_INFO.get(metric)
+        except TaskError as exc:
+            raise exc.in_context(self.id) from None
         if self.score_range is not None:
             low, high = (float(v) for v in self.score_range)
             if not low < high:

@@ -23,6 +23,7 @@ import inspect
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from estratos.errors import OptionError
+from estratos.registry import Registry, unknown_name
 from estratos.vocab import FEATURES, Role
 
 #: roles an estimator can play (see the module docstring)
@@ -30,7 +31,8 @@ ROLES: Tuple[Role, ...] = tuple(Role)
 #: ``--classifier`` when none is given
 DEFAULT_CLASSIFIER = "senteval"
 
-_REGISTRY: Dict[str, Type["RecordedEstimator"]] = {}
+#: every registered estimator class, in registration order
+_REGISTRY: Registry[Type["RecordedEstimator"]] = Registry("estimator")
 E = TypeVar("E", bound=Type["RecordedEstimator"])
 
 
@@ -136,12 +138,11 @@ class RecordedEstimator:
 
 
 def register_estimator(cls: E) -> E:
-    """Class decorator: add an estimator class to the registry under its ``name``."""
+    """Class decorator: add an estimator class to the registry under its ``name``. A class
+    in any module registers itself when that module is imported; nothing else names it."""
     if not cls.name or cls.role not in ROLES:
         raise ValueError(f"{cls.__name__}: an estimator needs a name and a role in {ROLES}")
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"estimator {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
+    _REGISTRY.register(cls.name, cls)
     return cls
 
 
@@ -152,12 +153,12 @@ def estimator_names(role: str = Role.CLASSIFIER) -> Tuple[str, ...]:
 
 def get_estimator(name: str, role: str = Role.CLASSIFIER,
                   option: str = "--classifier") -> Type[RecordedEstimator]:
-    """The class registered as ``name`` for ``role``; an unknown name is an
-    :class:`OptionError` naming ``option`` and the choices."""
-    cls = _REGISTRY.get(name)
+    """The class registered as ``name`` for ``role``; an unknown name (or one of another
+    role) is the registries' lookup error, an :class:`OptionError` naming ``option``, the
+    closest names and the choices (:func:`estratos.registry.unknown_name`)."""
+    cls = _REGISTRY.find(name)
     if cls is None or cls.role != role:
-        raise OptionError(f"{option}: unknown {role} {name!r} (choose from "
-                          f"{', '.join(estimator_names(role))})")
+        raise unknown_name(str(role), name, estimator_names(role), option)
     return cls
 
 

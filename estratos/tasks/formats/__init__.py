@@ -11,6 +11,7 @@ when some are missing) is decided once, for every format, in :mod:`estratos.task
 # the built-in formats register themselves (in .base) on import
 from estratos.tasks.formats import discourse, jsonl, probing, tabular  # noqa: F401
 from estratos.tasks.formats.base import (
+    FORMATS,
     Format,
     Source,
     format_names,
@@ -19,4 +20,5 @@ from estratos.tasks.formats.base import (
     split_paths,
 )
 
-__all__ = ["Format", "Source", "format_names", "get_format", "register_format", "split_paths"]
+__all__ = ["FORMATS", "Format", "Source", "format_names", "get_format", "register_format",
+           "split_paths"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from estratos.errors import TaskError
+from estratos.registry import Registry
 from estratos.tasks.building import TaskBuilder
 from estratos.tasks.reading import LoadContext, count_lines
 from estratos.tasks.types import TaskSpec
@@ -64,29 +65,24 @@ class Format:
         return max(0, count_lines(source.paths[0]) - header)
 
 
-_FORMATS: Dict[str, Format] = {}
+#: the registered formats, in registration order (:class:`estratos.registry.Registry`)
+FORMATS: Registry[Format] = Registry("data format")
 
 
 def register_format(fmt: Format) -> Format:
-    """Make ``fmt`` available to specs whose ``loader`` is ``fmt.name``."""
-    if not fmt.name:
-        raise ValueError("a format needs a name")
-    _FORMATS[fmt.name] = fmt
-    return fmt
+    """Make ``fmt`` available to specs whose ``format`` is ``fmt.name``."""
+    return FORMATS.register(fmt.name, fmt)
 
 
 def get_format(name: str) -> Format:
-    """The format registered as ``name`` (:class:`TaskError` when unknown)."""
-    try:
-        return _FORMATS[name]
-    except KeyError:
-        known = ", ".join(sorted(_FORMATS))
-        raise TaskError(f"unknown data format {name!r} (formats: {known})") from None
+    """The format registered as ``name``; an unknown one is the registries' lookup error
+    (:func:`estratos.registry.unknown_name`: a :class:`TaskError` with the closest names)."""
+    return FORMATS.get(name)
 
 
 def format_names() -> Tuple[str, ...]:
-    """Names of all registered formats, sorted."""
-    return tuple(sorted(_FORMATS))
+    """Names of all registered formats, in registration order."""
+    return FORMATS.names()
 
 
 def split_paths(spec: TaskSpec, root: Path, key: str = "splits") -> Dict[str, Path]:
