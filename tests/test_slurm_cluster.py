@@ -4,7 +4,9 @@
 The pipeline (encode array of 2 -> merge + verify -> probe array -> report) must give the
 report the same commands give without SLURM; a killed encode array task must end the chain
 (its dependents cancelled, nothing left in squeue), and resubmitting as its log says must
-resume it and finish the chain. The jobs must not depend on the PATH they run with.
+resume it and finish the chain. The jobs must not depend on the PATH they run with. A
+chain with ``--features standardized --control control-task --mdl`` must give the cells of
+``estratos probe`` run locally with those options.
 """
 
 from __future__ import annotations
@@ -84,10 +86,10 @@ def workload(tmp_path_factory, tiny_bert_dir):
                            reference=root / "local-report")
 
 
-def slurm_args(w, out: Path, *extra: str) -> List[str]:
+def slurm_args(w, out: Path, *extra: str, classifier: str = "lbfgs") -> List[str]:
     return ["slurm", str(w.model), "--tasks", TASKS, "--data-dir", w.data_dir, "--out", str(out),
             "--encode-array", "2", "--probe-array", PROBE_ARRAY, "--seeds", "1",
-            "--classifier", "lbfgs", "--cpus-per-task", "1", *extra]
+            "--classifier", classifier, "--cpus-per-task", "1", *extra]
 
 
 def assert_same_report(got: Path, want: Path) -> None:
@@ -149,6 +151,55 @@ def test_pipeline_report_equals_the_run_without_slurm(slurm_env, workload, tmp_p
     shown = subprocess.run(progress.split(), env=slurm_env.env, capture_output=True,
                            text=True, check=True).stdout
     assert all(job_id in shown for job_id in ids)
+
+
+#: probe options beyond the plain cells: standardized features, control-task cells (every
+#: cell of the run is one) and MDL's online code lengths (MDL needs the senteval classifier)
+CONTROL_MDL = ["--features", "standardized", "--control", "control-task", "--mdl"]
+#: what a results line records about the run rather than the cell: timing, the clock, the
+#: cache file it read (the chain's merged cache, not the local one), the machine
+RUN_FIELDS = ("seconds", "created", "cache", "device")
+
+
+def cells(paths) -> Dict[tuple, dict]:
+    """Each cell of the results files (key -> its line, less :data:`RUN_FIELDS`)."""
+    from estratos.results.reader import read_results
+
+    out = {}
+    for record in read_results(paths):
+        line = record.to_json()
+        for field in RUN_FIELDS:
+            line.pop(field, None)
+        out[record.key] = line
+    return out
+
+
+def test_a_chain_with_controls_and_mdl_gives_the_cells_of_the_local_run(slurm_env, workload,
+                                                                        tmp_path):
+    """``--features standardized --control control-task --mdl`` reach every probe array
+    task: the chain's results hold the cells of ``estratos probe`` run here with the same
+    options on the same model (its control cells, MDL code lengths included), with the same
+    keys and the same scores."""
+    local = tmp_path / "local.jsonl"
+    invoke(["probe", "--cache", str(workload.root / "local.h5"), "--tasks", TASKS,
+            "--data-dir", workload.data_dir, "--layers", "all", "--seeds", "1",
+            "--classifier", "senteval", *CONTROL_MDL, "--out", str(local)])
+    want = cells([local])
+    assert {line["control"]["kind"] for line in want.values()} == {"control-task"}
+    assert all(line.get("mdl") for line in want.values())
+    assert {line["features"] for line in want.values()} == {"standardized"}
+
+    out = tmp_path / "chain"
+    printed = invoke(slurm_args(workload, out, *CONTROL_MDL, classifier="senteval"))
+    ids = re.search(r"--jobs=([\d,]+)", printed).group(1).split(",")
+    probe_script = (out / f"{workload.model.name}.probe.sbatch").read_text()
+    for option in ("--features standardized", "--control control-task", "--mdl"):
+        assert option in probe_script, probe_script
+    slurm_env.wait_for(ids, finished(ids[-1], out))
+    got = cells(sorted(out.glob("*.shard-*.jsonl")))
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+    for key, line in want.items():
+        assert got[key] == line, key
 
 
 def ended(states: Dict[str, Tuple[str, str]]) -> bool:
