@@ -514,98 +514,157 @@ def download_es(data_dir: os.PathLike | str = DEFAULT_ES_DIR, base_url: str = DE
     every file but those with a fallback (:data:`NOT_PUBLISHED`) needs no network. Returns a
     :class:`DownloadReport`, whose ``missing`` lists expected files still absent.
     """
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise OptionError(f"--timeout must be a positive number of seconds, got {timeout!r}")
-    if not base_url.startswith(("http://", "https://")):
-        raise OptionError(f"--base-url must start with http:// or https://, got {base_url!r}")
-    base = base_url.rstrip("/")
-    if blobs is None:
-        blobs = REFERENCE_GIT_BLOBS if reference is None else {}
-    reference = REFERENCE_SHA256 if reference is None else reference
-    data = Path(data_dir).expanduser()
-    if data.exists() and not data.is_dir():
-        raise OptionError(f"--data-dir {data}: exists and is not a directory")
-    report = DownloadReport(data)
-    staging = data / STAGING_DIR
+    run = _Download.start(data_dir, base_url, timeout, reference, blobs, progress,
+                          allow_mismatch)
+    _fetch_benchmark(run, keep_archive)
+    if xprobe:
+        _fetch_xprobe(run)
+    _list_absent(run, xprobe)
+    for line in run.report.lines():
+        log.info("%s", line)
+    return run.report
 
-    if progress is True:
-        progress = _TqdmProgress()
 
-    def bar(label: str) -> Optional[Callable[[int, Optional[int]], None]]:
+@dataclass
+class _Download:
+    """What every step of one :func:`download_es` run shares: the data folder, the source
+    (``base`` URL, ``timeout``), what files must match (``reference``, ``blobs``,
+    ``allow_mismatch``), the progress callback and the report the steps fill in."""
+
+    data: Path
+    base: str
+    timeout: float
+    reference: Mapping[str, str]
+    blobs: Mapping[str, str]
+    allow_mismatch: bool
+    progress: Any
+    report: DownloadReport
+
+    @classmethod
+    def start(cls, data_dir: os.PathLike | str, base_url: str, timeout: float,
+              reference: Optional[Mapping[str, str]], blobs: Optional[Mapping[str, str]],
+              progress: Any, allow_mismatch: bool) -> "_Download":
+        """Check the options (an :class:`OptionError` names the first bad one, before any
+        network or file access) and resolve their defaults."""
+        if not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise OptionError(f"--timeout must be a positive number of seconds, got {timeout!r}")
+        if not base_url.startswith(("http://", "https://")):
+            raise OptionError(f"--base-url must start with http:// or https://, got "
+                              f"{base_url!r}")
+        if blobs is None:
+            blobs = REFERENCE_GIT_BLOBS if reference is None else {}
+        reference = REFERENCE_SHA256 if reference is None else reference
+        data = Path(data_dir).expanduser()
+        if data.exists() and not data.is_dir():
+            raise OptionError(f"--data-dir {data}: exists and is not a directory")
+        return cls(data=data, base=base_url.rstrip("/"), timeout=timeout, reference=reference,
+                   blobs=blobs, allow_mismatch=allow_mismatch,
+                   progress=_TqdmProgress() if progress is True else progress,
+                   report=DownloadReport(data))
+
+    @property
+    def staging(self) -> Path:
+        """Where transfers land before they are verified and moved into place."""
+        return self.data / STAGING_DIR
+
+    def verified(self, path: Path, rel: str) -> bool:
+        return verified(path, rel, self.reference, self.blobs)
+
+    def bar(self, label: str) -> Optional[Callable[[int, Optional[int]], None]]:
+        """The progress callback of one transfer (None without progress)."""
+        progress = self.progress
         if not progress:
             return None
         return lambda done, total: progress(label, done, total)
 
-    # 1. the benchmark repository archive, unless every file it provides is already here
-    archive_files = [p for p in reference if not p.startswith(XPROBE_DIR + "/")]
-    if archive_files and all(verified(data / p, p, reference, blobs) for p in archive_files):
+
+def _fetch_benchmark(run: _Download, keep_archive: bool) -> None:
+    """Step 1: the benchmark repository archive, fetched (or resumed) and unpacked, unless
+    every file it provides is already here and verified (then no network is needed). A
+    corrupt or refused archive is deleted, so the next run fetches it again."""
+    data, report = run.data, run.report
+    archive_files = [p for p in run.reference if not p.startswith(XPROBE_DIR + "/")]
+    if archive_files and all(run.verified(data / p, p) for p in archive_files):
         report.up_to_date.extend(sorted(archive_files))
-    else:
-        url = f"{base}/{BENCHMARK_REPO}/archive/{BENCHMARK_COMMIT}.zip"
-        archive = staging / "Spanish-Sentence-Evaluation.zip"
-        if not archive.is_file():
-            try:
-                fetch(url, archive, timeout, bar("benchmark archive"))
-            except _NotFound:
-                raise DownloadError(f"{url}: not found (HTTP 404); check --base-url") from None
-            report.fetched.append(url)
+        return
+    url = f"{run.base}/{BENCHMARK_REPO}/archive/{BENCHMARK_COMMIT}.zip"
+    archive = run.staging / "Spanish-Sentence-Evaluation.zip"
+    if not archive.is_file():
         try:
-            unpack_archive(archive, data, reference, report, blobs, allow_mismatch)
-        except EstratosError:
-            archive.unlink()  # a corrupt archive is useless: the next run fetches it again
+            fetch(url, archive, run.timeout, run.bar("benchmark archive"))
+        except _NotFound:
+            raise DownloadError(f"{url}: not found (HTTP 404); check --base-url") from None
+        report.fetched.append(url)
+    try:
+        unpack_archive(archive, data, run.reference, report, run.blobs, run.allow_mismatch)
+    except EstratosError:
+        archive.unlink()  # a corrupt archive is useless: the next run fetches it again
+        raise
+    if not keep_archive:
+        archive.unlink()
+
+
+def _fetch_xprobe(run: _Download) -> None:
+    """Step 2: the Spanish X-Probe files, one by one (:func:`_fetch_xprobe_file`), then the
+    staging folders they leave empty are removed."""
+    for task in XPROBE_TASKS:
+        for split in XPROBE_SPLITS:
+            _fetch_xprobe_file(run, task, split)
+    xstage = run.staging / "xprobe"
+    for folder in sorted(xstage.glob("*"), reverse=True) if xstage.is_dir() else ():
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    if xstage.is_dir() and not any(xstage.iterdir()):
+        xstage.rmdir()
+
+
+def _fetch_xprobe_file(run: _Download, task: str, split: str) -> None:
+    """One X-Probe file: skipped when verified in place; else fetched into the staging
+    folder, verified there and moved into place. A file absent at the source is left for
+    :func:`_list_absent` to report; a file with a fallback (:data:`NOT_PUBLISHED`) that
+    cannot be reached marks the source unreachable (the files after it with a fallback are
+    not tried), while any other file's network error is raised."""
+    report = run.report
+    rel = f"{XPROBE_DIR}/{task}/{split}.txt"
+    target = run.data / rel
+    if run.verified(target, rel):
+        report.up_to_date.append(rel)
+        return
+    optional = rel in NOT_PUBLISHED
+    if optional and report.unreachable:
+        return  # the source is unreachable: the fallback applies
+    url = f"{run.base}/{XPROBE_REPO}/raw/{XPROBE_COMMIT}/es/{task}/{split}.txt"
+    staged = run.staging / "xprobe" / task / f"{split}.txt"
+    try:
+        fetch(url, staged, run.timeout, run.bar(rel))
+    except _NotFound:
+        return  # absent at the source: reported by _list_absent
+    except DownloadError:
+        if not optional:
             raise
-        if not keep_archive:
-            archive.unlink()
+        report.unreachable = f"not fetched: {run.base} could not be reached"
+        return
+    report.fetched.append(url)
+    if not run.verified(staged, rel):
+        if not run.allow_mismatch:
+            staged.unlink()
+            raise _mismatch_error([rel])
+        report.mismatched.append(rel)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, target)
+    report.installed.append(rel)
 
-    # 2. the Spanish X-Probe files, one by one, each verified in the staging folder before
-    #    it is moved into place
-    if xprobe:
-        for task in XPROBE_TASKS:
-            for split in XPROBE_SPLITS:
-                rel = f"{XPROBE_DIR}/{task}/{split}.txt"
-                target = data / rel
-                if verified(target, rel, reference, blobs):
-                    report.up_to_date.append(rel)
-                    continue
-                optional = rel in NOT_PUBLISHED
-                if optional and report.unreachable:
-                    continue  # the source is unreachable: the fallback applies
-                url = f"{base}/{XPROBE_REPO}/raw/{XPROBE_COMMIT}/es/{task}/{split}.txt"
-                staged = staging / "xprobe" / task / f"{split}.txt"
-                try:
-                    fetch(url, staged, timeout, bar(rel))
-                except _NotFound:
-                    continue  # absent at the source: reported below
-                except DownloadError:
-                    if not optional:
-                        raise
-                    report.unreachable = f"not fetched: {base} could not be reached"
-                    continue
-                report.fetched.append(url)
-                if not verified(staged, rel, reference, blobs):
-                    if not allow_mismatch:
-                        staged.unlink()
-                        raise _mismatch_error([rel])
-                    report.mismatched.append(rel)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staged, target)
-                report.installed.append(rel)
-        xstage = staging / "xprobe"
-        for folder in sorted(xstage.glob("*"), reverse=True) if xstage.is_dir() else ():
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-        if xstage.is_dir() and not any(xstage.iterdir()):
-            xstage.rmdir()
 
-    # 3. what is still missing
-    expected = set(reference) | registry_files(data) | set(NOT_PUBLISHED)
+def _list_absent(run: _Download, xprobe: bool) -> None:
+    """Step 3: every expected file (the reference's, the registry's, those with a fallback;
+    X-Probe's only when it was asked for) still absent goes to the report, as unpublished
+    (it has a fallback) or missing; an empty staging folder is removed."""
+    data, report = run.data, run.report
+    expected = set(run.reference) | registry_files(data) | set(NOT_PUBLISHED)
     if not xprobe:
         expected = {p for p in expected if not p.startswith(XPROBE_DIR + "/")}
     for rel in sorted(expected):
         if not (data / rel).exists():
             (report.unpublished if rel in NOT_PUBLISHED else report.missing).append(rel)
-    if staging.is_dir() and not any(staging.iterdir()):
-        staging.rmdir()
-    for line in report.lines():
-        log.info("%s", line)
-    return report
+    if run.staging.is_dir() and not any(run.staging.iterdir()):
+        run.staging.rmdir()
