@@ -226,6 +226,33 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
                              similarity_sections(maps), Footnotes(), maps=maps)
     if not paths:
         raise OptionError("give at least one RESULTS file (or --gap EN ES, or --similarity)")
+    loaded = _load_checked(paths, baseline)
+    agg = aggregate(loaded.records)
+    builds = _build_notices(loaded)
+    notes = Footnotes()
+    intervals, marks, stat_notices = ({}, {}, []) if stats is None or not stats.active \
+        else apply_stats(agg, loaded.records, stats)
+    sections = _score_sections(agg, notes, intervals, marks, stats)
+    sections += _control_sections(agg, loaded.records, control, notes, stats)
+    content = ReportContent(loaded.sources, loaded.notices + builds + stat_notices, agg,
+                            sections,
+                            notes, reference=reference, intervals=intervals, marks=marks)
+    base_scores = odesia.baseline_scores(agg) if (baseline or gap) else {}
+    if baseline:
+        _add_delta(content, baseline, base_scores)
+    if gap:
+        _add_gap(content, gap, pairs, base_scores)
+    if maps is not None:
+        sections += similarity_sections(maps)
+        content.maps = maps
+        content.sources += _unique_paths(expand_paths(list(similarity)))
+    return content
+
+
+def _load_checked(paths: Sequence[str], baseline: Sequence[PathLike]) -> LoadedResults:
+    """The records of ``paths``, refused before any table is computed when a ``--baseline``
+    file holds a probe cell, when there is nothing to report, or when one cell comes from
+    vectors of other encode settings in two files (:func:`check_copies`)."""
     loaded: LoadedResults = load_results(paths)
     baseline_paths = {os.path.realpath(p) for p in baseline}
     for rec in loaded.records:
@@ -236,15 +263,36 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     if not loaded.records:
         raise ResultsError(f"no results to report in {', '.join(paths)}")
     check_copies(loaded.copies)  # one cell from vectors of other encode settings: refused
-    agg = aggregate(loaded.records)
+    return loaded
+
+
+def _build_notices(loaded: LoadedResults) -> List[Notice]:
+    """A notice (also logged) for each task whose cells were computed on different builds
+    of its data: the report shows them side by side, but the reader must know their scores
+    are not comparable."""
     builds = [Notice("report", None, describe_builds(task, found) + "; their scores are "
                      "not comparable and are shown side by side only with this notice")
               for task, found in data_builds(loaded.records).items()]
     for notice in builds:
         log.warning("%s", notice)
-    notes = Footnotes()
-    intervals, marks, stat_notices = ({}, {}, []) if stats is None or not stats.active \
-        else apply_stats(agg, loaded.records, stats)
+    return builds
+
+
+def _stats_caption(stats: Optional[StatsOptions]) -> str:
+    """The caption that says what the intervals and significance marks of ``stats`` are
+    (empty without them)."""
+    ci_caption = (f"[lo, hi] = {100 * stats.level:g}% percentile bootstrap interval over test "
+                  f"examples ({stats.resamples} resamples)") if stats and stats.ci else ""
+    mark_caption = correction_text(stats.significance, stats.alpha, stats.resamples) \
+        if stats and stats.significance else ""
+    return ". ".join(c for c in (ci_caption, mark_caption) if c)
+
+
+def _score_sections(agg: Aggregate, notes: Footnotes, intervals: Dict[Any, Any],
+                    marks: Dict[Any, Any], stats: Optional[StatsOptions]) -> List[Section]:
+    """The score sections every report has (group averages, per dataset), then those the
+    results allow (per layer, surface baselines); the per-dataset and per-layer cells carry
+    their bootstrap ``intervals`` and the not-worse-than-the-best ``marks``."""
 
     def decorate(row, task, cell):
         ci = intervals.get((row, task))
@@ -253,11 +301,7 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
             cell, ci=None if ci is None or ci.lo is None else (ci.lo, ci.hi),
             not_worse=bool(mark and mark.not_worse and not mark.best))
 
-    ci_caption = (f"[lo, hi] = {100 * stats.level:g}% percentile bootstrap interval over test "
-                  f"examples ({stats.resamples} resamples)") if stats and stats.ci else ""
-    mark_caption = correction_text(stats.significance, stats.alpha, stats.resamples) \
-        if stats and stats.significance else ""
-    stats_caption = ". ".join(c for c in (ci_caption, mark_caption) if c)
+    stats_caption = _stats_caption(stats)
     sections = [Section("Group averages", [group_table(agg, notes)], in_score_files=True),
                 Section("Per dataset", dataset_tables(agg, notes, title="Datasets",
                                                       decorate=decorate, caption=stats_caption),
@@ -268,38 +312,43 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     surface = surface_tables(agg)
     if surface:
         sections.append(Section("Surface baselines", surface, SURFACE_INTRO))
-    sections += _control_sections(agg, loaded.records, control, notes, stats)
-    content = ReportContent(loaded.sources, loaded.notices + builds + stat_notices, agg,
-                            sections,
-                            notes, reference=reference, intervals=intervals, marks=marks)
-    base_scores = odesia.baseline_scores(agg) if (baseline or gap) else {}
-    if baseline:
-        if not base_scores:
-            raise ResultsError(f"--baseline: no baseline results in {', '.join(map(str, baseline))}"
-                               " (make them with `estratos baseline`)")
-        content.calib = odesia.calibrations(agg, base_scores, reference)
-        content.delta = odesia.delta_aggregate(agg, content.calib)
-        labels = sorted({r.system.label for r in odesia.delta_baselines(agg).values()})
-        sections += _delta_sections(agg, content.calib, content.delta, notes,
-                                    ", ".join(labels), reference)
-    if gap:
-        pair_list = odesia.load_pairs(pairs)
-        en, es = (aggregate(load_results([p]).records) for p in gap)
-        calib_en = odesia.calibrations(en, base_scores, reference)
-        calib_es = odesia.calibrations(es, base_scores, reference)
-        if not calib_en or not calib_es:
-            side = "EN" if not calib_en else "ES"
-            raise ResultsError(f"--gap: no baseline results for the {side} datasets; add them "
-                               "with --baseline (from `estratos baseline`) or in the results")
-        content.gap = odesia.compute_gap(en, es, pair_list, calib_en, calib_es)
-        sections.append(Section("EN-ES gap (ODESIA Ind)", [_gap_table(content.gap, notes)],
-                                f"EN: `{os.fspath(gap[0])}`, ES: `{os.fspath(gap[1])}`.",
-                                in_score_files=True))
-    if maps is not None:
-        sections += similarity_sections(maps)
-        content.maps = maps
-        content.sources += _unique_paths(expand_paths(list(similarity)))
-    return content
+    return sections
+
+
+def _add_delta(content: ReportContent, baseline: Sequence[PathLike],
+               base_scores: Dict[str, Any]) -> None:
+    """``--baseline``: each cell calibrated by its dataset's baseline (ODESIA's Delta), kept
+    in ``content`` and shown as a section; refused when the files hold no baseline cell."""
+    if not base_scores:
+        raise ResultsError(f"--baseline: no baseline results in {', '.join(map(str, baseline))}"
+                           " (make them with `estratos baseline`)")
+    agg, reference = content.agg, content.reference
+    content.calib = odesia.calibrations(agg, base_scores, reference)
+    content.delta = odesia.delta_aggregate(agg, content.calib)
+    labels = sorted({r.system.label for r in odesia.delta_baselines(agg).values()})
+    content.sections += _delta_sections(agg, content.calib, content.delta, content.footnotes,
+                                        ", ".join(labels), reference)
+
+
+def _add_gap(content: ReportContent, gap: Tuple[PathLike, PathLike],
+             pairs: Optional[PathLike], base_scores: Dict[str, Any]) -> None:
+    """``--gap EN ES``: ODESIA's Ind over the dataset ``pairs``, both sides calibrated by
+    the baselines, kept in ``content`` and shown as a section; refused when a side has no
+    baseline."""
+    reference = content.reference
+    pair_list = odesia.load_pairs(pairs)
+    en, es = (aggregate(load_results([p]).records) for p in gap)
+    calib_en = odesia.calibrations(en, base_scores, reference)
+    calib_es = odesia.calibrations(es, base_scores, reference)
+    if not calib_en or not calib_es:
+        side = "EN" if not calib_en else "ES"
+        raise ResultsError(f"--gap: no baseline results for the {side} datasets; add them "
+                           "with --baseline (from `estratos baseline`) or in the results")
+    content.gap = odesia.compute_gap(en, es, pair_list, calib_en, calib_es)
+    content.sections.append(Section("EN-ES gap (ODESIA Ind)",
+                                    [_gap_table(content.gap, content.footnotes)],
+                                    f"EN: `{os.fspath(gap[0])}`, ES: `{os.fspath(gap[1])}`.",
+                                    in_score_files=True))
 
 
 def _similarity_records(similarity: Sequence[PathLike]) -> Optional[list]:
