@@ -132,9 +132,10 @@ def test_caches_that_recorded_mean_skips_bos_keep_matching(zoo, toy_task, tmp_pa
         cache = tmp_path / f"{family}.h5"
         base = ["encode", "--model", zoo[family], "--out", cache, "--threads", "1"]
         assert invoke(base + ["--sentences", text]).exit_code == 0
-        with h5py.File(cache, "r+") as f:
+        with h5py.File(cache, "r+") as f:  # as cache format 1 recorded it
             del f.attrs["mean_first_token"]
             f.attrs["mean_skips_bos"] = legacy
+            f.attrs["schema_version"] = 1
         res = invoke(base + ["--sentences", more])
         if legacy:  # the BOS was skipped: the default matches
             assert res.exit_code == 0, res.output
@@ -142,7 +143,9 @@ def test_caches_that_recorded_mean_skips_bos_keep_matching(zoo, toy_task, tmp_pa
             assert res.exit_code == 1 and "cache has 'keep', asked for 'skip'" in res.output
             res = invoke(base + ["--sentences", more, "--mean-first-token", "keep"])
             assert res.exit_code == 0, res.output
-    assert schema.settings_diff({"mean_skips_bos": True}, {"mean_first_token": "skip"}) == {}
+    for legacy, policy in ((True, "skip"), (False, "keep")):
+        migrated = schema.migrate({"schema_version": 1, "mean_skips_bos": legacy})
+        assert migrated["mean_first_token"] == policy and "mean_skips_bos" not in migrated
 
 
 def test_cls_refusal_says_why_without_a_bos(zoo, toy_task, tmp_path):  # noqa: F811

@@ -338,8 +338,17 @@ def test_architecture_is_read_from_the_config():
     assert pooling.is_decoder_only(tf.BertConfig(is_decoder=True))
     assert architecture.decoder_only_type("remote", ["ToyForCausalLM"])
     assert not architecture.decoder_only_type("remote", ["ToyForCausalLM", "ToyForMaskedLM"])
-    assert architecture.cache_is_decoder({"encoder": "transformers", "model_type": "llama"})
-    assert not architecture.cache_is_decoder({"encoder": "batcher", "model_type": ""})
+    # a format-1 cache that predates ``architecture``: its migration reads the model type
+    from estratos.cache import schema
+
+    def old(**attrs):
+        return schema.migrate({"schema_version": 1, **attrs})
+
+    assert architecture.cache_is_decoder(old(encoder="transformers", model_type="llama"))
+    assert old(encoder="transformers", model_type="bert")["architecture"] == architecture.ENCODER
+    assert not architecture.cache_is_decoder(old(encoder="batcher", model_type=""))
+    assert old(encoder="transformers", model_type="llama",
+               architecture="encoder")["architecture"] == "encoder"  # recorded: kept
 
 
 # -- control models: --random-init ---------------------------------------------------------------

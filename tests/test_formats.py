@@ -76,6 +76,38 @@ def test_the_version_1_migration_fills_what_older_caches_lack(tmp_path):
             c.read([0], "mean", ["avg"])
 
 
+@pytest.mark.parametrize("model_type, skips_bos, architecture, first_token", [
+    ("llama", True, "decoder", "skip"), ("qwen2", False, "decoder", "keep"),
+    ("bert", None, "encoder", None)])
+def test_the_version_1_migration_reads_the_older_decoder_attributes(
+        tmp_path, model_type, skips_bos, architecture, first_token):
+    """Version-1 caches written before ``architecture`` and ``mean_first_token`` recorded
+    them: the migration tells the architecture from ``model_type`` and turns
+    ``mean_skips_bos`` into ``mean_first_token``, so readers (the probe's cls refusal, a
+    cell's ``encoding``, the settings a resume compares) see only the current attributes;
+    extending such a cache writes them."""
+    from estratos.cache.architecture import cache_is_decoder
+
+    cache = unpack("cache.h5.gz", tmp_path)
+    with h5py.File(cache, "r+") as f:
+        del f.attrs["architecture"]
+        f.attrs["model_type"] = model_type
+        if skips_bos is not None:
+            f.attrs["mean_skips_bos"] = skips_bos
+    with open_cache(cache) as c:
+        assert c.attrs["architecture"] == architecture and "mean_skips_bos" not in c.attrs
+        assert cache_is_decoder(c.attrs) == (architecture == "decoder")
+        assert c.attrs.get("mean_first_token") == first_token
+        assert c.identity()["encoding"].get("mean_first_token") == first_token
+        want = {**c.attrs, "mean_first_token": first_token}
+        assert schema.settings_diff(c.attrs, want) == {}
+    writer = CacheWriter.extend_copy(cache, schema.partial_path(cache))
+    writer.finish(cache)
+    with h5py.File(cache, "r") as f:
+        assert "mean_skips_bos" not in f.attrs and f.attrs["architecture"] == architecture
+        assert schema.to_python(f.attrs.get("mean_first_token")) == first_token
+
+
 def test_a_cache_of_a_newer_version_is_refused_by_name(tmp_path):
     cache = unpack("cache.h5.gz", tmp_path)
     with h5py.File(cache, "r+") as f:

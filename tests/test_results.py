@@ -280,6 +280,24 @@ def test_schema_1_lines_are_migrated(tmp_path):
     assert (c.features, c.schema) == ("standardized", 2)
 
 
+def test_where_predictions_are_filed_comes_from_the_migration_alone():
+    """Only a version-1 line's migration says its predictions sit under another key; a
+    current line's ``filed_under`` (never written) is ignored, and the key is never
+    written back."""
+    current = rec(0).to_json()
+    assert "filed_under" not in current
+    forged = ResultRecord.from_json({**current, "filed_under": ["elsewhere"]})
+    assert forged.predictions_key == forged.key == rec(0).key
+    old = {**current, "schema": 1, "control": {"kind": "permuted-labels", "seed": 3}}
+    del old["features"]
+    migrated = ResultRecord.from_json(old)
+    assert migrated.predictions_key == migrated.key[:5] + migrated.key[6:8] + (
+        "permuted-labels",)
+    assert migrated.replace(ci=None).predictions_key == migrated.predictions_key
+    assert "filed_under" not in migrated.to_json() and migrated == migrated.replace(
+        filed_under=None)
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("control", {"kind": "shuffled"}, "unknown kind 'shuffled'"),
     ("control", "yes", "'control' must be an object"),

@@ -44,13 +44,9 @@ def decoder_only_type(model_type: str, architectures: Sequence[str] = ()) -> boo
 
 def cache_is_decoder(attrs: Mapping[str, Any]) -> bool:
     """Whether a cache's vectors come from a decoder-only model: its ``architecture``
-    attribute, or, in a cache that does not record it (cache format 1), its ``model_type``."""
-    recorded = attrs.get("architecture")
-    if recorded:
-        return recorded == DECODER
-    model_type = attrs.get("model_type")
-    return attrs.get("encoder") == "transformers" and bool(model_type) and \
-        decoder_only_type(str(model_type))
+    attribute, as :func:`estratos.cache.schema.read_attrs` gives it (an older cache's
+    migration tells it from the recorded ``model_type``)."""
+    return attrs.get("architecture") == DECODER
 
 
 def cls_refusal(model: str, where: str = "--pooling") -> OptionError:

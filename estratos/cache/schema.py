@@ -24,9 +24,10 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 import h5py
 import numpy as np
 
+from estratos.cache.architecture import DECODER, ENCODER, decoder_only_type
 from estratos.errors import CacheError, DamagedCache
 from estratos.text import KEY_BYTES
-from estratos.vocab import AVG_OF_ALL, VECTOR_SETTINGS
+from estratos.vocab import AVG_OF_ALL, VECTOR_DTYPES, VECTOR_SETTINGS
 
 SCHEMA_VERSION = 2
 #: the oldest cache format version read (through :func:`migrate`)
@@ -49,8 +50,6 @@ AVG_GROUP = "avg"
 ROW_DATASETS = (KEYS, SENTENCES, N_TOKENS, TRUNCATED)
 
 KEY_DTYPE = np.dtype(f"S{KEY_BYTES}")
-#: stored vector precisions (the ``dtype`` attribute); readers always return float32
-VECTOR_DTYPES = ("float16", "bfloat16", "float32")
 #: how each precision lies on disk: HDF5 has no bfloat16, so its 16-bit words (the upper half
 #: of a float32) are stored as uint16 and the ``dtype`` attribute says what they are
 STORAGE_DTYPES: Dict[str, np.dtype] = {"float16": np.dtype(np.float16),
@@ -71,9 +70,9 @@ CHUNK_ROWS = 512
 SETTINGS_ATTRS = ("schema_version", "encoder", "model", "revision", "tokenizer", "max_length",
                   "lowercase", "dtype", "poolings", "states", "mean_first_token",
                   "prompt", "prompt_kind", "mean_tokens", "random_init", "model_dtype")
-#: decoder caches written before ``mean_first_token`` recorded ``mean_skips_bos`` instead:
-#: true (a BOS token, left out of the mean) is ``skip``, false (no BOS: the first word kept)
-#: is ``keep``
+#: decoder caches of format 1 written before ``mean_first_token`` recorded
+#: ``mean_skips_bos`` instead: true (a BOS token, left out of the mean) is ``skip``, false
+#: (no BOS: the first word kept) is ``keep`` (read by :func:`migrate` only)
 LEGACY_MEAN_FIRST = {True: "skip", False: "keep"}
 #: attributes that only exist on shard files
 SHARD_ATTRS = ("shard_index", "shard_count", "input_digest")
@@ -279,8 +278,13 @@ def migrate(attrs: Dict[str, Any], where: str = "cache") -> Dict[str, Any]:
 
     Version 1 -> 2: ``""`` was None (dropped); a cache without ``states`` stores every state
     ``0..n_states-1``; without ``stored_avg``, no avg; without ``model_dtype``, the weights'
-    dtype is not recorded (listed in ``unrecorded``: it matches any). A version newer than
-    :data:`SCHEMA_VERSION` raises :class:`CacheError` naming ``where``.
+    dtype is not recorded (listed in ``unrecorded``: it matches any); ``mean_skips_bos``
+    (decoder caches before ``mean_first_token``) becomes ``mean_first_token``
+    (:data:`LEGACY_MEAN_FIRST`); without ``architecture``, a transformers cache's
+    ``model_type`` tells it (:func:`estratos.cache.architecture.decoder_only_type`, which
+    imports transformers). This is the one place that reads a version-1 layout: everything
+    else reads the current attributes. A version newer than :data:`SCHEMA_VERSION` raises
+    :class:`CacheError` naming ``where``.
     """
     version = int(attrs.get("schema_version") or OLDEST_VERSION)
     if not OLDEST_VERSION <= version <= SCHEMA_VERSION:
@@ -293,6 +297,13 @@ def migrate(attrs: Dict[str, Any], where: str = "cache") -> Dict[str, Any]:
         attrs.setdefault("stored_avg", False)
         if "model_dtype" not in attrs:
             attrs[UNRECORDED] = sorted(set(attrs.get(UNRECORDED, ())) | {"model_dtype"})
+        skips_bos = attrs.pop("mean_skips_bos", None)
+        if skips_bos is not None and "mean_first_token" not in attrs:
+            attrs["mean_first_token"] = LEGACY_MEAN_FIRST[bool(skips_bos)]
+        if "architecture" not in attrs and attrs.get("encoder") == "transformers" \
+                and attrs.get("model_type"):
+            attrs["architecture"] = DECODER if decoder_only_type(str(attrs["model_type"])) \
+                else ENCODER
         attrs["schema_version"] = SCHEMA_VERSION
     return attrs
 
@@ -350,16 +361,6 @@ def stored_states(attrs: Mapping[str, Any]) -> Optional[Tuple[int, ...]]:
     return None
 
 
-def mean_first_token(attrs: Mapping[str, Any]) -> Optional[str]:
-    """What a decoder cache's ``mean`` did with each input's first token (``skip`` or
-    ``keep``; None for encoder caches), from ``mean_first_token`` or an older cache's
-    ``mean_skips_bos``."""
-    value = attrs.get("mean_first_token")
-    if value is None and attrs.get("mean_skips_bos") is not None:
-        value = LEGACY_MEAN_FIRST[bool(attrs["mean_skips_bos"])]
-    return value
-
-
 def vector_settings(attrs: Mapping[str, Any], avg_stored: bool) -> Dict[str, Any]:
     """The settings a cache's vectors were made with that are not part of a cell's
     identity (:data:`estratos.vocab.VECTOR_SETTINGS`), what each results line records as
@@ -375,8 +376,6 @@ def vector_settings(attrs: Mapping[str, Any], avg_stored: bool) -> Dict[str, Any
             states = stored_states(attrs)
             value: Any = AVG_OF_ALL if avg_stored else (
                 None if states is None else list(states))
-        elif name == "mean_first_token":
-            value = mean_first_token(attrs)
         else:
             value = attrs.get(name)
         if value is not None:
@@ -394,8 +393,6 @@ def settings_diff(have: Mapping[str, Any], want: Mapping[str, Any]) -> Dict[str,
         if k in unrecorded:
             continue
         a, b = have.get(k), want.get(k)
-        if k == "mean_first_token":
-            a, b = mean_first_token(have), mean_first_token(want)
         if k == "states":
             a, b = stored_states(have), stored_states(want)
             if a is None or b is None:

@@ -85,21 +85,13 @@ def cell_key(task: str, layer: Layer, pooling: Optional[str], seed: int,
     return key if prompt is None else key + (("prompt", prompt),)
 
 
-def legacy_key(task: str, layer: Layer, pooling: Optional[str], seed: int,
-               classifier: Optional[str], model: str, revision: Optional[str],
-               control: Optional[str] = None) -> CellKey:
-    """The key a results line of schema version 1 had (no ``features``; a label-shuffle
-    control was ``permuted-labels``): what its predictions were filed under."""
-    base = (task, layer, pooling, seed, classifier, model, revision)
-    return base if control is None else base + (
-        _LEGACY_CONTROL_NAMES.get(control, control),)
-
-
 #: the vector settings (``encoding``) a probe line's ``cache`` object has always recorded
 _ENCODING_IN_CACHE = ("dtype", "max_length")
-#: control kinds of schema version 1 -> their names now, and back
+#: control kinds of schema version 1 -> their names now
 _CONTROL_RENAMED = {"permuted-labels": LABEL_SHUFFLE}
-_LEGACY_CONTROL_NAMES = {v: k for k, v in _CONTROL_RENAMED.items()}
+#: the record field that holds the key an older line's predictions were filed under; set by
+#: :func:`migrate` only, never read from nor written to a line
+FILED_UNDER = "filed_under"
 
 
 def migrate(obj: Dict[str, Any]) -> Dict[str, Any]:
@@ -107,11 +99,17 @@ def migrate(obj: Dict[str, Any]) -> Dict[str, Any]:
     (a new dict; the one place that knows older layouts). Version 1: ``features`` from
     the classifier's record (``lbfgs`` recorded ``standardized`` there) or ``raw`` for a
     probe, none for a baseline; ``permuted-labels`` controls are ``label-shuffle``; a
-    one-class mark meant every prediction (``share`` 1.0). A probe line of any version
+    one-class mark meant every prediction (``share`` 1.0); its predictions were filed under
+    the key it had then (no ``features``, the control kind as then named), kept as
+    :data:`FILED_UNDER` (:attr:`ResultRecord.predictions_key`). A probe line of any version
     written before ``encoding`` existed gets the vector settings its ``cache`` object
     recorded (``dtype``, ``max_length``); the others are unknown and match any."""
-    obj = dict(obj)
+    obj = {k: v for k, v in obj.items() if k != FILED_UNDER}
     if obj.get("schema") == 1:
+        filed = (obj.get("task"), obj.get("layer"), obj.get("pooling"), obj.get("seed"),
+                 classifier_name(obj.get("classifier")), obj.get("model"), obj.get("revision"))
+        control_part = control_kind(obj.get("control"))
+        obj[FILED_UNDER] = filed if control_part is None else filed + (control_part,)
         classifier = obj.get("classifier")
         if obj.get("kind") == "probe":
             named = classifier.get("features") if isinstance(classifier, Mapping) else None
@@ -230,6 +228,10 @@ class ResultRecord:
     data_digest: Optional[str] = None
     encoding: Optional[Mapping[str, Any]] = None
     schema: int = SCHEMA_VERSION
+    #: the key an older line's predictions were filed under (:func:`migrate`; None: its
+    #: :attr:`key`); never written to a line, not part of the record's value
+    filed_under: Optional[CellKey] = dataclasses.field(default=None, compare=False,
+                                                        repr=False)
 
     # ------------------------------------------------------------------ identity
     @property
@@ -250,13 +252,10 @@ class ResultRecord:
 
     @property
     def predictions_key(self) -> CellKey:
-        """The key this cell's predictions are filed under: :attr:`key`, or for a line of
-        schema version 1 the key it had then (:func:`legacy_key`)."""
-        if self.schema == 1:
-            return legacy_key(self.task, self.layer, self.pooling, self.seed,
-                              classifier_name(self.classifier), self.model, self.revision,
-                              control_kind(self.control))
-        return self.key
+        """The key this cell's predictions are filed under: :attr:`key`, or the key an older
+        line had when its predictions were written (:attr:`filed_under`, from
+        :func:`migrate`)."""
+        return self.key if self.filed_under is None else self.filed_under
 
     @property
     def control_kind(self) -> Optional[str]:
@@ -272,7 +271,7 @@ class ResultRecord:
         not set are left out)."""
         out: Dict[str, Any] = {"schema": self.schema}
         for f in dataclasses.fields(self):
-            if f.name == "schema":
+            if f.name in ("schema", FILED_UNDER):
                 continue
             value = getattr(self, f.name)
             if f.name in _OMITTED_WHEN_NONE and value is None:
