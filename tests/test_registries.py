@@ -82,7 +82,7 @@ def test_option_lookups_name_their_option_with_the_same_hint(lookup, message):
 
 def test_listings_are_in_registration_order():
     from estratos.protocols import protocol_names
-    from estratos.tasks.formats import FORMATS, format_names
+    from estratos.tasks.formats import DATA_FORMATS, format_names
     from estratos.tasks.formats.base import Format
     from estratos.vocab import COMBINERS, METRICS
 
@@ -93,11 +93,11 @@ def test_listings_are_in_registration_order():
     class Late(Format):
         name = "aaa-late"  # sorts first, registered last
 
-    FORMATS.register(Late.name, Late())
+    DATA_FORMATS.register(Late.name, Late())
     try:
         assert format_names()[-1] == "aaa-late"
     finally:
-        FORMATS.unregister(Late.name)
+        DATA_FORMATS.unregister(Late.name)
     assert "aaa-late" not in format_names()
 
 

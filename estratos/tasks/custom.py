@@ -38,7 +38,7 @@ else:  # pragma: no cover - Python 3.10 only
 
 from estratos.errors import InputError, TaskError
 from estratos.protocols import get_protocol
-from estratos.tasks.formats import FORMATS
+from estratos.tasks.formats import DATA_FORMATS
 from estratos.tasks.suites.common import CLASSIFIER_KEYS
 from estratos.tasks.types import COMBINER_SLOTS, TaskSpec
 from estratos.vocab import COMBINERS, METRIC_INFO
@@ -124,7 +124,7 @@ def load_task_file(path: os.PathLike | str) -> TaskSpec:
             raise _fail(f"{label} {value!r} may only hold letters, digits and _ . + -", path)
     fmt, combiner, protocol = doc["format"], doc["combiner"], doc["protocol"]
     try:  # the registries' lookup error (closest names, choices), naming the file
-        FORMATS.get(fmt)
+        DATA_FORMATS.get(fmt)
         COMBINERS.get(combiner)
         scores = get_protocol(protocol).scores
         metric = doc.get("metric", "pearson" if scores else "accuracy")

@@ -11,7 +11,7 @@ when some are missing) is decided once, for every format, in :mod:`estratos.task
 # the built-in formats register themselves (in .base) on import
 from estratos.tasks.formats import discourse, jsonl, probing, tabular  # noqa: F401
 from estratos.tasks.formats.base import (
-    FORMATS,
+    DATA_FORMATS,
     Format,
     Source,
     format_names,
@@ -20,5 +20,5 @@ from estratos.tasks.formats.base import (
     split_paths,
 )
 
-__all__ = ["FORMATS", "Format", "Source", "format_names", "get_format", "register_format",
+__all__ = ["DATA_FORMATS", "Format", "Source", "format_names", "get_format", "register_format",
            "split_paths"]

@@ -66,23 +66,23 @@ class Format:
 
 
 #: the registered formats, in registration order (:class:`estratos.registry.Registry`)
-FORMATS: Registry[Format] = Registry("data format")
+DATA_FORMATS: Registry[Format] = Registry("data format")
 
 
 def register_format(fmt: Format) -> Format:
     """Make ``fmt`` available to specs whose ``format`` is ``fmt.name``."""
-    return FORMATS.register(fmt.name, fmt)
+    return DATA_FORMATS.register(fmt.name, fmt)
 
 
 def get_format(name: str) -> Format:
     """The format registered as ``name``; an unknown one is the registries' lookup error
     (:func:`estratos.registry.unknown_name`: a :class:`TaskError` with the closest names)."""
-    return FORMATS.get(name)
+    return DATA_FORMATS.get(name)
 
 
 def format_names() -> Tuple[str, ...]:
     """Names of all registered formats, in registration order."""
-    return FORMATS.names()
+    return DATA_FORMATS.names()
 
 
 def split_paths(spec: TaskSpec, root: Path, key: str = "splits") -> Dict[str, Path]:
