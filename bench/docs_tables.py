@@ -209,8 +209,11 @@ def comparisons(files: Tuple[str, ...], pairs: Sequence[Tuple[str, str, str]]) -
         def side(iv) -> str:
             return f"{iv.estimate:.2f} [{iv.lo:.2f}, {iv.hi:.2f}]"
 
-        mcnemar = ", ".join(f"{seed}: {p_text(p)}" for seed, _, _, p in c.mcnemar) or "-"
-        p = "-" if d.p_value is None else p_text(d.p_value)
+        def pv(p: float) -> str:
+            return p_text(p).removeprefix("= ")
+
+        mcnemar = ", ".join(f"{seed}: {pv(p)}" for seed, _, _, p in c.mcnemar) or "-"
+        p = "-" if d.p_value is None else pv(d.p_value)
         lines.append(f"| {task} | `{a}` | `{b}` | {side(c.a.interval)} | {side(c.b.interval)} "
                      f"| {d.diff:+.2f} [{d.lo:+.2f}, {d.hi:+.2f}] | {p} | {mcnemar} |")
     return "\n".join(lines) + "\n"
@@ -382,7 +385,8 @@ def run(check: bool, only: Sequence[str] = (), out: TextIO = sys.stdout) -> int:
         try:
             new, changed = render_doc(doc, text, tables)
         except (DocTableError, EstratosError) as exc:
-            _say(f"error: docs/{doc}: {exc}", out)
+            text = str(exc)
+            _say("error: " + (text if text.startswith("docs/") else f"docs/{doc}: {text}"), out)
             status = 1
             continue
         for name in changed:
