@@ -99,10 +99,11 @@ def bare_forward(sentences: list, batch_tokens: int, threads) -> dict:
 
 def full_encode(sentences: list, out: Path, batch_tokens: int, threads) -> dict:
     from estratos.encode import encode_sentences
+    from estratos.encode.config import EncodeConfig
     from estratos.encode.models.hf import HFEncoder
 
     start = time.perf_counter()
-    HFEncoder(model_dir(), threads=threads).load()  # what encode spends before batch one
+    HFEncoder(EncodeConfig.build(model=model_dir(), threads=threads)).load()  # what encode spends before batch one
     load = time.perf_counter() - start
     start = time.perf_counter()
     summary = encode_sentences(sentences, model_dir(), out, batch_tokens=batch_tokens,

@@ -96,9 +96,10 @@ def bare(model: str, sentences: list, device: str, batch_tokens, threads) -> dic
     import torch
 
     from estratos.encode.models.devices import prepare_cpu_threads
+    from estratos.encode.config import EncodeConfig
     from estratos.encode.models.hf import HFEncoder
 
-    enc = HFEncoder(model, device=device, threads=threads)
+    enc = HFEncoder(EncodeConfig.build(model=model, device=device, threads=threads))
     enc.load()
     prepare_cpu_threads(enc.device, threads)
     budget = enc.auto_batch_tokens() if batch_tokens == "auto" else int(batch_tokens)
@@ -196,10 +197,11 @@ class GpuSampler:
 
 def full(model: str, sentences: list, out: Path, device: str, batch_tokens, threads) -> dict:
     from estratos.encode import encode_sentences
+    from estratos.encode.config import EncodeConfig
     from estratos.encode.models.hf import HFEncoder
 
     start = time.perf_counter()
-    HFEncoder(model, device=device, threads=threads).load()
+    HFEncoder(EncodeConfig.build(model=model, device=device, threads=threads)).load()
     load = time.perf_counter() - start
     with GpuSampler(device) as gpu:
         start = time.perf_counter()

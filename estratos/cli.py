@@ -14,6 +14,7 @@ from typing import Callable, List, Optional, Sequence
 import click
 
 from estratos import __version__
+from estratos.encode.config import DEVICE_MAPS, MODEL_DTYPES
 from estratos.errors import EstratosError, Interrupted
 from estratos.options import (
     DEFAULT_SEEDS_TEXT,
@@ -39,6 +40,7 @@ from estratos.vocab import (
     POOLINGS,
     SURFACE_BASELINES,
     SYNTHETIC_N_PER_TASK,
+    VECTOR_DTYPES,
 )
 
 
@@ -132,6 +134,62 @@ def _classifier_option(what: str) -> Callable:
                         default=DEFAULT_CLASSIFIER, show_default=True, help=what)
 
 
+def _vector_options(command: Callable) -> Callable:
+    """The ``encode`` options that say what a cache's vectors are and how the model is
+    loaded (each a field of :class:`~estratos.encode.config.EncodeConfig`, passed to its
+    ``build`` by name): ``encode`` and ``slurm`` take the same ones."""
+    options = [
+        click.option("--dtype", type=click.Choice(VECTOR_DTYPES), default="float16",
+                     show_default=True,
+                     help="Stored vector precision (readers always give float32); bfloat16 "
+                          "has float32's range, for models whose hidden states overflow "
+                          "float16."),
+        click.option("--max-length", type=int, default=None,
+                     help="Truncate inputs to this many tokens [default: model limit, max "
+                          "512]."),
+        click.option("--batch-tokens", default="auto", show_default=True, metavar="N|auto",
+                     help="Token budget per batch (batch size x padded length); auto: fill "
+                          "the GPU's free memory; on CPU at most 8192, less for deep, wide "
+                          "models."),
+        click.option("--lowercase", is_flag=True, help="Lower-case sentences before "
+                                                       "tokenizing."),
+        click.option("--model-dtype", type=click.Choice(MODEL_DTYPES), default="auto",
+                     show_default=True,
+                     help="Dtype of the model's weights; auto: the checkpoint's own on a GPU, "
+                          "float32 on CPU."),
+        click.option("--device-map", type=click.Choice(DEVICE_MAPS), default=None,
+                     help="auto: spread a model too large for one GPU over the GPUs present "
+                          '(needs pip install "estratos[accelerate]").'),
+        click.option("--trust-remote-code", is_flag=True,
+                     help="Run the model's own Python code from its folder or hub repo (off "
+                          "by default; only for models you trust)."),
+        click.option("--random-init", type=click.IntRange(min=0), default=None,
+                     metavar="SEED",
+                     help="Control model: same architecture and tokenizer, weights freshly "
+                          "initialised with this seed (the trained weights are never read)."),
+        click.option("--states", default="all", show_default=True, metavar="SPEC",
+                     help="Hidden states to store: all, indices (0,8,16), every:K (and the "
+                          "last), last:N; the mean over all states (avg) is stored whatever "
+                          "is picked."),
+        click.option("--prompt", default=None, metavar="TEMPLATE",
+                     help='Wrap each sentence in TEMPLATE, {} being the sentence (e.g. \'This '
+                          'sentence : "{}" means in one word:"\'); the cache stays keyed by '
+                          "the sentence, last reads the prompt's last token, mean the "
+                          "sentence's tokens."),
+        click.option("--chat-template", is_flag=True,
+                     help="Wrap each sentence (or --prompt's text) in the tokenizer's chat "
+                          "template as a user turn, the assistant's turn opened."),
+        click.option("--mean-first-token", type=click.Choice(MEAN_FIRST_CHOICES),
+                     default="auto", show_default=True,
+                     help="Whether a decoder's mean leaves out each input's first token (the "
+                          "attention sink: BOS, or the first word without one); auto: skip "
+                          "for decoders, keep for encoders."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="estratos")
 @click.option("-v", "--verbose", count=True,
@@ -171,15 +229,6 @@ def cache_group() -> None:
 @click.option("--tasks", metavar="IDS", help="Encode the sentences of these tasks.")
 @_task_file_option("Also encode this custom task's sentences (repeatable).")
 @_data_dir_option("Where task data lives (with --tasks)")
-@click.option("--dtype", type=click.Choice(["float16", "bfloat16", "float32"]),
-              default="float16", show_default=True,
-              help="Stored vector precision (readers always give float32); bfloat16 has "
-                   "float32's range, for models whose hidden states overflow float16.")
-@click.option("--max-length", type=int, default=None,
-              help="Truncate inputs to this many tokens [default: model limit, max 512].")
-@click.option("--batch-tokens", default="auto", show_default=True, metavar="N|auto",
-              help="Token budget per batch (batch size x padded length); auto: fill the GPU's "
-                   "free memory; on CPU at most 8192, less for deep, wide models.")
 @click.option("--device", default="auto", show_default=True,
               help=f"Where the model runs: {device_help(ENCODE_DEVICES)} (auto: a GPU when "
                    "there is one, else cpu).")
@@ -188,48 +237,19 @@ def cache_group() -> None:
 @click.option("--pooling", "poolings", multiple=True, type=click.Choice(POOLINGS),
               help="Poolings to store (repeatable) [default: cls and mean for encoders, last "
                    "and mean for decoder-only models].")
-@click.option("--lowercase", is_flag=True, help="Lower-case sentences before tokenizing.")
-@click.option("--model-dtype", type=click.Choice(["auto", "bfloat16", "float16", "float32"]),
-              default="auto", show_default=True,
-              help="Dtype of the model's weights; auto: the checkpoint's own on a GPU, float32 "
-                   "on CPU.")
-@click.option("--device-map", type=click.Choice(["auto"]), default=None,
-              help="auto: spread a model too large for one GPU over the GPUs present "
-                   '(needs pip install "estratos[accelerate]").')
-@click.option("--trust-remote-code", is_flag=True,
-              help="Run the model's own Python code from its folder or hub repo (off by "
-                   "default; only for models you trust).")
-@click.option("--random-init", type=click.IntRange(min=0), default=None, metavar="SEED",
-              help="Control model: same architecture and tokenizer, weights freshly "
-                   "initialised with this seed (the trained weights are never read).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar [default: when stderr is a terminal].")
 @click.option("--threads", type=int, default=None,
               help="CPU threads [default: OMP_NUM_THREADS if set, else all cores].")
-@click.option("--states", default="all", show_default=True, metavar="SPEC",
-              help="Hidden states to store: all, indices (0,8,16), every:K (and the last), "
-                   "last:N; the mean over all states (avg) is stored whatever is picked.")
-@click.option("--prompt", default=None, metavar="TEMPLATE",
-              help='Wrap each sentence in TEMPLATE, {} being the sentence (e.g. \'This '
-                   'sentence : "{}" means in one word:"\'); the cache stays keyed by the '
-                   "sentence, last reads the prompt's last token, mean the sentence's tokens.")
-@click.option("--chat-template", is_flag=True,
-              help="Wrap each sentence (or --prompt's text) in the tokenizer's chat template as "
-                   "a user turn, the assistant's turn opened.")
-@click.option("--mean-first-token", type=click.Choice(MEAN_FIRST_CHOICES), default="auto",
-              show_default=True,
-              help="Whether a decoder's mean leaves out each input's first token (the "
-                   "attention sink: BOS, or the first word without one); auto: skip for "
-                   "decoders, keep for encoders.")
-def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_dirs, dtype,
-                   max_length, batch_tokens, device, shard, poolings, lowercase, progress,
-                   threads, states, model_dtype, device_map, trust_remote_code,
-                   random_init, prompt, chat_template, mean_first_token) -> None:
+@_vector_options
+def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_dirs, device,
+                   shard, poolings, progress, threads, **vector_options) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
-    from estratos.encode.options import check_encode_options, check_model_folder
+    from estratos.encode.config import EncodeConfig
 
-    check_encode_options(device=device, threads=threads, shard=shard or "auto",
-                         states=states, batch_tokens=batch_tokens, prompt=prompt)
+    config = EncodeConfig.build(model=model, encoder=encoder, poolings=poolings or None,
+                                device=device, shard=shard or "auto", threads=threads,
+                                **vector_options)
     from estratos.encode.inputs import gather_sentences_meanwhile
     from estratos.encode.models.warmup import warmup_steps
 
@@ -237,18 +257,11 @@ def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_
     # in a helper process while this one imports the model's code
     sentences = gather_sentences_meanwhile(warmup_steps(model), sentences_file, tasks,
                                            data_dirs, task_files)
-    check_model_folder(model)
+    config.check_model()
     from estratos.encode import encode_sentences  # torch and transformers: only now
 
-    summary = encode_sentences(
-        sentences, model, out,
-        poolings=poolings or None, dtype=dtype, max_length=max_length,
-        batch_tokens=batch_tokens, device=device, shard=shard or "auto", lowercase=lowercase,
-        encoder=encoder, progress=progress, threads=threads, states=states,
-        notify=lambda line: click.echo(line, err=True),
-        model_dtype=model_dtype, device_map=device_map, trust_remote_code=trust_remote_code,
-        random_init=random_init, prompt=prompt, chat_template=chat_template,
-        mean_first_token=mean_first_token)
+    summary = encode_sentences(sentences, config, out, progress=progress,
+                               notify=lambda line: click.echo(line, err=True))
     click.echo(summary.describe())
 
 
@@ -700,10 +713,7 @@ def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, l
 @click.option("--mdl", is_flag=True, help="As for probe: online code lengths too.")
 @click.option("--device", default="auto", show_default=True,
               help=f"Where the probe jobs train: {device_help(PROBE_DEVICES)}.")
-@click.option("--states", default="all", show_default=True, metavar="SPEC",
-              help="As for encode: the hidden states the caches store.")
-@click.option("--prompt", default=None, metavar="TEMPLATE",
-              help="As for encode: wrap each sentence in TEMPLATE ({} is the sentence).")
+@_vector_options
 @click.option("--partition", default=None, help="sbatch --partition for every job.")
 @click.option("--gpus-per-task", type=int, default=0, show_default=True,
               help="GPUs per encode array task (--gres=gpu:G).")
@@ -717,11 +727,12 @@ def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, l
 @click.option("--dry-run", is_flag=True, help="Write the scripts and submit.sh; submit nothing.")
 def slurm_command(models, tasks, task_files, data_dirs, out, encode_array, probe_array,
                   layers, seeds, pooling, classifier, features, control, control_l2, mdl,
-                  device, states,
-                  prompt, partition, gpus_per_task, cpus_per_task, time_limit, sbatch_args,
-                  dry_run) -> None:
+                  device, partition, gpus_per_task, cpus_per_task, time_limit, sbatch_args,
+                  dry_run, **vector_options) -> None:
     """Run encode -> merge -> probe -> report on SLURM as dependent job arrays
-    (estratos.slurm.plan_pipeline, write_scripts, submit)."""
+    (estratos.slurm.plan_pipeline, write_scripts, submit). The encode jobs take encode's
+    options on what the caches hold (--dtype ... --mean-first-token); --pooling, --device
+    and the options before them are the probe's."""
     from estratos.slurm import find_sbatch, plan_pipeline, submit, write_scripts
     from estratos.slurm.plan import SUBMIT_SCRIPT
 
@@ -729,9 +740,8 @@ def slurm_command(models, tasks, task_files, data_dirs, out, encode_array, probe
                          encode_array=encode_array,
                          probe_array=probe_array, layers=layers, seeds=seeds, pooling=pooling,
                          classifier=classifier, features=features, control=control,
-                         control_l2=control_l2, mdl=mdl, device=device, states=states,
-                         prompt=prompt,
-                         partition=partition,
+                         control_l2=control_l2, mdl=mdl, device=device,
+                         encode=vector_options, partition=partition,
                          gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
                          time=time_limit, sbatch_args=sbatch_args)
     if not dry_run:

@@ -22,7 +22,7 @@ from estratos.encode.models import tokens as tokens_module
 from estratos.encode.models.token_batches import length_order, token_budget_batches
 from estratos.encode.models.devices import batch_tokens_for_memory
 from estratos.encode.models.hf import HFEncoder
-from estratos.encode.options import parse_batch_tokens
+from estratos.encode.config import EncodeConfig, parse_batch_tokens
 from estratos.errors import OptionError
 from estratos.text import normalize_sentence, sentence_key
 
@@ -134,7 +134,7 @@ def test_tokenized_once_and_equal_to_the_wrapper(tiny_bert_dir, monkeypatch):
     real = tokens_module.FastTokenizer.__call__
     monkeypatch.setattr(tokens_module.FastTokenizer, "__call__",
                         lambda self, t: calls.append(len(t)) or real(self, t))
-    enc = HFEncoder(str(tiny_bert_dir))
+    enc = HFEncoder(EncodeConfig.build(model=str(tiny_bert_dir)))
     enc.tokenize(texts)
     assert calls[-1] == len(texts) and sum(calls) - sum(calls[:-1]) == len(texts)
 

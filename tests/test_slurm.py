@@ -363,12 +363,38 @@ def test_every_probe_and_encode_option_reaches_its_jobs(synth, tmp_path):
     assert got.to_argv() == want.to_argv()
 
 
+def test_every_encode_option_reaches_the_encode_jobs(synth, tmp_path):
+    """The options on what a cache holds reach the encode jobs (written by
+    EncodeConfig.to_options); the job's words, parsed by the encode command, build the
+    configuration the slurm command was given, for its model."""
+    from estratos.cli import encode_command
+    from estratos.encode.config import EncodeConfig
+
+    out = tmp_path / "o"
+    asked = {"dtype": "bfloat16", "max_length": 64, "batch_tokens": 4096, "lowercase": True,
+             "model_dtype": "float32", "random_init": 3, "states": "every:2",
+             "prompt": 'Dice: "{}"', "chat_template": True, "mean_first_token": "keep"}
+    res = run_cli([*base_args(synth, out), "--dry-run", "--dtype", "bfloat16",
+                   "--max-length", "64", "--batch-tokens", "4096", "--lowercase",
+                   "--model-dtype", "float32", "--random-init", "3", "--states", "every:2",
+                   "--prompt", 'Dice: "{}"', "--chat-template", "--mean-first-token", "keep"])
+    assert res.exit_code == 0, res.output
+    script = (out / "model-a.encode.sbatch").read_text()
+    words = shlex.split(script.split('"$PY" -m estratos encode', 1)[1].replace("\\\n", " "))
+    p = encode_command.make_context("encode", words).params
+    got = EncodeConfig.build(model=p["model"], **{k: p[k] for k in asked})
+    assert got == EncodeConfig.build(model=p["model"], **asked)
+    assert got.to_argv()[2:] == EncodeConfig.build(model="x", **asked).to_argv()[2:]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--features", "scaled"], "'--features': 'scaled' is not one of"),
     (["--states", "every:0"], "--states"),
     (["--prompt", "no placeholder"], "--prompt"),
     (["--mdl", "--classifier", "lbfgs"], "--mdl: the lbfgs classifier cannot"),
     (["--device", "gpu"], "--device"),
+    (["--max-length", "1"], "--max-length: must be an integer >= 2"),
+    (["--batch-tokens", "0"], "--batch-tokens"),
 ])
 def test_bad_probe_and_encode_options_are_refused_before_writing(synth, tmp_path, args,
                                                                   message):

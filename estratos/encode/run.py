@@ -14,7 +14,7 @@ One call turns any iterable of sentences into rows of a cache (docs/cache.md):
    appends blocks of rows, each flushed before ``n_done`` moves; the end is an fsync and an
    atomic rename.
 
-This module is the orchestration only: options (:mod:`~estratos.encode.options`), the
+This module is the orchestration only: the configuration (:mod:`~estratos.encode.config`), the
 encoder (:mod:`~estratos.encode.models.factory`), what the cache records about the software
 (:mod:`~estratos.encode.environment`) and the summary (:mod:`~estratos.encode.summary`) live
 in their own modules.
@@ -27,16 +27,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from estratos import __version__
 from estratos.cache import schema
 from estratos.cache.session import CacheSession, open_for_writing
+from estratos.encode.config import BatchTokens, EncodeConfig
 from estratos.encode.environment import library_versions
 from estratos.encode.keys import dedupe_sentences, in_shard, input_digest
 from estratos.encode.models.factory import build_encoder
 from estratos.encode.models.token_batches import length_order, token_budget_batches
-from estratos.encode.options import BatchTokens, parse_batch_tokens
 from estratos.encode.pipeline import Background
 from estratos.encode.space import SHRINK_HINT, SpacePlan, plan_space
 from estratos.encode.stream import run_stream
@@ -44,60 +44,41 @@ from estratos.encode.summary import EncodeSummary
 from estratos.errors import DiskFull, EstratosError, InputError, Interrupted, OptionError
 from estratos.faultpoints import fault_point
 from estratos.files import disk_full
-from estratos.options import ShardSpec, parse_states, resolve_shard
-from estratos.vocab import ALL_LAYERS, utc_now
+from estratos.options import parse_states
+from estratos.vocab import utc_now
 
 log = logging.getLogger(__name__)
 
 __all__ = ["EncodeSummary", "encode_sentences"]
 
 
-def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.PathLike | str, *,
-                     poolings: Optional[Sequence[str]] = None, dtype: str = "float16",
-                     max_length: Optional[int] = None, batch_tokens: BatchTokens = "auto",
-                     device: Optional[str] = None, shard: ShardSpec = None,
-                     lowercase: bool = False, encoder: Optional[str] = None,
-                     progress: Optional[bool] = None,
-                     threads: Optional[int] = None,
-                     states: Union[str, Sequence[int], None] = ALL_LAYERS,
+def encode_sentences(sentences: Iterable[str], config: Union[EncodeConfig, str, None],
+                     out: os.PathLike | str, *, progress: Optional[bool] = None,
                      notify: Optional[Callable[[str], None]] = None,
-                     model_dtype: str = "auto", device_map: Optional[str] = None,
-                     trust_remote_code: bool = False,
-                     random_init: Optional[int] = None, prompt: Optional[str] = None,
-                     chat_template: bool = False,
-                     mean_first_token: str = "auto") -> EncodeSummary:
-    """Encode the unique ``sentences`` with ``model`` (or ``encoder``) into the cache ``out``.
+                     **options: Any) -> EncodeSummary:
+    """Encode the unique ``sentences`` as ``config`` says into the cache ``out``.
 
-    Creates ``out``, resumes ``out.partial`` left by a killed run with the same arguments, or
+    ``config``: an :class:`~estratos.encode.config.EncodeConfig`, or a model id or folder
+    (None with ``encoder=``) and its ``options`` as keywords, checked by
+    :meth:`EncodeConfig.build <estratos.encode.config.EncodeConfig.build>` (``dtype``,
+    ``max_length``, ``states``, ``prompt``, ``shard``, ...; docs/encode.md).
+
+    Creates ``out``, resumes ``out.partial`` left by a killed run with the same settings, or
     adds the missing sentences to an existing complete cache made with the same settings.
-    With ``shard`` (``"I/N"``, ``(I, N)`` or ``"auto"`` for SLURM arrays) the rows go to
-    ``<stem>.shard-I-of-N<suffix>`` beside ``out``. ``progress``: tqdm bar (None: if stderr is
-    a terminal). ``threads``: CPU threads (None: ``OMP_NUM_THREADS`` if set, else all cores).
-    ``states``: the hidden states to store (``--states``: ``all``, ``0,8,16``, ``every:4``,
-    ``last:8``; :func:`estratos.options.parse_states`); the mean over ALL states (``avg``) is
-    stored whatever is picked. ``notify(line)`` is called with the cache's expected size
-    and the free space before anything is written (the command prints it); too little free
-    space raises :class:`DiskFull` naming the options that shrink the cache, and so does a
-    disk that fills up while writing (the ``.partial`` is kept and resumes).
-    ``poolings`` None: the model's default (cls and mean for encoders, last and mean for
-    decoder-only models). ``model_dtype``, ``device_map``, ``trust_remote_code`` and
-    ``random_init`` say how the model is loaded (docs/encode.md, "Big models" and "Control
-    models"). ``prompt`` (a template whose ``{}`` is the sentence) and ``chat_template`` (the
-    tokenizer's chat template around a user turn) wrap each sentence before tokenizing; the
-    cache is still keyed by the sentence, and ``mean`` averages the sentence's tokens only.
-    ``mean_first_token`` (``auto``, ``skip``, ``keep``): whether a decoder's ``mean`` leaves
-    out each input's first token, the attention sink (docs/encode.md, "What is stored").
+    With a shard ``(I, N)`` the rows go to ``<stem>.shard-I-of-N<suffix>`` beside ``out``.
+    ``progress``: tqdm bar (None: if stderr is a terminal). The mean over ALL states
+    (``avg``) is stored whatever ``states`` picks. ``notify(line)`` is called with the
+    cache's expected size and the free space before anything is written (the command prints
+    it); too little free space raises :class:`DiskFull` naming the options that shrink the
+    cache, and so does a disk that fills up while writing (the ``.partial`` is kept and
+    resumes).
     """
     started = time.perf_counter()
-    if dtype not in schema.VECTOR_DTYPES:
-        raise OptionError(f"--dtype: {dtype!r} is not one of {schema.VECTOR_DTYPES}")
-    batch_tokens = parse_batch_tokens(batch_tokens)
-    parse_states(states)  # the syntax, before anything is read
-    poolings = tuple(dict.fromkeys(poolings)) if poolings else None
-    shard_sel = resolve_shard(shard)
+    config = _as_config(config, options)
     out = Path(out)
     if not out.parent.is_dir():
         raise OptionError(f"--out: folder {out.parent} does not exist")
+    shard_sel = config.shard
     target = schema.shard_path(out, *shard_sel) if shard_sel else out
     show = sys.stderr.isatty() if progress is None else bool(progress)
 
@@ -113,14 +94,9 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
     # the lock and the refusal of foreign files come before the (slow) model load
     with open_for_writing(target, shard=shard_sel) as session:
         fault_point("model-load")
-        enc = build_encoder(model, encoder, device=device, max_length=max_length,
-                            lowercase=lowercase, poolings=poolings, threads=threads,
-                            model_dtype=model_dtype, device_map=device_map,
-                            trust_remote_code=trust_remote_code, random_init=random_init,
-                            prompt=prompt, chat_template=chat_template,
-                            mean_first_token=mean_first_token)
-        want = {**enc.settings(), "dtype": dtype, "schema_version": schema.SCHEMA_VERSION,
-                **_stored_states(enc, states)}
+        enc = build_encoder(config)
+        want = {**enc.settings(), "dtype": config.dtype,
+                "schema_version": schema.SCHEMA_VERSION, **_stored_states(enc, config.states)}
         shard_attrs = ({"shard_index": shard_sel[0], "shard_count": shard_sel[1],
                         "input_digest": digest} if shard_sel else {})
         session.check_settings(want)
@@ -128,63 +104,83 @@ def encode_sentences(sentences: Iterable[str], model: Optional[str], out: os.Pat
             return EncodeSummary(str(target), n_input, n_unique, len(keys), len(keys), 0, 0, 0,
                                  len(keys), enc.max_length, time.perf_counter() - started,
                                  shard_sel, n_truncated_total=session.count_truncated())
-        space = _space(session, enc, texts, keys, dtype, notify)
+        space = _space(session, enc, texts, keys, config.dtype, notify)
         attrs = {**want, **enc.info(), **shard_attrs,
                  "estratos_version": __version__, "library_versions": library_versions(),
                  "created": utc_now(),
-                 "batch_tokens": 0 if batch_tokens == "auto" else batch_tokens,
+                 "batch_tokens": 0 if config.batch_tokens == "auto" else config.batch_tokens,
                  "stored_avg": True}
         if enc.n_states is not None:
             attrs.update(n_states=enc.n_states, dim=enc.dim)
-        late_space: List[Optional[SpacePlan]] = []
-        early_full: List[bool] = []
-
-        def first_batch() -> None:
-            """An ``--encoder`` cache's shape is known now: say its size and check the
-            free space before anything is written."""
-            if space is None:
-                try:
-                    late_space.append(_space(session, enc, texts, keys, dtype, notify))
-                except DiskFull:
-                    early_full.append(True)
-                    raise
-
-        try:
-            if space is not None:
-                # held from now on: a disk that others fill meanwhile stops them, not us
-                session.reserve(space.needed, SHRINK_HINT)
-            session.start(attrs)
-            # _run loads the weights while the tokenizer runs in the background
-            summary = _run(enc, session, texts, keys, batch_tokens=batch_tokens, dtype=dtype,
-                           show=show, first_batch=first_batch)
-        except KeyboardInterrupt as exc:
-            raise _interrupted(session) from exc
-        except BaseException as exc:
-            # bad input (e.g. an --encoder returning the wrong shape): leave nothing behind. A
-            # crash or a full disk keeps the .partial, resumable; so does an error while
-            # resuming one.
-            # the free-space check of an --encoder's first batch comes before any row of this
-            # run is written: what it created goes, as for a new cache's check
-            early = isinstance(exc, DiskFull) and bool(early_full)
-            full = not early and (isinstance(exc, DiskFull)
-                                  or (isinstance(exc, OSError) and disk_full(exc)))
-            session.abandon(discard=isinstance(exc, EstratosError) and not full)
-            if full and not isinstance(exc, DiskFull):
-                raise DiskFull(f"{session.partial}: the disk is full ({exc}); free space in "
-                               f"{target.parent} and run the same command again to resume"
-                               ) from exc
-            raise
-        n_cached, n_resumed, n_encoded, n_truncated, encode_seconds = summary
+        counts, plan = _write(session, enc, texts, keys, config, attrs, space,
+                              notify=notify, show=show)
+        n_cached, n_resumed, n_encoded, n_truncated, encode_seconds = counts
         n_rows = session.open_writer.n_done
         n_truncated_total = session.open_writer.count_truncated()
         session.finish(shard_attrs)
-    plan = space or (late_space[0] if late_space else None)
     return EncodeSummary(str(target), n_input, n_unique, len(keys), n_cached, n_resumed,
                          n_encoded, n_truncated, n_rows, enc.max_length,
                          time.perf_counter() - started, shard_sel,
                          n_truncated_total=n_truncated_total,
                          expected_bytes=plan.expected if plan else None,
                          encode_seconds=encode_seconds)
+
+
+def _as_config(config: Union[EncodeConfig, str, None], options: Dict[str, Any]) -> EncodeConfig:
+    """``config`` itself, or the configuration that ``model`` and ``options`` build."""
+    if isinstance(config, EncodeConfig):
+        if options:
+            raise TypeError(f"encode_sentences: options ({', '.join(sorted(options))}) go in "
+                            "the EncodeConfig, not beside it")
+        return config
+    return EncodeConfig.build(model=config, **options)
+
+
+def _write(session: CacheSession, enc: Any, texts: List[str], keys: List[bytes],
+           config: EncodeConfig, attrs: Dict[str, Any], space: Optional[SpacePlan], *,
+           notify: Optional[Callable[[str], None]], show: bool
+           ) -> Tuple[tuple, Optional[SpacePlan]]:
+    """Start the cache file, encode into it and say what was kept when it fails:
+    ``(counts of :func:`_run`, the space plan)``.
+
+    Bad input (e.g. an ``--encoder`` returning the wrong shape) leaves nothing behind; a
+    crash or a full disk keeps the ``.partial``, resumable, and so does an error while
+    resuming one. An ``--encoder`` cache's free-space check comes with its first batch,
+    before any row of this run is written: what that failure created goes too."""
+    late_space: List[Optional[SpacePlan]] = []
+    early_full: List[bool] = []
+
+    def first_batch() -> None:
+        """An ``--encoder`` cache's shape is known now: say its size and check the free
+        space before anything is written."""
+        if space is None:
+            try:
+                late_space.append(_space(session, enc, texts, keys, config.dtype, notify))
+            except DiskFull:
+                early_full.append(True)
+                raise
+
+    try:
+        if space is not None:
+            # held from now on: a disk that others fill meanwhile stops them, not us
+            session.reserve(space.needed, SHRINK_HINT)
+        session.start(attrs)
+        # _run loads the weights while the tokenizer runs in the background
+        counts = _run(enc, session, texts, keys, batch_tokens=config.batch_tokens,
+                      dtype=config.dtype, show=show, first_batch=first_batch)
+    except KeyboardInterrupt as exc:
+        raise _interrupted(session) from exc
+    except BaseException as exc:
+        early = isinstance(exc, DiskFull) and bool(early_full)
+        full = not early and (isinstance(exc, DiskFull)
+                              or (isinstance(exc, OSError) and disk_full(exc)))
+        session.abandon(discard=isinstance(exc, EstratosError) and not full)
+        if full and not isinstance(exc, DiskFull):
+            raise DiskFull(f"{session.partial}: the disk is full ({exc}); free space in "
+                           f"{session.target.parent} and run the same command again to resume"
+                           ) from exc
+        raise
+    return counts, space or (late_space[0] if late_space else None)
 
 
 def _space(session: CacheSession, enc, texts: List[str], keys: List[bytes], dtype: str,
@@ -211,15 +207,11 @@ def _space(session: CacheSession, enc, texts: List[str], keys: List[bytes], dtyp
     return space
 
 
-def _stored_states(enc, states: Union[str, Sequence[int], None]) -> dict:
+def _stored_states(enc: Any, states: Union[str, Sequence[int]]) -> dict:
     """``{"states": (...)}`` the cache stores, and the encoder told to keep only those; an
-    ``--encoder`` function decides its own states (its shape is known only from its output),
-    so it takes only ``all``."""
+    ``--encoder`` function decides its own states (its shape is known only from its output;
+    the configuration allows it only ``all``)."""
     if enc.n_states is None:
-        if not (states is None or (isinstance(states, str)
-                                   and states.strip().lower() == ALL_LAYERS)):
-            raise OptionError("--states: not with --encoder (the function returns the states "
-                              "it has; all are stored)")
         return {}
     stored = parse_states(states, enc.n_states)
     enc.states = None if stored == tuple(range(enc.n_states)) else stored

@@ -28,7 +28,7 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from estratos.errors import OptionError
 from estratos.options import DEFAULT_SEEDS_TEXT, is_local_model
@@ -174,7 +174,7 @@ def _check_options(models: Sequence[str], tasks: str, task_files: Sequence[str],
                    gpus_per_task: int, cpus_per_task: Optional[int],
                    sbatch_args: Sequence[str]) -> None:
     """The scheduling options (the encode and probe options are checked by
-    :func:`~estratos.encode.options.check_encode_options` and
+    :meth:`~estratos.encode.config.EncodeConfig.build` and
     :meth:`~estratos.probe.config.ProbeConfig.build`)."""
     from estratos.tasks.selection import NO_TASKS
 
@@ -234,7 +234,7 @@ class _Pipeline:
     encode_array: int
     probe_array: int
     probe_options: Tuple[Tuple[str, Optional[str]], ...]
-    encode_options: Tuple[Tuple[str, str], ...]
+    encode_options: Tuple[Tuple[str, Optional[str]], ...]
     partition: Optional[str]
     time: Optional[str]
     sbatch_args: Tuple[str, ...]
@@ -382,7 +382,7 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
                   classifier: str = DEFAULT_CLASSIFIER, features: Optional[str] = None,
                   control: Optional[str] = None, control_l2: Optional[str] = None,
                   mdl: bool = False, device: str = "auto",
-                  states: str = "all", prompt: Optional[str] = None,
+                  encode: Optional[Mapping[str, Any]] = None,
                   partition: Optional[str] = None,
                   gpus_per_task: int = 0, cpus_per_task: Optional[int] = None,
                   time: Optional[str] = None, sbatch_args: Sequence[str] = (),
@@ -393,8 +393,12 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
     ``features``/``control``/``control_l2``/``mdl``/``device`` are the forms ``estratos
     probe`` takes
     (``pooling`` None: each cache's first, as probe does; the probe jobs get them through
-    :meth:`ProbeConfig.to_argv`); ``states`` and ``prompt`` the forms ``estratos encode``
-    takes. ``gpus_per_task`` and ``cpus_per_task`` go to the
+    :meth:`ProbeConfig.to_argv`); ``encode``: the options of ``estratos encode`` that say
+    what the caches hold, as :meth:`EncodeConfig.build
+    <estratos.encode.config.EncodeConfig.build>` keywords (``dtype``, ``max_length``,
+    ``states``, ``prompt``, ``random_init``, ...; the encode jobs get them through
+    :meth:`EncodeConfig.to_options`; their device, shard and threads come from the job).
+    ``gpus_per_task`` and ``cpus_per_task`` go to the
     encode array (``--gres=gpu:G``: each array task is one task; ``encode --threads``);
     ``cpus_per_task`` also to the probe array (``probe --jobs``). ``partition``, ``time`` and
     ``sbatch_args`` (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job.
@@ -411,10 +415,11 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
     task_files = [str(p) for p in task_files]
     _check_options(models, tasks, task_files, encode_array, probe_array, gpus_per_task,
                    cpus_per_task, sbatch_args)
-    from estratos.encode.options import check_encode_options
+    from estratos.encode.config import EncodeConfig
     from estratos.probe.config import ProbeConfig
 
-    check_encode_options(states=states, prompt=prompt)
+    encode_config = EncodeConfig.build(model=models[0] if models else None,
+                                       **dict(encode or {}))
     probe = ProbeConfig.build(layers=layers, pooling=pooling, seeds=seeds,
                               classifier=classifier, features=features, control=control,
                               control_l2=control_l2, mdl=mdl, device=device, jobs=1)
@@ -425,9 +430,7 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
             value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") \
                 else None
             probe_options.append((word, value))
-    encode_options = [("--states", states)] if states != "all" else []
-    if prompt is not None:
-        encode_options.append(("--prompt", prompt))
+    encode_options = encode_config.to_options()[1:]  # the model is each job's own
     task_options = _task_arguments(tasks, task_files, data_dirs)
     p = _Pipeline(out=_absolute(out), python=python, task_options=tuple(task_options),
                   encode_array=int(encode_array), probe_array=int(probe_array),

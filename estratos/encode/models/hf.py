@@ -20,7 +20,7 @@ import torch
 
 from estratos.cache import schema
 from estratos.cache.architecture import DECODER, ENCODER
-from estratos.encode import options as model_options
+from estratos.encode.config import MIN_MAX_LENGTH, MODEL_DTYPES, EncodeConfig
 from estratos.encode.models import devices, hub, pooling, tokens
 from estratos.errors import OptionError
 from estratos.options import ENCODE_DEVICES, is_local_model, model_identity, resolve_device
@@ -32,11 +32,6 @@ log = logging.getLogger(__name__)
 MAX_LENGTH_CAP = 512
 #: files whose bytes define a model's weights (hashed when no hub commit is known)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
-#: ``--model-dtype`` choices (auto: the checkpoint's own dtype on a GPU, float32 elsewhere)
-MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32")
-#: ``--device-map`` choices (None: the whole model on ``--device``)
-DEVICE_MAPS = ("auto",)
-ACCELERATE_HINT = 'pip install "estratos[accelerate]"'
 #: weights of task heads and poolers that no hidden state depends on: missing ones are fine
 UNUSED_WEIGHTS = ("pooler.",)
 #: ``prompt_kind`` of a cache: the template of ``--prompt`` (tokenized with the tokenizer's own
@@ -167,15 +162,6 @@ def _dtype_kwargs(dtype: torch.dtype) -> Dict[str, Any]:
     return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype}
 
 
-def check_accelerate() -> None:
-    """``--device-map`` needs accelerate, an optional extra: say how to get it."""
-    try:
-        import accelerate  # noqa: F401 - only whether it is installed
-    except ImportError as exc:
-        raise OptionError(f"--device-map auto needs the accelerate package, which is not "
-                          f"installed: {ACCELERATE_HINT}") from exc
-
-
 class _LoadReport(logging.Filter):
     """Drops transformers' own report of missing/unexpected checkpoint weights while a model
     loads: it always lists the pooler, which estratos never uses. :func:`explain_missing`
@@ -216,60 +202,32 @@ def explain_missing(model: str, missing: Sequence[str]) -> None:
 class HFEncoder:
     """Encodes sentences with an AutoTokenizer/AutoModel, returning all hidden states pooled.
 
-    The constructor reads only the tokenizer and the config (enough for the settings a cache
-    records); :meth:`load` reads the weights, so a run with nothing to encode never does.
-    ``poolings`` None: the architecture's default (:mod:`.pooling`). ``random_init``: build
-    the model from its config with weights initialised under this seed (never read).
+    Built from a checked :class:`~estratos.encode.config.EncodeConfig` (``options``; the
+    transformers config is ``config``). The constructor reads only the tokenizer and the
+    model's config, and resolves what depends on them (the length limit, decoder or encoder
+    poolings, the prompt's framing): enough for the settings a cache records. :meth:`load`
+    reads the weights, so a run with nothing to encode never does; with ``random_init`` it
+    builds the model from its config with weights initialised under that seed (never read).
     """
 
     kind = "transformers"
 
-    def __init__(self, model: str, *, device: Optional[str] = None,
-                 max_length: Optional[int] = None, lowercase: bool = False,
-                 poolings: Optional[Sequence[str]] = None, threads: Optional[int] = None,
-                 model_dtype: str = "auto", device_map: Optional[str] = None,
-                 trust_remote_code: bool = False, random_init: Optional[int] = None,
-                 prompt: Optional[str] = None, chat_template: bool = False,
-                 mean_first_token: str = "auto") -> None:
+    def __init__(self, config: EncodeConfig) -> None:
         from transformers import AutoConfig, AutoTokenizer
 
-        framing = model_options.parse_prompt(prompt)  # the template's syntax, before loading
-        model_options.check_mean_first(mean_first_token)
-
-        if device_map is not None:
-            if device_map not in DEVICE_MAPS:
-                raise OptionError(f"--device-map: {device_map!r} is not one of "
-                                  f"{', '.join(DEVICE_MAPS)}")
-            if device not in (None, "", "auto"):
-                raise OptionError("--device-map auto places the model itself; leave --device "
-                                  "at auto")
-            if random_init is not None:
-                raise OptionError("--device-map and --random-init: a random-init model is built "
-                                  "on one device; use --device")
-            check_accelerate()
-        if random_init is not None and (isinstance(random_init, bool)
-                                        or not isinstance(random_init, int) or random_init < 0):
-            raise OptionError("--random-init: the seed must be an integer >= 0, "
-                              f"got {random_init!r}")
-        self.model_name = model_identity(str(model))
-        self.lowercase = bool(lowercase)
-        self.device = resolve_device(device, kinds=ENCODE_DEVICES)
-        self.threads = threads
-        self.device_map = device_map
-        self.trust_remote_code = bool(trust_remote_code)
-        self.random_init = random_init
-        if is_local_model(self.model_name):
-            model_options.check_model_folder(self.model_name)
-            self._local_only = False
-        else:
-            self._local_only = hub.local_files_only(self.model_name)
-        source = {"trust_remote_code": self.trust_remote_code}
-        if self._local_only:
-            source["local_files_only"] = True
-        self._source = source
+        self.options = config  # the run's choices; ``self.config`` is the model's own
+        self.model_name = model_identity(str(config.model))
+        self.lowercase = config.lowercase
+        self.device = resolve_device(config.device, kinds=ENCODE_DEVICES)
+        self.threads = config.threads
+        self.device_map = config.device_map
+        self.trust_remote_code = config.trust_remote_code
+        self.random_init = config.random_init
+        self.model_dtype = config.model_dtype
+        self._source = self._sources(config)
         try:
-            self.config = AutoConfig.from_pretrained(self.model_name, **source)
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_name, **source)
+            self.config = AutoConfig.from_pretrained(self.model_name, **self._source)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_name, **self._source)
         except (OSError, ValueError, KeyError) as exc:
             hint = (" (the model ships its own code: pass --trust-remote-code if you trust it)"
                     if "trust_remote_code" in str(exc) else "")
@@ -280,46 +238,74 @@ class HFEncoder:
         #: hidden states to store (true indices; None: all), set by the run from --states
         self.states: Optional[Tuple[int, ...]] = None
         self.decoder = pooling.is_decoder_only(self.config)
-        self.poolings = pooling.resolve_poolings(poolings, decoder=self.decoder,
+        self.poolings = pooling.resolve_poolings(config.poolings, decoder=self.decoder,
                                                  model=self.model_name)
-        self.dtype = weights_dtype(model_dtype, self.config, self.device, device_map)
-        self.model_dtype = model_dtype
-        # the batch is padded on the right: a sentence's real tokens then keep positions 0..n-1
-        # and, in a causal model, never see the padding, so its vectors do not depend on the
-        # batch; the poolings themselves work with padding on either side
-        self.tokenizer.padding_side = "right"
-        if self.tokenizer.pad_token is None:  # GPT-style tokenizers: padding is masked anyway
-            fill = self.tokenizer.eos_token or self.tokenizer.unk_token
-            if fill is None:
-                raise OptionError(f"--model: the tokenizer of {self.model_name!r} has no padding, "
-                                  "end or unknown token to pad batches with")
-            self.tokenizer.pad_token = fill
-        self.mean_first = pooling.mean_first_policy(mean_first_token, decoder=self.decoder)
-        config = self.config
-        limit = default_max_length(self.tokenizer, config)
-        if max_length is None:
-            max_length = limit
-        elif not 2 <= int(max_length) <= limit:
-            raise OptionError(f"--max-length: {max_length} outside [2, {limit}] "
-                              f"for {self.model_name}")
-        self.max_length = int(max_length)
-        #: ``(prefix, suffix)`` around each sentence, and whether the tokenizer adds its own
-        #: special tokens around the whole (not for a chat template, which holds them)
-        self.framing: Optional[Tuple[str, str]] = None
-        self.prompt_kind: Optional[str] = None
-        if chat_template:
-            self.framing, self.prompt_kind = chat_framing(self.tokenizer, framing), CHAT_TEMPLATE
-        elif framing is not None:
-            self.framing, self.prompt_kind = framing, TEXT_PROMPT
+        self.dtype = weights_dtype(config.model_dtype, self.config, self.device,
+                                   config.device_map)
+        self.mean_first = pooling.mean_first_policy(config.mean_first_token,
+                                                    decoder=self.decoder)
+        self._pad_right()
+        self.max_length = self._max_length(config.max_length)
+        #: ``(prefix, suffix)`` around each sentence, and what made it (``prompt_kind``)
+        self.framing, self.prompt_kind = self._framing(config)
         if self.framing is not None:
+            # a text prompt is tokenized with the tokenizer's special tokens around it; a
+            # chat template holds its own
             self._tokenize = tokens.PromptTokenizer(
                 self.tokenizer, self.max_length, *self.framing,
                 add_special_tokens=self.prompt_kind == TEXT_PROMPT)
-        self.revision = (f"{RANDOM_INIT_PREFIX}{random_init}" if random_init is not None
-                         else model_revision(self.model_name, config))
-        self.n_states = (int(config.num_hidden_layers) + 1
-                         if hasattr(config, "num_hidden_layers") else None)
-        self.dim = int(config.hidden_size) if hasattr(config, "hidden_size") else None
+        self.revision = (f"{RANDOM_INIT_PREFIX}{config.random_init}"
+                         if config.random_init is not None
+                         else model_revision(self.model_name, self.config))
+        self.n_states = (int(self.config.num_hidden_layers) + 1
+                         if hasattr(self.config, "num_hidden_layers") else None)
+        self.dim = (int(self.config.hidden_size) if hasattr(self.config, "hidden_size")
+                    else None)
+
+    def _sources(self, config: EncodeConfig) -> Dict[str, Any]:
+        """``from_pretrained``'s keywords saying where files may come from: a local folder
+        (checked to be a model folder), or the hub, read offline when the hub cache already
+        holds the model."""
+        source: Dict[str, Any] = {"trust_remote_code": config.trust_remote_code}
+        if is_local_model(self.model_name):
+            config.check_model()
+        elif hub.local_files_only(self.model_name):
+            source["local_files_only"] = True
+        return source
+
+    def _pad_right(self) -> None:
+        """Batches are padded on the right: a sentence's real tokens then keep positions
+        0..n-1 and, in a causal model, never see the padding, so its vectors do not depend on
+        the batch (the poolings themselves work with padding on either side). GPT-style
+        tokenizers without a padding token pad with their end token (masked anyway)."""
+        self.tokenizer.padding_side = "right"
+        if self.tokenizer.pad_token is None:
+            fill = self.tokenizer.eos_token or self.tokenizer.unk_token
+            if fill is None:
+                raise OptionError(f"--model: the tokenizer of {self.model_name!r} has no "
+                                  "padding, end or unknown token to pad batches with")
+            self.tokenizer.pad_token = fill
+
+    def _max_length(self, asked: Optional[int]) -> int:
+        """``--max-length`` within the model's limit (:func:`default_max_length`), or the
+        limit itself when none was asked for."""
+        limit = default_max_length(self.tokenizer, self.config)
+        if asked is None:
+            return limit
+        if not asked <= limit:
+            raise OptionError(f"--max-length: {asked} outside [{MIN_MAX_LENGTH}, {limit}] "
+                              f"for {self.model_name}")
+        return int(asked)
+
+    def _framing(self, config: EncodeConfig) -> Tuple[Optional[Tuple[str, str]],
+                                                      Optional[str]]:
+        """``(framing, prompt_kind)``: the chat template's turn around the sentence (inside
+        ``--prompt``'s text when both are given), ``--prompt``'s text alone, or nothing."""
+        if config.chat_template:
+            return chat_framing(self.tokenizer, config.framing), CHAT_TEMPLATE
+        if config.framing is not None:
+            return config.framing, TEXT_PROMPT
+        return None, None
 
     def load(self, *, progress: bool = False) -> None:
         """Read the weights (or initialise them, with ``random_init``) and place the model

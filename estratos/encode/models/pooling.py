@@ -23,13 +23,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 from estratos.cache.architecture import cls_refusal, decoder_only_type
-from estratos.encode.options import check_mean_first
 from estratos.errors import OptionError
 from estratos.vocab import (
     DECODER_DEFAULT_POOLINGS,
     ENCODER_DEFAULT_POOLINGS,
     MEAN_FIRST_DEFAULT,
-    POOLINGS,
 )
 
 if TYPE_CHECKING:  # torch is imported where vectors are computed, not to check options
@@ -50,14 +48,12 @@ def is_decoder_only(config: object) -> bool:
 
 def resolve_poolings(poolings: Optional[Sequence[str]], *, decoder: bool,
                      model: str) -> Tuple[str, ...]:
-    """The poolings to store: ``poolings`` checked, or the architecture's default."""
+    """The poolings to store for this architecture: ``poolings`` (names checked by
+    :class:`~estratos.encode.config.EncodeConfig`), or the architecture's default; ``cls``
+    is refused on a decoder, whose first position sees only itself."""
     if not poolings:
         return DECODER_DEFAULT_POOLINGS if decoder else ENCODER_DEFAULT_POOLINGS
     chosen = tuple(dict.fromkeys(poolings))
-    bad = [p for p in chosen if p not in POOLINGS]
-    if bad:
-        raise OptionError(f"--pooling: unknown pooling {', '.join(map(repr, bad))}; choose from "
-                          f"{', '.join(POOLINGS)}")
     if decoder and "cls" in chosen:
         raise cls_refusal(model)
     return chosen
@@ -70,7 +66,6 @@ def mean_first_policy(choice: str, *, decoder: bool) -> str:
     an encoder keeps it. Skipping is refused on an encoder: its first token ([CLS], ``<s>``)
     attends to the whole sentence and is part of the mean its own pooling computes.
     """
-    check_mean_first(choice)
     if choice == "auto":
         return MEAN_FIRST_DEFAULT if decoder else "keep"
     if choice == "skip" and not decoder:

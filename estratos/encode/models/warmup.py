@@ -30,7 +30,7 @@ def _model_module(model: Optional[str]) -> None:
     """Import the modeling module of ``model``'s architecture: read its config from a local
     folder or the local hub cache (never the network, never the model's own code) and look
     its class up, which imports the module."""
-    from estratos.encode.options import check_model_folder
+    from estratos.encode.config import check_model_folder
 
     if model is None:
         return

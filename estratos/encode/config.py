@@ -1,0 +1,323 @@
+"""An encode run's configuration: one frozen, typed object built once by the option checks.
+
+Why one object: an encode run is configured by some twenty choices (the model or batcher,
+which states and poolings are stored and in what precision, how the model is loaded and
+prompted, where it runs). :meth:`EncodeConfig.build` checks every one that can be checked
+without the model, the sentences or torch, naming the option, so a mistake is reported
+before anything slow starts; the encoders (:mod:`estratos.encode.models`) and the run
+(:func:`estratos.encode.encode_sentences`) read the same object instead of re-checking loose
+arguments. What only the model can answer (its length limit, whether it is a decoder, its
+chat template) is checked once the tokenizer and config are read, by the encoder.
+
+Standard library and the package's leaf modules only: the CLI builds it before numpy,
+torch or transformers load. :meth:`EncodeConfig.to_argv` is the one writer of ``estratos
+encode`` options (SLURM job scripts, the demo's printed commands).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+from estratos.errors import OptionError
+from estratos.options import (
+    ENCODE_DEVICES,
+    ShardSpec,
+    check_device,
+    is_local_model,
+    parse_states,
+    positive_int,
+    resolve_shard,
+)
+from estratos.vocab import (
+    ALL_LAYERS,
+    ENCODER_POOLING,
+    MEAN_FIRST_CHOICES,
+    POOLINGS,
+    PROMPT_SLOT,
+    VECTOR_DTYPES,
+)
+
+#: ``--batch-tokens``: a positive token budget or ``"auto"``
+BatchTokens = Union[int, str]
+#: ``--model-dtype`` choices (auto: the checkpoint's own dtype on a GPU, float32 elsewhere)
+MODEL_DTYPES: Tuple[str, ...] = ("auto", "bfloat16", "float16", "float32")
+#: ``--device-map`` choices (None: the whole model on ``--device``)
+DEVICE_MAPS: Tuple[str, ...] = ("auto",)
+ACCELERATE_HINT = 'pip install "estratos[accelerate]"'
+#: the shortest ``--max-length`` (a special token and one word); the longest is the model's
+MIN_MAX_LENGTH = 2
+
+
+@dataclass(frozen=True)
+class EncodeConfig:
+    """Every choice of an encode run, checked (:meth:`build`).
+
+    - ``model``: a Hugging Face id or local folder, or ``encoder``: a SentEval-style
+      ``MODULE:FUNCTION`` batcher (exactly one of them).
+    - What is stored: ``poolings`` (None: the architecture's default), ``states``
+      (``--states``: ``all``, ``0,8,16``, ``every:4``, ``last:8``), ``dtype`` (the vectors'
+      precision), ``max_length`` (None: the model's limit, at most 512), ``lowercase``,
+      ``prompt`` (a template whose ``{}`` is the sentence), ``chat_template``,
+      ``mean_first_token`` (``auto``, ``skip``, ``keep``).
+    - How the model is loaded: ``model_dtype``, ``device_map``, ``trust_remote_code``,
+      ``random_init`` (a control model's seed).
+    - Where and how it runs: ``device`` (``auto``, ``cpu``, ``cuda[:N]``, ``mps``),
+      ``batch_tokens`` (a token budget or ``auto``), ``threads`` (None: ``OMP_NUM_THREADS``
+      if set, else every core), ``shard`` (``(I, N)`` or None).
+    """
+
+    model: Optional[str] = None
+    encoder: Optional[str] = None
+    poolings: Optional[Tuple[str, ...]] = None
+    states: Union[str, Tuple[int, ...]] = ALL_LAYERS
+    dtype: str = "float16"
+    max_length: Optional[int] = None
+    lowercase: bool = False
+    prompt: Optional[str] = None
+    chat_template: bool = False
+    mean_first_token: str = "auto"
+    model_dtype: str = "auto"
+    device_map: Optional[str] = None
+    trust_remote_code: bool = False
+    random_init: Optional[int] = None
+    device: str = "auto"
+    batch_tokens: BatchTokens = "auto"
+    threads: Optional[int] = None
+    shard: Optional[Tuple[int, int]] = None
+
+    @classmethod
+    def build(cls, *, model: Optional[str] = None, encoder: Optional[str] = None,
+              poolings: Optional[Sequence[str]] = None,
+              states: Union[str, Sequence[int], None] = ALL_LAYERS, dtype: str = "float16",
+              max_length: Optional[int] = None, lowercase: bool = False,
+              prompt: Optional[str] = None, chat_template: bool = False,
+              mean_first_token: str = "auto", model_dtype: str = "auto",
+              device_map: Optional[str] = None, trust_remote_code: bool = False,
+              random_init: Optional[int] = None, device: Optional[str] = "auto",
+              batch_tokens: BatchTokens = "auto", threads: Optional[int] = None,
+              shard: ShardSpec = None) -> "EncodeConfig":
+        """Check every option that needs neither the model nor torch (an
+        :class:`OptionError` names the first bad one) and return the configuration.
+        ``shard`` ``"auto"``: the SLURM array's task, if any. A local ``model`` folder is
+        checked separately (:meth:`check_model`): the CLI names a wrong data folder first."""
+        parse_prompt(prompt)
+        config = cls(
+            model=None if model is None else str(model), encoder=encoder or None,
+            poolings=_check_poolings(poolings, batcher=bool(encoder)), states=_states(states),
+            dtype=_choice("--dtype", dtype, VECTOR_DTYPES),
+            max_length=_max_length(max_length), lowercase=bool(lowercase), prompt=prompt,
+            chat_template=bool(chat_template),
+            mean_first_token=_choice("--mean-first-token", mean_first_token,
+                                     MEAN_FIRST_CHOICES),
+            model_dtype=_choice("--model-dtype", model_dtype, MODEL_DTYPES),
+            device_map=(None if device_map is None
+                        else _choice("--device-map", device_map, DEVICE_MAPS)),
+            trust_remote_code=bool(trust_remote_code), random_init=_seed(random_init),
+            device=check_device(device, kinds=ENCODE_DEVICES),
+            batch_tokens=parse_batch_tokens(batch_tokens),
+            threads=positive_int("--threads", threads, allow_none=True),
+            shard=resolve_shard(shard))
+        config._check_source()
+        return config
+
+    def _check_source(self) -> None:
+        """The options that depend on what encodes: exactly one of ``--model`` and
+        ``--encoder``; a batcher loads its own model and gives one vector kind, so the
+        model-loading options, other poolings and ``--max-length`` are refused with it;
+        ``--device-map`` places the model itself."""
+        if self.encoder is not None:
+            if self.model is not None:
+                raise OptionError("--encoder and --model: give one of them")
+            for option, value, default in self._model_only():
+                if value != default:
+                    raise OptionError(f"{option}: only for --model (an --encoder function "
+                                      "loads its own model)")
+            if self.poolings and self.poolings != (ENCODER_POOLING,):
+                raise OptionError(f"--pooling: an --encoder function gives one vector kind, "
+                                  f"stored as {ENCODER_POOLING!r}")
+            if self.max_length is not None:
+                raise OptionError("--max-length: not used with --encoder (the function "
+                                  "truncates)")
+            if self.states != ALL_LAYERS:
+                raise OptionError("--states: not with --encoder (the function returns the "
+                                  "states it has; all are stored)")
+            return
+        if not self.model:
+            raise OptionError("--model: required (or --encoder MODULE:FUNCTION)")
+        if self.device_map is not None:
+            if self.device != "auto":
+                raise OptionError("--device-map auto places the model itself; leave --device "
+                                  "at auto")
+            if self.random_init is not None:
+                raise OptionError("--device-map and --random-init: a random-init model is "
+                                  "built on one device; use --device")
+            check_accelerate()
+
+    def _model_only(self) -> List[Tuple[str, Any, Any]]:
+        """``(option, value, default)`` of the options only a ``--model`` run reads."""
+        return [("--model-dtype", self.model_dtype, "auto"),
+                ("--device-map", self.device_map, None),
+                ("--trust-remote-code", self.trust_remote_code, False),
+                ("--random-init", self.random_init, None), ("--prompt", self.prompt, None),
+                ("--chat-template", self.chat_template, False),
+                ("--mean-first-token", self.mean_first_token, "auto")]
+
+    def check_model(self) -> None:
+        """A local ``--model`` must be a folder with a ``config.json``
+        (:func:`check_model_folder`); hub ids and ``--encoder`` runs pass."""
+        check_model_folder(self.model)
+
+    @property
+    def framing(self) -> Optional[Tuple[str, str]]:
+        """``(prefix, suffix)`` of ``--prompt`` around the sentence (None without one)."""
+        return parse_prompt(self.prompt)
+
+    def replace(self, **changes: Any) -> "EncodeConfig":
+        """A copy with ``changes``, checked again."""
+        return type(self).build(**{**self._fields(), **changes})
+
+    def _fields(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_options(self) -> List[Tuple[str, Optional[str]]]:
+        """The ``estratos encode`` options of this configuration that differ from the
+        defaults, ``--model`` or ``--encoder`` first, as ``(option, value)`` pairs (a flag's
+        value is None; ``--pooling`` repeats); the run's spread (``--threads``, ``--shard``)
+        is left to the command that runs it. The one writer of encode options: parsed back
+        by :meth:`build`, they give the same configuration."""
+        pairs: List[Tuple[str, Optional[str]]] = [
+            ("--encoder", self.encoder) if self.encoder is not None
+            else ("--model", str(self.model))]
+        default = type(self)()
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("model", "encoder", "threads", "shard") or value == getattr(
+                    default, f.name):
+                continue
+            option = "--" + f.name.replace("_", "-")
+            if f.name == "poolings":
+                pairs += [("--pooling", pooling) for pooling in value]
+            elif isinstance(value, bool):
+                pairs.append((option, None))
+            elif f.name == "states" and not isinstance(value, str):
+                pairs.append((option, ",".join(str(s) for s in value)))
+            else:
+                pairs.append((option, str(value)))
+        return pairs
+
+    def to_argv(self) -> List[str]:
+        """:meth:`to_options` as command-line words."""
+        return [word for option, value in self.to_options()
+                for word in ((option,) if value is None else (option, value))]
+
+
+def _choice(option: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise OptionError(f"{option}: {value!r} is not one of {', '.join(choices)}")
+    return str(value)
+
+
+def _check_poolings(poolings: Optional[Sequence[str]], *,
+                    batcher: bool) -> Optional[Tuple[str, ...]]:
+    """``--pooling``: known names, each once in the order given (None: the default); a
+    batcher's one kind (:data:`~estratos.vocab.ENCODER_POOLING`) only with ``--encoder``."""
+    if not poolings:
+        return None
+    chosen = tuple(dict.fromkeys(str(p) for p in poolings))
+    bad = [p for p in chosen if p not in POOLINGS + ((ENCODER_POOLING,) if batcher else ())]
+    if bad:
+        raise OptionError(f"--pooling: unknown pooling {', '.join(map(repr, bad))}; choose from "
+                          f"{', '.join(POOLINGS)}")
+    return chosen
+
+
+def _states(states: Union[str, Sequence[int], None]) -> Union[str, Tuple[int, ...]]:
+    """``--states`` with its syntax checked (the indices are checked against the model);
+    kept as written, normalised to ``all`` when it means every state."""
+    parse_states(states)
+    if states is None or (isinstance(states, str) and states.strip().lower() == ALL_LAYERS):
+        return ALL_LAYERS
+    return states.strip() if isinstance(states, str) else tuple(int(s) for s in states)
+
+
+def _max_length(value: Optional[int]) -> Optional[int]:
+    """``--max-length``: None (the model's limit) or at least :data:`MIN_MAX_LENGTH`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (
+            value < MIN_MAX_LENGTH):
+        raise OptionError(f"--max-length: must be an integer >= {MIN_MAX_LENGTH}, "
+                          f"got {value!r}")
+    return int(value)
+
+
+def _seed(random_init: Optional[int]) -> Optional[int]:
+    if random_init is not None and (isinstance(random_init, bool)
+                                    or not isinstance(random_init, numbers.Integral)
+                                    or random_init < 0):
+        raise OptionError(f"--random-init: the seed must be an integer >= 0, got "
+                          f"{random_init!r}")
+    return None if random_init is None else int(random_init)
+
+
+def parse_batch_tokens(value: BatchTokens) -> BatchTokens:
+    """``--batch-tokens``: a positive integer (also as text) or ``"auto"``."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return "auto"
+        try:
+            value = int(value)
+        except ValueError:
+            raise OptionError(f"--batch-tokens: expected a positive integer or auto, got "
+                              f"{value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise OptionError(f"--batch-tokens: must be >= 1 or auto, got {value!r}")
+    return int(value)
+
+
+def parse_prompt(template: Optional[str]) -> Optional[Tuple[str, str]]:
+    """``--prompt TEMPLATE``: ``(prefix, suffix)`` around the one ``{}`` where the sentence
+    goes (None without a template). Other braces are kept as written."""
+    if template is None:
+        return None
+    if template.count(PROMPT_SLOT) != 1:
+        raise OptionError(f"--prompt: the template must hold {PROMPT_SLOT} exactly once (where "
+                          f"the sentence goes), got {template!r}")
+    prefix, suffix = template.split(PROMPT_SLOT)
+    return prefix, suffix
+
+
+def check_accelerate() -> None:
+    """``--device-map`` needs accelerate, an optional extra: say how to get it."""
+    try:
+        import accelerate  # noqa: F401 - only whether it is installed
+    except ImportError as exc:
+        raise OptionError(f"--device-map auto needs the accelerate package, which is not "
+                          f"installed: {ACCELERATE_HINT}") from exc
+
+
+def check_model_folder(model: Optional[str]) -> None:
+    """A local ``--model`` must be a folder with a ``config.json``: say so, naming the folder
+    (instead of the tokenizer backend's unrelated complaint about sentencepiece), before
+    torch and transformers are imported. Hub ids and ``None`` (``--encoder``) pass."""
+    if model is None or not is_local_model(model):
+        return
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        raise OptionError(f"--model: {str(folder)!r} is not a model folder (no such directory)")
+    if (folder / "config.json").is_file():
+        return
+    inside = sorted(p.parent for p in folder.glob("*/config.json"))
+    hint = (f"; a model folder inside it: {inside[0]}" if len(inside) == 1 else
+            f"; model folders inside it: {', '.join(map(str, inside[:3]))}" if inside else
+            "; point --model at the folder that holds config.json and the weights")
+    raise OptionError(f"--model: {folder} has no config.json, so it is not a Hugging Face "
+                      f"model folder{hint}")
+
+
+__all__ = ["BatchTokens", "EncodeConfig", "MODEL_DTYPES", "check_model_folder",
+           "parse_batch_tokens", "parse_prompt"]
