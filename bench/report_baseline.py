@@ -77,7 +77,7 @@ def bench_report(args) -> None:
 
 
 def bench_baseline(args) -> None:
-    from estratos.probe.baseline import run_baseline
+    from estratos.probe.grid.baselines import run_baseline
     from estratos.tasks import DataDirs, select_tasks
 
     data = args.data_dir or str(REPO.parent / "shared" / "data" / "es")

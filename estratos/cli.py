@@ -592,18 +592,35 @@ def compare_command(results, task, sel_a, sel_b, metric, resamples, level, seed,
               metavar="NAME[,NAME...]",
               help=f"Which baselines: {', '.join(SURFACE_BASELINES)}, or {ALL_BASELINES}.")
 @click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
-def baseline_command(tasks, task_files, data_dirs, out, seeds, baselines, overwrite) -> None:
+@click.option("--jobs", type=int, default=1, show_default=True,
+              help="Processes kept busy with work units (task x baselines x seeds), longest "
+                   "first.")
+@click.option("--shard", metavar="I/N", default=None,
+              help="Run shard I (0-based) of N of the grid, written to "
+                   "RESULTS.shard-I-of-N.jsonl [default: SLURM array variables if set].")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar [default: when stderr is a terminal; lines otherwise].")
+def baseline_command(tasks, task_files, data_dirs, out, seeds, baselines, overwrite, jobs,
+                     shard, progress) -> None:
     """Surface baselines that read only the text (whitespace TF-IDF, length in tokens or
     characters, character n-grams, word bigrams, word at each position) + logistic
-    regression / cosine, written as results (estratos.probe.baseline.baseline_tasks)."""
-    # an unknown name or a bad seed answers before numpy and scikit-learn are imported
+    regression / cosine, written as results: a grid of task x baseline x seed cells run
+    like probe's (estratos.probe.command.baseline_tasks)."""
+    from estratos.options import positive_int, resolve_shard
+
+    # a bad name, seed, --jobs or --shard answers before numpy and scikit-learn are imported
     parse_baselines(baselines)
     parse_seeds(seeds)
-    from estratos.probe.baseline import baseline_tasks
+    positive_int("--jobs", jobs)
+    resolve_shard(shard or "auto")
+    from estratos.probe.command import baseline_tasks
 
-    records = baseline_tasks(tasks, out, data_dir=data_dirs, task_files=task_files,
-                             seeds=seeds, overwrite=overwrite, baselines=baselines)
-    click.echo(f"wrote {len(records)} baseline result(s) to {out}")
+    run = baseline_tasks(tasks, out, data_dir=data_dirs, task_files=task_files, seeds=seeds,
+                         overwrite=overwrite, baselines=baselines, jobs=jobs,
+                         shard=shard or "auto", progress=progress)
+    click.echo(f"wrote {len(run)} baseline result(s) to {run.out}")
+    if len(run):
+        click.echo(run.timing())
 
 
 # ---- similarity and geometry (estratos.similarity) -------------------------------------------

@@ -15,10 +15,12 @@ from click.testing import CliRunner
 from estratos.cli import cli
 from estratos.errors import OptionError
 from estratos.probe import baseline
+from estratos.options import parse_seeds
 from estratos.probe.baseline import (
-    BASELINE_MODEL, BASELINES, baseline_tasks, char_ngram_matrix, evaluate_task, length_matrix,
-    parse_seeds, run_baseline, split_matrix, tfidf_matrix, word_bigram_matrix,
-    word_position_matrix)
+    BASELINE_MODEL, BASELINES, char_ngram_matrix, evaluate_task, length_matrix, split_matrix,
+    tfidf_matrix, word_bigram_matrix, word_position_matrix)
+from estratos.probe.command import baseline_tasks
+from estratos.probe.grid.baselines import run_baseline
 from estratos.protocols import row_cosine
 from estratos.report import build_report
 from estratos.results import load_results, read_results
@@ -485,3 +487,132 @@ def test_cli_baseline_refuses_to_keep_cells_of_other_data(tmp_path: Path):
     assert result.exit_code == 1 and "--overwrite" in result.output, result.output
     assert CliRunner().invoke(cli, args + ["--overwrite"]).exit_code == 0
     assert CliRunner().invoke(cli, args).exit_code == 0
+
+
+# ------------------------------------------------------------------------------ the grid
+
+def _two_tasks(tmp_path: Path) -> list:
+    """Two custom word-order tasks (files in folders of their own), as --task-file words."""
+    words = []
+    for name, fill in (("OrderA", _FILL[:6]), ("OrderB", _FILL[6:])):
+        rows = _order_rows(fill)
+        task = write_toy_task(tmp_path / name, {"train": rows[:150], "dev": rows[150:200],
+                                                "test": rows[200:]}, name=name)
+        words += ["--task-file", str(task)]
+    return words
+
+
+def _cells(out) -> Dict[tuple, tuple]:
+    """key -> (score, dev, test, l2, epochs) of every record in ``out`` (glob patterns too)."""
+    return {r.key: (r.score, r.dev, r.test, r.l2, r.epochs) for r in read_results(out)}
+
+
+def test_cli_jobs_and_shards_give_the_cells_of_one_process(tmp_path: Path):
+    """--jobs 2 and the two halves of --shard I/2 write exactly the cells, with exactly the
+    numbers, of a run in one process; each shard writes its own file and reports its own."""
+    tasks = _two_tasks(tmp_path)
+    common = ["baseline", *tasks, "--baseline", "tfidf,length-tokens,word-position",
+              "--seeds", "1,2", "--no-progress"]
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    result = CliRunner().invoke(cli, common + ["--out", str(one)])
+    assert result.exit_code == 0, result.output
+    reference = _cells(one)
+    assert len(reference) == 2 * 3 * 2
+    result = CliRunner().invoke(cli, common + ["--out", str(two), "--jobs", "2"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 12 baseline result(s)" in result.output and "2 process(es)" in result.output
+    assert _cells(two) == reference
+    sharded = tmp_path / "s.jsonl"
+    halves = []
+    for i in range(2):
+        result = CliRunner().invoke(cli, common + ["--out", str(sharded), "--shard", f"{i}/2"])
+        assert result.exit_code == 0, result.output
+        path = tmp_path / f"s.shard-{i}-of-2.jsonl"
+        assert f"to {path}" in result.output
+        halves.append(_cells(path))
+    assert halves[0] and halves[1] and not set(halves[0]) & set(halves[1])
+    assert {**halves[0], **halves[1]} == reference
+    assert not sharded.exists()
+    # a shard rerun finds its cells done
+    result = CliRunner().invoke(cli, common + ["--out", str(sharded), "--shard", "1/2"])
+    assert result.exit_code == 0 and "wrote 0 baseline result(s)" in result.output
+
+
+@pytest.mark.parametrize("option, needle", [
+    (["--jobs", "0"], "Error: --jobs: must be a positive integer, got 0"),
+    (["--shard", "2/2"], "Error: --shard '2/2': need N >= 1 and 0 <= I < N"),
+    (["--shard", "x"], "Error: --shard 'x': "),
+])
+def test_cli_bad_jobs_or_shard_exit_2_in_one_line(tmp_path: Path, option, needle):
+    result = CliRunner().invoke(cli, ["baseline", "--tasks", "es-senteval:STS17",
+                                      "--out", str(tmp_path / "b.jsonl"), *option])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and errors[0].startswith(needle), result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_progress_lines_off_a_terminal(tmp_path: Path):
+    """Off a terminal (CliRunner's stderr is no tty) a run says how far it is in lines named
+    after the command; --no-progress silences them."""
+    task = write_toy_task(tmp_path / "t", {"train": _order_rows(_FILL[:4]),
+                                           "dev": _order_rows(_FILL[4:6]),
+                                           "test": _order_rows(_FILL[6:8])})
+    args = ["baseline", "--task-file", str(task), "--baseline", "tfidf,length-chars"]
+    result = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "a.jsonl")])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("baseline: ")]
+    assert lines[0] == "baseline: 2 cell(s) in 1 unit(s) on 1 process(es)", result.output
+    assert lines[-1].startswith("baseline: 2/2 cells (100%), 0:"), result.output
+    quiet = CliRunner().invoke(cli, args + ["--out", str(tmp_path / "b.jsonl"),
+                                            "--no-progress"])
+    assert quiet.exit_code == 0 and "baseline: " not in quiet.output, quiet.output
+
+
+def test_an_interrupted_run_keeps_its_cells_and_a_rerun_does_the_rest(tmp_path: Path,
+                                                                      monkeypatch):
+    """Ctrl-C after two cells: they are kept, the message says so, and the same run again
+    writes only the others, with the numbers of a run never interrupted."""
+    from estratos.errors import Interrupted
+
+    tasks = {"tiny:S": _sentiment_task("split", "S"), "tiny:K": _sentiment_task("kfold", "K")}
+    specs = [t.spec for t in tasks.values()]
+    whole = tmp_path / "whole.jsonl"
+    run_baseline(specs, None, whole, seeds=(1, 2), loader=_loader(tasks))
+    real = baseline.evaluate_cell
+    calls = []
+
+    def evaluate_then_interrupt(*args, **kwargs):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(baseline, "evaluate_cell", evaluate_then_interrupt)
+    out = tmp_path / "b.jsonl"
+    with pytest.raises(Interrupted, match=r"2 new cell\(s\) of this run are kept in .*, 2 "
+                                          r"still to do; run the same command again"):
+        run_baseline(specs, None, out, seeds=(1, 2), loader=_loader(tasks))
+    assert len(read_results(out)) == 2
+    monkeypatch.setattr(baseline, "evaluate_cell", real)
+    rest = run_baseline(specs, None, out, seeds=(1, 2), loader=_loader(tasks))
+    assert len(rest) == 2 and rest.already_done == 2
+    assert _cells(out) == _cells(whole)
+
+
+def test_a_baseline_run_never_imports_torch(tmp_path: Path, child_env):
+    import subprocess
+    import sys
+
+    task = write_toy_task(tmp_path / "t", {"train": _order_rows(_FILL[:2]),
+                                           "dev": _order_rows(_FILL[2:3]),
+                                           "test": _order_rows(_FILL[3:4])})
+    code = ("import sys\nfrom estratos.cli import main\n"
+            f"sys.argv = ['estratos', 'baseline', '--task-file', {str(task)!r}, '--out', "
+            f"{str(tmp_path / 'b.jsonl')!r}]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('TORCH', 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "TORCH False" in done.stdout, done.stdout + done.stderr

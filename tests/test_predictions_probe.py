@@ -66,7 +66,7 @@ def test_resume_and_overwrite_keep_predictions_matched(tmp_path):
 
 
 def test_baseline_stores_predictions(tmp_path):
-    from estratos.probe.baseline import run_baseline
+    from estratos.probe.grid.baselines import run_baseline
 
     task, _, _ = toy_split_task(120)
     out = tmp_path / "b.jsonl"

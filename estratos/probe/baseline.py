@@ -55,27 +55,27 @@ Per protocol (:mod:`estratos.protocols`; a baseline asks the protocol, never its
 
 Results use the probe schema with ``kind: "baseline"``, model ``baseline:<name>``, revision
 ``<name>-v1``, classifier name ``<name>`` and ``layer``/``pooling`` null, so several
-baselines live in one results file as cells of their own.
+baselines live in one results file as cells of their own. ``estratos baseline`` runs them as
+a grid of (task, baseline, seed) cells through the probes' grid loop
+(:mod:`estratos.probe.grid.baselines`): the same resume, work units, processes, shards and
+progress.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from typing import (
     Any,
     Callable,
     Dict,
-    Iterable,
     List,
     Mapping,
     Optional,
     Sequence,
     Tuple,
     Type,
-    Union,
 )
 
 import numpy as np
@@ -87,16 +87,15 @@ from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 from threadpoolctl import threadpool_limits
 
 from estratos.errors import OptionError
-from estratos.options import check_output_file, parse_baselines, parse_seeds
+from estratos.options import parse_baselines
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
 from estratos.probe.cues import first_last_matrix, function_word_matrix, value_columns
 from estratos.probe.estimators.classifiers import LogisticGrid
 from estratos.probe.features import COMBINER_FUNCTIONS
-from estratos.probe.records import CellSource, cell_record, store_cells
+from estratos.probe.records import CellSource, cell_record
 from estratos.protocols import CellOutcome, get_protocol
-from estratos.results import ResultRecord, ResultsStore
-from estratos.results.provenance import check_done_cells
-from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
+from estratos.results import ResultRecord
+from estratos.tasks.types import SlotRefs, Split, TaskData
 from estratos.text import surface_length
 from estratos.vocab import (
     BASELINE_MODEL_PREFIX,
@@ -116,6 +115,9 @@ CLASSIFIER_NAME = "tfidf"
 MAX_ITER = 1000
 #: saga's stopping tolerance: 1e-4 took 4x longer on WordContent for the same dev accuracy
 TOL = 1e-3
+#: saga's passes over the data in a typical fit, for cost estimates (the synthetic tasks'
+#: fits stopped after 50 to 300)
+SAGA_PASSES = 100
 #: the character n-gram orders of ``char-ngrams``
 CHAR_NGRAMS = (1, 4)
 
@@ -276,6 +278,12 @@ class SurfaceLogReg(LogisticGrid):
     def untrained_record(self) -> Dict[str, Any]:
         return {"name": self.name, "method": "cosine", "features": self._facts["features"]}
 
+    def cost_per_example(self, n_features: int, n_classes: int) -> float:
+        """Estimated cost of one training example in one fit: :data:`SAGA_PASSES` passes
+        over its ``n_features`` (for sparse features: the nonzeros an example has) for each
+        class. Only orders and balances a grid's work units and shards."""
+        return 2.0 * n_features * n_classes * SAGA_PASSES
+
 
 class TfidfLogReg(SurfaceLogReg):
     """The TF-IDF baseline's estimator (:class:`SurfaceLogReg` on whitespace TF-IDF); its
@@ -391,11 +399,16 @@ def evaluate_task(data: TaskData, seed: int = DEFAULT_SEED, *,
                   l2_grid: Sequence[float] = DEFAULT_L2_GRID,
                   baseline: str = DEFAULT_BASELINE) -> ResultRecord:
     """Run one baseline on one loaded task; returns the result record (not written)."""
-    return _evaluate(data, seed, l2_grid, get_baseline(baseline))[0]
+    return evaluate_cell(data, seed, get_baseline(baseline), l2_grid)[0]
 
 
-def _evaluate(data: TaskData, seed: int, l2_grid: Sequence[float], baseline: SurfaceBaseline
-              ) -> Tuple[ResultRecord, CellOutcome]:
+def evaluate_cell(data: TaskData, seed: int, baseline: SurfaceBaseline,
+                  l2_grid: Sequence[float] = DEFAULT_L2_GRID
+                  ) -> Tuple[ResultRecord, CellOutcome]:
+    """One cell of ``baseline`` on a loaded task: its record (not written; ``seconds`` the
+    time it took) and its outcome (whose predictions :func:`estratos.probe.records.
+    store_cells` stores). What each unit of a baseline grid runs per cell
+    (:mod:`estratos.probe.grid.baselines`)."""
     spec = data.spec
     start = time.perf_counter()
     # one thread: these sparse problems are small, and OpenMP/BLAS threads on a busy machine
@@ -411,64 +424,3 @@ def _evaluate(data: TaskData, seed: int, l2_grid: Sequence[float], baseline: Sur
     log.info("baseline %s on %s seed %d: %s %s (%.1fs)", baseline.name, spec.id, seed,
              spec.metric, "n/a" if record.score is None else f"{record.score:.2f}", seconds)
     return record, outcome
-
-
-def run_baseline(specs: Sequence[TaskSpec], data_dirs: Any,
-                 out: Union[str, os.PathLike], *, seeds: Iterable[int] = (DEFAULT_SEED,),
-                 overwrite: bool = False,
-                 loader: Optional[Callable[[TaskSpec, Any], TaskData]] = None,
-                 baselines: Union[str, Iterable[str]] = DEFAULT_BASELINE
-                 ) -> List[ResultRecord]:
-    """Run ``baselines`` (names, or ``"all"``) on ``specs`` and append one record per
-    (task, baseline, seed) to ``out``.
-
-    Cells already in ``out`` are skipped unless ``overwrite`` (then a new record is appended
-    and readers keep the last). ``loader`` defaults to :func:`estratos.tasks.load_task`; a
-    task is loaded once for all its baselines. Returns the records written.
-    """
-    seeds = parse_seeds(seeds)
-    chosen = [BASELINES[name] for name in parse_baselines(baselines)]
-    if not specs:
-        raise OptionError("--tasks: no task selected")
-    check_output_file(out)
-    if loader is None:
-        from estratos.tasks import load_task
-        loader = load_task
-    store = ResultsStore(out)
-    done = set() if overwrite else store.done_keys()
-    written: List[ResultRecord] = []
-    for spec in specs:
-        todo = [(b, s) for b in chosen for s in seeds
-                if b.system.key(spec.id, None, None, s, b.name) not in done]
-        if not todo:
-            check_done_cells([out], [spec], data_dirs, done.__contains__, loader)
-            log.info("baseline %s: every cell already in %s; skipped", spec.id, out)
-            continue
-        data = loader(spec, data_dirs)
-        kept = {b.system.key(spec.id, None, None, s, b.name) for b in chosen for s in seeds
-                if (b, s) not in todo}
-        if kept:  # the cells kept must have been computed on this data
-            check_done_cells([out], [spec], data_dirs, kept.__contains__,
-                             digests={spec.id: data.digest})
-        for b, seed in todo:
-            record, outcome = _evaluate(data, seed, DEFAULT_L2_GRID, b)
-            written += store_cells(out, data, [record], [outcome], overwrite=overwrite,
-                                   store=store)
-    return written
-
-
-def baseline_tasks(tasks: Optional[str], out: Union[str, os.PathLike], *,
-                   data_dir: Sequence[str] = (), task_files: Sequence[str] = (),
-                   seeds: Union[str, Sequence[int]] = (DEFAULT_SEED,),
-                   overwrite: bool = False,
-                   baselines: Union[str, Sequence[str]] = DEFAULT_BASELINE
-                   ) -> List[ResultRecord]:
-    """``estratos baseline`` as a function: task ids / suites (plus ``--task-file`` specs),
-    data folders and ``--baseline`` in their command-line forms, then :func:`run_baseline`."""
-    from estratos.tasks.selection import select_specs
-
-    seed_list = parse_seeds(seeds)
-    names = parse_baselines(baselines)
-    selection = select_specs(tasks, task_files, data_dir)
-    return run_baseline(selection.specs, selection.data_dirs, out, seeds=seed_list,
-                        overwrite=overwrite, baselines=names)

@@ -1,9 +1,12 @@
-"""``estratos probe`` as a function: options checked first, then the grid runner.
+"""``estratos probe`` and ``estratos baseline`` as functions: options checked first, then
+the grid runner.
 
 Why apart from :mod:`estratos.probe.grid.runner`: the runner needs torch (seconds to import); every
 option a user can get wrong (seeds, jobs, threads, classifier, layers, pooling, device, shard,
 the task selection, the cache file) is checked here with light imports, so a mistake is
-reported at once, and only then is the runner imported.
+reported at once, and only then is the runner imported. The baselines' grid
+(:mod:`estratos.probe.grid.baselines`) needs scikit-learn, not torch, and is imported the
+same way, after its options are checked.
 """
 
 from __future__ import annotations
@@ -12,9 +15,15 @@ import logging
 import os
 from typing import Any, Optional, Sequence, Union
 
-from estratos.options import ShardSpec
+from estratos.options import (
+    ShardSpec,
+    parse_baselines,
+    parse_seeds,
+    positive_int,
+    resolve_shard,
+)
 from estratos.probe.config import ProbeConfig
-from estratos.vocab import DEFAULT_POOLING, DEFAULT_SEED
+from estratos.vocab import DEFAULT_BASELINE, DEFAULT_POOLING, DEFAULT_SEED
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +64,32 @@ def probe_tasks(cache: Union[str, os.PathLike], tasks: Optional[str],
                      expect_model=expect_model, resume_from=resume_from, progress=progress)
 
 
+def baseline_tasks(tasks: Optional[str], out: Union[str, os.PathLike], *,
+                   data_dir: Sequence[str] = (), task_files: Sequence[str] = (),
+                   seeds: Union[str, Sequence[int]] = (DEFAULT_SEED,),
+                   overwrite: bool = False,
+                   baselines: Union[str, Sequence[str]] = DEFAULT_BASELINE,
+                   jobs: int = 1, shard: ShardSpec = None,
+                   progress: Optional[bool] = False) -> Any:
+    """``estratos baseline``: ``--baseline``, ``--seeds``, ``--jobs`` and ``--shard``
+    checked, the tasks selected (``--tasks``, ``--task-file``, ``--data-dir``:
+    :func:`estratos.tasks.selection.select_specs`), then
+    :func:`estratos.probe.grid.baselines.run_baseline` (a ``ProbeRun``; it checks
+    ``--out`` before any work)."""
+    seed_list = parse_seeds(seeds)
+    names = parse_baselines(baselines)
+    jobs_n = positive_int("--jobs", jobs)
+    where = resolve_shard(shard)
+    from estratos.tasks.selection import select_specs
+
+    selection = select_specs(tasks, task_files, data_dir)
+    from estratos.probe.grid.baselines import run_baseline  # scikit-learn: only now
+
+    return run_baseline(selection.specs, selection.data_dirs, out, seeds=seed_list,
+                        overwrite=overwrite, baselines=names, jobs=jobs_n, shard=where,
+                        progress=progress)
+
+
 def warn_identical_seeds(classifier: Any, seeds: Sequence[int], specs: Sequence[Any]) -> None:
     """Say when several seeds will train the same model: a deterministic classifier on
     tasks whose protocol does not draw from the seed (their cells repeat, their spread is
@@ -74,4 +109,4 @@ def warn_identical_seeds(classifier: Any, seeds: Sequence[int], specs: Sequence[
                     name, shown, "/".join(sorted({s.protocol for s in same})), len(seeds))
 
 
-__all__ = ["probe_tasks", "warn_identical_seeds"]
+__all__ = ["baseline_tasks", "probe_tasks", "warn_identical_seeds"]

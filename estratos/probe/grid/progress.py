@@ -1,4 +1,4 @@
-"""The probe grid's progress on stderr (a tqdm bar on a terminal, periodic lines elsewhere)
+"""A grid's progress on stderr (a tqdm bar on a terminal, periodic lines elsewhere)
 and its estimate of the time left.
 
 Why not a rate over cells, nor the estimated costs alone: cells of one grid differ by orders
@@ -29,15 +29,18 @@ LINE_SECONDS = 60.0
 
 class GridProgress:
     """Progress over the cells of ``units`` run on ``processes`` processes; fed the units'
-    ``started``/``update`` (cells written)/``finished`` events. ``show``: a tqdm bar;
+    ``started``/``update`` (cells written)/``finished`` events. ``label``: what the bar and
+    the lines are called (the grid's command: ``probe``, ``baseline``). ``show``: a tqdm bar;
     ``lines``: periodic lines on ``stream`` instead (every ``every`` seconds, checked on each
     event and by a timer thread, so a long unit still gets its lines). ``clock``: for
     tests."""
 
     def __init__(self, units: Sequence[WorkUnit], processes: int, show: bool,
                  clock: Callable[[], float] = time.monotonic, *, lines: bool = False,
-                 every: float = LINE_SECONDS, stream: Optional[TextIO] = None) -> None:
+                 every: float = LINE_SECONDS, stream: Optional[TextIO] = None,
+                 label: str = "probe") -> None:
         self.bar = None
+        self.label = label
         self.eta = GridEta({u.index: u.cost for u in units}, processes, clock)
         self.written: Dict[int, int] = {}
         self.total = sum(u.n_cells for u in units)
@@ -54,14 +57,14 @@ class GridProgress:
         if self.lines:
             self._line(f"{self.total} cell(s) in {len(units)} unit(s) on {processes} "
                        f"process(es)")
-            self.ticker = threading.Thread(target=self._tick, name="probe-progress",
+            self.ticker = threading.Thread(target=self._tick, name=f"{label}-progress",
                                            daemon=True)
             self.ticker.start()
         total_cells = self.total
         if show and total_cells:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total_cells, unit="cell", desc="probe", file=sys.stderr,
+            self.bar = tqdm(total=total_cells, unit="cell", desc=label, file=sys.stderr,
                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
                                        "cells [{elapsed}{postfix}]")
 
@@ -108,7 +111,7 @@ class GridProgress:
         stream = self.stream or sys.stderr
         with self.lock:
             self.last = self.clock()
-            stream.write(f"probe: {text}\n")
+            stream.write(f"{self.label}: {text}\n")
             stream.flush()
 
     def _show(self, cells: int) -> None:

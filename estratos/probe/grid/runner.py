@@ -22,19 +22,18 @@ import dataclasses
 import logging
 import os
 import shlex
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from estratos import errors as _errors
-from estratos.errors import DiskFull, EstratosError, MissingSentences, OptionError
-from estratos.options import available_cores, check_output_file, parse_layers
+from estratos.errors import EstratosError, MissingSentences, OptionError
+from estratos.options import check_output_file, parse_layers
 from estratos.probe.cells import ACCELERATOR_DEVICES, FUSED_SEED_DEVICES, resolve_probe_device
 from estratos.probe.config import ProbeConfig
 from estratos.probe.estimators.settings import task_estimator
-from estratos.probe.grid.outcome import ProbeRun, UnitStat
+from estratos.probe.grid.loop import Grid, Pending, RunStats, collect, execute, pending_cells
+from estratos.probe.grid.outcome import ProbeRun
 from estratos.probe.grid.placement import (
     ACCELERATOR,
     describe_placement,
@@ -43,16 +42,7 @@ from estratos.probe.grid.placement import (
     seconds_on,
     task_work,
 )
-from estratos.probe.grid.plan import (
-    TaskShape,
-    WorkUnit,
-    cell_cost,
-    plan_units,
-    shard_cells,
-    shard_path,
-)
-from estratos.probe.grid.pool import Event, make_executor
-from estratos.probe.grid.progress import GridProgress
+from estratos.probe.grid.plan import TaskShape, WorkUnit, cell_cost, plan_units, shard_path
 from estratos.probe.grid.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
 from estratos.probe.records import CellSource
 from estratos.results import ResultRecord
@@ -88,31 +78,6 @@ def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: 
 
 # ---- the run as a whole -------------------------------------------------------------------
 
-def _pending_cells(spec_ids: Sequence[str], layers: Sequence[LayerSpec], seeds: Sequence[int],
-                   key: Callable[[str, LayerSpec, int], tuple], done: Set[tuple],
-                   owned: Optional[Set[tuple]] = None) -> Dict[str, Dict[int, List[LayerSpec]]]:
-    """task -> seed -> layer specs still to do (in ``owned`` when sharded)."""
-    out: Dict[str, Dict[int, List[LayerSpec]]] = {}
-    for task in spec_ids:
-        by_seed = {seed: [layer for layer in layers
-                          if key(task, layer, seed) not in done
-                          and (owned is None or (task, layer, seed) in owned)]
-                   for seed in seeds}
-        if any(by_seed.values()):
-            out[task] = by_seed
-    return out
-
-
-def _raise_failures(failures: List[Tuple[str, EstratosError]]) -> None:
-    """Raise the first failure as itself (its class and fields, as raised in the worker),
-    its task named first; mention the others."""
-    if not failures:
-        return
-    task, exc = failures[0]
-    others = sorted({t for t, _ in failures[1:]})
-    raise exc.in_context(task, f"(also failed: {', '.join(others)})" if others else "")
-
-
 @dataclass(frozen=True)
 class RunPlan:
     """What a run will do, decided before any process starts: the checked configuration
@@ -127,7 +92,7 @@ class RunPlan:
     system: CellSource
     model: Any
     done: Set[tuple]
-    pending: Dict[str, Dict[int, List[LayerSpec]]]
+    pending: Pending
     estimators: Dict[str, Any]
     #: ``--control-l2 task``: (task, layer spec, seed) -> the L2 its task cell chose
     task_l2: Dict[Tuple[str, str, int], Optional[float]] = dataclasses.field(
@@ -189,8 +154,8 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     if not plan.pending:
         return ProbeRun([], plan.out, time.monotonic() - t_start,
                         str(resolve_probe_device(config.device)), 0, plan.grid_cells)
-    records, stats, failures, ran = _execute(plan, data_dirs, loader, progress)
-    return _collect(plan, records, stats, failures, ran, time.monotonic() - t_start)
+    grid = ProbeGrid(plan, data_dirs, loader)
+    return collect(grid, execute(grid, progress), time.monotonic() - t_start)
 
 
 def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLike | str,
@@ -251,7 +216,7 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
         files: List[Union[str, Path]] = [out_path, *expand_paths(list(resume_from))]
         check_done_cells(files, specs, data_dirs, grid.__contains__, loader,
                          encoding=plan.system.encoding, source=f"the cache {cache_path}")
-    plan.pending.update(_pending_cells(ids, layer_specs, config.seeds, plan.key, done))
+    plan.pending.update(pending_cells(ids, layer_specs, config.seeds, plan.key, done))
     if config.control_l2 == CONTROL_L2_TASK and plan.pending:
         plan.task_l2.update(_task_cells_l2(plan, [out_path, *expand_paths(list(resume_from))]))
     return plan
@@ -287,78 +252,62 @@ def _task_cells_l2(plan: RunPlan, files: Sequence[Union[str, Path]]
     return out
 
 
-def _execute(plan: RunPlan, data_dirs: Any, loader: Optional[Callable[[Any, Any], Any]],
-             progress: Optional[bool]) -> Tuple[List[ResultRecord], List[UnitStat],
-                                                List[Tuple[str, EstratosError]], RunStats]:
-    """Survey the tasks, plan the units and run them on the configured processes."""
-    config, ids = plan.config, plan.ids
-    where = config.shard
-    pending = plan.pending
-    # a shard must know the whole grid's costs; an unsharded run only its pending tasks'
-    to_survey = ids if where is not None else list(pending)
-    n_cells = sum(len(v) for by_seed in pending.values() for v in by_seed.values())
-    processes = max(1, min(config.jobs, n_cells))
-    threads = config.threads or 1
-    if threads * processes > available_cores():
-        log.warning("--jobs %d x --threads %d exceeds the %d available cores; expect "
-                    "slow-downs", processes, threads, available_cores())
-    records: List[ResultRecord] = []
-    stats: List[UnitStat] = []
-    failures: List[Tuple[str, EstratosError]] = []
-    bar: Optional[GridProgress] = None
-    ran = RunStats(device="cpu", processes=processes, todo=n_cells,
-                   grid_cells=plan.grid_cells)
-    try:
-        # the workers start now and import torch while this process does the same below
-        # (resolving the device, building its own runner): the imports overlap
-        with make_executor(processes, preload=WORKER_PRELOAD) as executor:
-            device = resolve_probe_device(config.device)
-            # --device auto on a node with a GPU: the GPU and the CPU cores at once
-            both = config.device == "auto" and device.type in ACCELERATOR_DEVICES
-            ran.device = f"{device} and cpu" if both else str(device)
-            context = GridContext(config.replace(device="cpu" if both else str(device),
-                                                 threads=threads),
-                                  str(plan.cache_path), str(plan.out),
-                                  {spec.id: spec_state(spec) for spec in plan.specs},
-                                  data_dirs, loader, dict(plan.task_l2))
-            executor.start(UnitRunner, context)
-            shapes = _survey(executor, to_survey)
-            _check_missing(plan, shapes, to_survey, data_dirs)
-            cost = {t: cell_cost(shapes[t], plan.estimators[t]) for t in to_survey}
-            if where is not None:
-                owned = shard_cells(ids, plan.layers, config.seeds, cost, where)
-                pending = _pending_cells(ids, plan.layers, config.seeds, plan.key, plan.done,
-                                         owned)
-                ran.grid_cells = len(owned)
-            if both:
-                units = _placed_units(plan, pending, shapes, cost, device, executor.processes)
-            else:
-                units = plan_units(pending, cost, executor.processes,
-                                   seeds_apart=device.type not in FUSED_SEED_DEVICES)
-            ran.todo = sum(u.n_cells for u in units)
-            log.info("%d cell(s) in %d unit(s) on %d process(es)", ran.todo, len(units),
-                     executor.processes)
-            show = sys.stderr.isatty() if progress is None else bool(progress)
-            bar = GridProgress(units, executor.processes, show,
-                               lines=progress is None and not show)
-            failures = _run_units(executor, units, records, stats, bar)
-            ran.processes = executor.processes
-    except KeyboardInterrupt:
-        if bar is not None:
-            bar.close()
-        # the workers are stopped: what the file holds now is what was kept
-        planned = {plan.key(t, layer, s) for t, by_seed in pending.items()
-                   for s, layers in by_seed.items() for layer in layers}
-        kept = len(planned & done_keys([plan.out]))
-        raise _interrupted(plan.out, kept, len(planned) - kept) from None
-    finally:
-        if bar is not None:
-            bar.close()
-    return records, stats, failures, ran
+class ProbeGrid(Grid):
+    """A probe run as a grid of the shared loop (:mod:`estratos.probe.grid.loop`): columns
+    are layer specs; every process opens the cache (:class:`UnitRunner`); a cell costs what
+    its task's estimator trains on its vectors' width; under ``--device auto`` on a node
+    with a GPU, the tasks are placed on the GPU or the CPU cores
+    (:mod:`estratos.probe.grid.placement`)."""
+
+    def __init__(self, plan: RunPlan, data_dirs: Any,
+                 loader: Optional[Callable[[Any, Any], Any]]) -> None:
+        config = plan.config
+        super().__init__(label="probe", out=plan.out, ids=plan.ids, columns=plan.layers,
+                         seeds=config.seeds, done=plan.done, jobs=config.jobs,
+                         threads=config.threads or 1, shard=config.shard,
+                         preload=WORKER_PRELOAD)
+        self.plan = plan
+        self.data_dirs = data_dirs
+        self.loader = loader
+        self.device: Any = None
+        self.both = False
+
+    def key(self, task: str, column: LayerSpec, seed: int) -> tuple:
+        return self.plan.key(task, column, seed)
+
+    def column_of(self, record: ResultRecord) -> LayerSpec:
+        return record.layer  # type: ignore[return-value]  # a probe cell always has one
+
+    def runner(self, stats: RunStats) -> Tuple[Callable[[Any], Any], Any]:
+        plan, config = self.plan, self.plan.config
+        self.device = device = resolve_probe_device(config.device)
+        # --device auto on a node with a GPU: the GPU and the CPU cores at once
+        self.both = both = config.device == "auto" and device.type in ACCELERATOR_DEVICES
+        stats.device = f"{device} and cpu" if both else str(device)
+        context = GridContext(config.replace(device="cpu" if both else str(device),
+                                             threads=self.threads),
+                              str(plan.cache_path), str(plan.out),
+                              {spec.id: spec_state(spec) for spec in plan.specs},
+                              self.data_dirs, self.loader, dict(plan.task_l2))
+        return UnitRunner, context
+
+    def check(self, shapes: Mapping[str, TaskShape], surveyed: Sequence[str]) -> None:
+        _check_missing(self.plan, shapes, surveyed, self.data_dirs)
+
+    def costs(self, shapes: Mapping[str, TaskShape], surveyed: Sequence[str]
+              ) -> Dict[str, float]:
+        return {t: cell_cost(shapes[t], self.plan.estimators[t]) for t in surveyed}
+
+    def units(self, pending: Pending, shapes: Mapping[str, TaskShape],
+              cost: Mapping[str, float], processes: int) -> List[WorkUnit]:
+        if self.both:
+            return _placed_units(self.plan, pending, shapes, cost, self.device, processes)
+        return plan_units(pending, cost, processes,
+                          seeds_apart=self.device.type not in FUSED_SEED_DEVICES)
 
 
-def _placed_units(plan: RunPlan, pending: Dict[str, Dict[int, List[LayerSpec]]],
-                  shapes: Dict[str, TaskShape], cost: Dict[str, float], accelerator: Any,
+def _placed_units(plan: RunPlan, pending: Pending, shapes: Mapping[str, TaskShape],
+                  cost: Mapping[str, float], accelerator: Any,
                   processes: int) -> List[WorkUnit]:
     """The units of a run that uses a GPU and the CPU cores at once: each task placed by
     the cost model (:mod:`estratos.probe.grid.placement`, both devices timed now), the
@@ -390,18 +339,7 @@ def _placed_units(plan: RunPlan, pending: Dict[str, Dict[int, List[LayerSpec]]],
     return [dataclasses.replace(u, index=i) for i, u in enumerate(units)]
 
 
-@dataclass
-class RunStats:
-    """What :func:`_execute` learnt while running: the device, the processes, the cells it
-    planned and the size of the grid (this shard's, when sharded)."""
-
-    device: str
-    processes: int
-    todo: int
-    grid_cells: int
-
-
-def _check_missing(plan: RunPlan, shapes: Dict[str, TaskShape], surveyed: Sequence[str],
+def _check_missing(plan: RunPlan, shapes: Mapping[str, TaskShape], surveyed: Sequence[str],
                    data_dirs: Any) -> None:
     """Stop before any training when the cache lacks sentences the tasks need, with the
     ``estratos encode`` command that adds them."""
@@ -415,20 +353,6 @@ def _check_missing(plan: RunPlan, shapes: Dict[str, TaskShape], surveyed: Sequen
         f"{plan.cache_path}: {total} sentence(s) the tasks need are not in the cache "
         f"({detail}); add them with: "
         f"{_encode_hint(plan.cache_path, plan.model, short, data_dirs)}", missing=total)
-
-
-def _collect(plan: RunPlan, records: List[ResultRecord], stats: List[UnitStat],
-             failures: List[Tuple[str, EstratosError]], ran: RunStats,
-             seconds: float) -> ProbeRun:
-    """The run's records in grid order (task, seed, layer spec), or its first failure."""
-    order = {t: i for i, t in enumerate(plan.ids)}
-    layer_order: Dict[Any, int] = {layer: i for i, layer in enumerate(plan.layers)}
-    seed_order = {s: i for i, s in enumerate(plan.config.seeds)}
-    records.sort(key=lambda r: (order[r.task], seed_order[r.seed],
-                                layer_order.get(r.layer, len(layer_order))))
-    _raise_failures(failures)
-    return ProbeRun(records, plan.out, seconds, ran.device, ran.processes,
-                    ran.grid_cells - ran.todo, stats)
 
 
 def _trained_only(specs: Sequence[Any], option: str, why: str) -> List[Any]:
@@ -446,63 +370,3 @@ def _trained_only(specs: Sequence[Any], option: str, why: str) -> List[Any]:
         log.warning("%s: left out %s (scored by an untrained cosine, which %s)", option,
                     ", ".join(left), why)
     return kept
-
-
-def _survey(executor: Any, task_ids: Sequence[str]) -> Dict[str, TaskShape]:
-    """Every task's :class:`TaskShape`; a task whose data cannot be loaded stops the run
-    here, before any training."""
-    shapes: Dict[str, TaskShape] = {}
-    failures: List[Tuple[str, EstratosError]] = []
-
-    def on_event(kind: Event, key: Any, value: Any) -> None:
-        if kind == Event.SURVEY:
-            shapes[key] = value
-        elif kind == Event.ERROR:
-            failures.append((key, value))
-        elif kind == Event.BUG:
-            raise RuntimeError(f"probe worker failed while reading {key}:\n{value}")
-
-    executor.run([(Event.SURVEY, t, t) for t in task_ids], on_event)
-    _raise_failures(failures)
-    return shapes
-
-
-def _run_units(executor: Any, units: Sequence[WorkUnit], records: List[ResultRecord],
-               stats: List[UnitStat], bar: GridProgress) -> List[Tuple[str, EstratosError]]:
-    """Run every unit, collecting records and statistics; returns the failures (task, the
-    error as raised), raised by the caller once every other unit has ended."""
-    by_index = {u.index: u for u in units}
-    written: Dict[int, int] = {}
-    failures: List[Tuple[str, EstratosError]] = []
-
-    def on_event(kind: Event, key: Any, value: Any) -> None:
-        unit = by_index[key]
-        if kind == Event.START:
-            bar.started(unit)
-        elif kind == Event.CELLS:
-            records.extend(value)
-            written[key] = written.get(key, 0) + len(value)
-            bar.update(unit, len(value))
-        elif kind == Event.DONE:
-            stats.append(UnitStat(unit, float(value), written.get(key, 0)))
-            bar.finished(unit, float(value))
-        elif kind == Event.ERROR:
-            if isinstance(value, DiskFull):  # every other unit would fail to store as well
-                raise value.in_context(unit.task)
-            log.error("%s: %s", unit.describe(), value)
-            failures.append((unit.task, value))
-        elif kind == Event.BUG:
-            raise RuntimeError(f"probe worker failed on {unit.describe()}:\n{value}")
-
-    # a unit placed on a device of its own (the GPU) runs in this process, which drives it
-    executor.run([(Event.UNIT, u.index, u) for u in units], on_event,
-                 pinned=lambda job: job[2].device is not None)
-    return failures
-
-
-def _interrupted(out: Path, kept: int, left: int) -> EstratosError:
-    """The Ctrl-C message: what was kept, and that the same command resumes."""
-    return _errors.Interrupted(
-        f"interrupted: {kept} new cell(s) of this run are kept in {out}, {left} still to do; "
-        "run the same command again to resume (cells already in the results file are "
-        "skipped)")
