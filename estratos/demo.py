@@ -15,6 +15,7 @@ rather than mixed, naming each setting that differs, before any work starts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from estratos.errors import OptionError
 from estratos.options import check_output_folder, model_identity
@@ -212,22 +213,12 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     receives one line per step as it starts (the CLI shows them; the library itself never
     prints).
     """
-    from tqdm import tqdm
-
     from estratos.encode import encode_sentences
-    from estratos.probe import run_probe
-    from estratos.report import write_report
-    from estratos.tasks import load_task
-    from estratos.tasks.selection import read_task_files, select_specs
+    from estratos.tasks.selection import read_task_files
 
     tell = say or (lambda line: log.info("%s", line))
     seeds = tuple(seeds)
-    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
-        raise OptionError(f"--seed: give one or more integer seeds, got {seeds!r}")
-    if isinstance(n_per_task, bool) or not isinstance(n_per_task, int) or not (
-            MIN_PER_TASK <= n_per_task <= MAX_PER_TASK):
-        raise OptionError(f"--n-per-task must be between {MIN_PER_TASK} and {MAX_PER_TASK}, "
-                          f"got {n_per_task!r}")
+    _check_demo_options(seeds, n_per_task)
     out = Path(out_dir).expanduser()
     check_output_folder(out)  # before the model loads or a task is built
     # a bad or clashing task file fails before any work; custom tasks join the suite's
@@ -240,51 +231,100 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     seconds: Dict[str, float] = {}
     show = progress if progress is not None else None
 
+    with _timed(seconds, "data"):
+        tell(f"[1/5] building the {DEMO_SUITE} tasks ({n_per_task} examples each) in "
+             f"{data_dir}")
+        out.mkdir(parents=True, exist_ok=True)
+        _prepare_data(data_dir, n_per_task)
+        specs, data_dirs, sentences = _demo_tasks(tasks, task_files, data_dir)
+
+    with _timed(seconds, "encode"):
+        tell(f"[2/5] caching the vectors of {len(sentences)} unique sentences ({model}) in "
+             f"{cache}")
+        tell("      " + encode_sentences(sentences, model, cache, progress=show).headline())
+
+    disable = None if show is None else not show
+    with _timed(seconds, "probe"):
+        tell(f"[3/5] probing every layer + avg of {len(specs)} tasks x {len(seeds)} seeds "
+             f"into {results}")
+        _probe_each(cache, specs, data_dirs, results, seeds, disable, "probe")
+
+    # the same cells on a control task (labels a random function of the words): what the
+    # probe reaches by memorising words, so the report's selectivity (score - control)
+    # says how much of the score is the property rather than the probe
+    with _timed(seconds, "control"):
+        tell("[4/5] the same probes on a control task (control cells, for the "
+             "selectivity table)")
+        _probe_each(cache, specs, data_dirs, results, seeds, disable, "control",
+                    control=CONTROL_TASK)
+
+    with _timed(seconds, "report"):
+        tell(f"[5/5] writing the report into {report_dir}")
+        report_files, table = _demo_report(results, report_dir, plot)
+
+    commands = demo_commands(data_dir, cache, results, report_dir, model, seeds, n_per_task,
+                             plot, task_files, [s.id for s in specs if s.source])
+    return DemoSummary(out, data_dir, cache, results, report_dir, report_files, table,
+                       model, commands, seconds)
+
+
+def _check_demo_options(seeds: Sequence[object], n_per_task: object) -> None:
+    """Refuse seeds that are not integers and a task size the generator cannot make, before
+    any file or model is touched."""
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise OptionError(f"--seed: give one or more integer seeds, got {tuple(seeds)!r}")
+    if isinstance(n_per_task, bool) or not isinstance(n_per_task, int) or not (
+            MIN_PER_TASK <= n_per_task <= MAX_PER_TASK):
+        raise OptionError(f"--n-per-task must be between {MIN_PER_TASK} and {MAX_PER_TASK}, "
+                          f"got {n_per_task!r}")
+
+
+@contextlib.contextmanager
+def _timed(seconds: Dict[str, float], step: str) -> Iterator[None]:
+    """Record the wall-clock seconds of the block as ``seconds[step]`` (the closing
+    message's timings)."""
     t0 = time.perf_counter()
-    tell(f"[1/5] building the {DEMO_SUITE} tasks ({n_per_task} examples each) in {data_dir}")
-    out.mkdir(parents=True, exist_ok=True)
-    _prepare_data(data_dir, n_per_task)
+    yield
+    seconds[step] = time.perf_counter() - t0
+
+
+def _demo_tasks(tasks: str, task_files: Sequence[str], data_dir: Path
+                ) -> Tuple[list, Any, List[str]]:
+    """The specs and data folders of the demo's tasks (the suite built in ``data_dir`` plus
+    the custom ``task_files``) and their unique sentences in first-seen order: what encode
+    caches, one vector set per sentence whichever tasks share it."""
+    from estratos.tasks import load_task
+    from estratos.tasks.selection import select_specs
+
     selection = select_specs(tasks, task_files, [f"{DEMO_SUITE}={data_dir}"])
     specs, data_dirs = selection.specs, selection.data_dirs
     sentences: Dict[str, None] = {}
     for spec in specs:
         for sentence in load_task(spec, data_dirs).sentences:
             sentences.setdefault(sentence, None)
-    seconds["data"] = time.perf_counter() - t0
+    return specs, data_dirs, list(sentences)
 
-    t0 = time.perf_counter()
-    tell(f"[2/5] caching the vectors of {len(sentences)} unique sentences ({model}) in {cache}")
-    tell("      " + encode_sentences(list(sentences), model, cache, progress=show).headline())
-    seconds["encode"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    tell(f"[3/5] probing every layer + avg of {len(specs)} tasks x {len(seeds)} seeds "
-         f"into {results}")
-    disable = None if show is None else not show
-    for spec in tqdm(specs, desc="probe", unit="task", disable=disable):
+def _probe_each(cache: Path, specs: Sequence[Any], data_dirs: Any, results: Path,
+                seeds: Sequence[int], disable: Optional[bool], desc: str,
+                control: Optional[str] = None) -> None:
+    """Probe every layer + avg of each task in turn (one progress step per task) into
+    ``results``; ``control``: the control cells of those probes instead."""
+    from tqdm import tqdm
+
+    from estratos.probe import run_probe
+
+    extra = {} if control is None else {"control": control}
+    for spec in tqdm(specs, desc=desc, unit="task", disable=disable):
         run_probe(cache, [spec], data_dirs, results, layers="all", pooling=DEMO_POOLING,
-                  seeds=seeds)
-    seconds["probe"] = time.perf_counter() - t0
+                  seeds=seeds, **extra)
 
-    # the same cells on a control task (labels a random function of the words): what the
-    # probe reaches by memorising words, so the report's selectivity (score - control)
-    # says how much of the score is the property rather than the probe
-    t0 = time.perf_counter()
-    tell("[4/5] the same probes on a control task (control cells, for the "
-         "selectivity table)")
-    for spec in tqdm(specs, desc="control", unit="task", disable=disable):
-        run_probe(cache, [spec], data_dirs, results, layers="all", pooling=DEMO_POOLING,
-                  seeds=seeds, control=CONTROL_TASK)
-    seconds["control"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    tell(f"[5/5] writing the report into {report_dir}")
+def _demo_report(results: Path, report_dir: Path, plot: bool) -> Tuple[List[Path], str]:
+    """Write the report of ``results``; returns its files and the Markdown the CLI prints
+    (empty when none was written)."""
+    from estratos.report import write_report
+
     report = write_report([results], report_dir, formats=DEMO_REPORT_FORMATS, plot=plot)
     md = next((p for p in report.files if p.suffix == ".md"), None)
-    table = md.read_text(encoding="utf-8") if md is not None else ""
-    seconds["report"] = time.perf_counter() - t0
-
-    commands = demo_commands(data_dir, cache, results, report_dir, model, seeds, n_per_task,
-                             plot, task_files, [s.id for s in specs if s.source])
-    return DemoSummary(out, data_dir, cache, results, report_dir, list(report.files), table,
-                       model, commands, seconds)
+    return list(report.files), md.read_text(encoding="utf-8") if md is not None else ""
