@@ -255,64 +255,114 @@ def similarity_maps(cache: PathLike, out: PathLike, *, other: Optional[PathLike]
         if n < 4 and any(m in STREAMED for m in chosen):
             raise OptionError(f"--tasks/--sentences: {n} sentence(s); the measures need at "
                               "least 4")
+        pair = _Pair(a, b, pool, n, feats)
         builder = _Records("similarity", a, b, pool, sentences)
-        lb = a.layers if b is None else b.layers
         sample_pos = sentences.subsample(size, seed)
         sample = {"size": len(sample_pos), "of": n, "seed": seed}
-
-        def settings_of(measure: str) -> Dict[str, Any]:
-            if measure in STREAMED:
-                return {"products": products}
-            return {"k": k} if measure == "mutual-knn" else {}
-
-        def plan() -> List[MapRecord]:
-            return [builder.make(m, i, j, f, None, settings_of(m),
-                                 sample if m in SAMPLED else None)
-                    for m in chosen for f in feats for i in a.layers for j in lb]
-
+        planned = [builder.make(m, i, j, f, None, _settings(m, products, k),
+                                sample if m in SAMPLED else None)
+                   for m in chosen for f in feats for i in a.layers for j in pair.lb]
         done: Set[Any] = set() if overwrite else done_map_keys(out)
-        todo = {r.measure for r in plan() if r.key not in done}
+        todo = {r.measure for r in planned if r.key not in done}
         run = MapRun(os.fspath(out), "similarity", n)
-        values: Dict[Tuple[Any, ...], M.Value] = {}
-        standardized_needed = STANDARDIZED_FEATURES in feats
-        streamed = [m for m in chosen if m in STREAMED and m in todo]
-        sampled = [m for m in chosen if m in SAMPLED and m in todo]
-        moments_a: Optional[List[Moments]] = None
-        moments_b: Optional[List[Moments]] = None
-        order = np.argsort(a.rows, kind="stable")
-        if streamed or (sampled and standardized_needed):
-            t = time.perf_counter()
-            moments_a, moments_b = _moments(_stream([a, b], n, order, pool),
-                                            None if b is None else len(a.layers))
-            run.timings["moments"] = time.perf_counter() - t
-        if streamed and moments_a is not None:
-            t = time.perf_counter()
-            acc = CrossProducts(moments_a, moments_b, products)
-            for xs, ys in _stream([a, b], n, order, pool):
-                assert xs is not None
-                acc.add(xs, ys)
-            run.timings["products"] = time.perf_counter() - t
-            t = time.perf_counter()
-            fns: Dict[str, Callable[[M.PairStats], M.Value]] = {
-                "linear-cka": M.linear_cka_stats, "debiased-cka": M.debiased_cka_stats,
-                "procrustes": M.procrustes_stats}
-            with _one_thread():
-                for f in feats:
-                    for i, la in enumerate(a.layers):
-                        for j, lj in enumerate(lb):
-                            stats = acc.pair(i, j, standardized=f == STANDARDIZED_FEATURES)
-                            for m in streamed:
-                                values[(m, f, la, lj)] = fns[m](stats)
-            run.timings["streamed measures"] = time.perf_counter() - t
-        if sampled:
-            t = time.perf_counter()
-            _sampled(values, sampled, feats, a, b, pool, sample_pos, moments_a, moments_b, k)
-            run.timings["sampled measures"] = time.perf_counter() - t
+        values = _similarity_values(
+            pair, [m for m in chosen if m in STREAMED and m in todo],
+            [m for m in chosen if m in SAMPLED and m in todo], sample_pos, products, k,
+            run.timings)
         records = [builder.make(r.measure, r.layer_a, r.layer_b, r.features,
                                 values.get((r.measure, r.features, r.layer_a, r.layer_b)),
                                 r.settings, r.sample)
-                   for r in plan() if r.measure in todo]
-    return _finish(run, out, records, overwrite, started, len(plan()))
+                   for r in planned if r.measure in todo]
+    return _finish(run, out, records, overwrite, started, len(planned))
+
+
+def _settings(measure: str, products: str, k: int) -> Dict[str, Any]:
+    """The settings a similarity record of ``measure`` holds (what its value depends on
+    beyond the layers and features)."""
+    if measure in STREAMED:
+        return {"products": products}
+    return {"k": k} if measure == "mutual-knn" else {}
+
+
+@dataclass
+class _Pair:
+    """The two sides a similarity run compares (``b`` None: ``a`` with itself), the pooling,
+    the sentence count and the features, as every pass over them reads them."""
+
+    a: Side
+    b: Optional[Side]
+    pool: str
+    n: int
+    feats: Tuple[str, ...]
+    #: the sentences in the first cache's row order (reads go forward through the file)
+    order: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.order = np.argsort(self.a.rows, kind="stable")
+
+    @property
+    def lb(self) -> Tuple[LayerSpec, ...]:
+        """The layers of the second side (the first's when it is compared with itself)."""
+        return self.a.layers if self.b is None else self.b.layers
+
+    def stream(self) -> Iterator[List[Optional[List[np.ndarray]]]]:
+        """One pass over every sentence, chunk by chunk, both sides (:func:`_stream`)."""
+        return _stream([self.a, self.b], self.n, self.order, self.pool)
+
+
+@contextlib.contextmanager
+def _timed(timings: Dict[str, float], step: str) -> Iterator[None]:
+    """Record the block's wall-clock seconds as ``timings[step]`` (logged by
+    :func:`_finish`)."""
+    t = time.perf_counter()
+    yield
+    timings[step] = time.perf_counter() - t
+
+
+def _similarity_values(pair: _Pair, streamed: Sequence[str], sampled: Sequence[str],
+                       sample_pos: np.ndarray, products: str, k: int,
+                       timings: Dict[str, float]) -> Dict[Tuple[Any, ...], M.Value]:
+    """The value of every (measure, features, layer, layer) still to do: a first pass for
+    each layer's moments (needed by the streamed measures, and by the sampled ones to
+    standardize), then the streamed measures' cross-products, then the sampled measures on
+    the subsample ``sample_pos``."""
+    values: Dict[Tuple[Any, ...], M.Value] = {}
+    moments_a: Optional[List[Moments]] = None
+    moments_b: Optional[List[Moments]] = None
+    if streamed or (sampled and STANDARDIZED_FEATURES in pair.feats):
+        with _timed(timings, "moments"):
+            moments_a, moments_b = _moments(pair.stream(),
+                                            None if pair.b is None else len(pair.a.layers))
+    if streamed and moments_a is not None:
+        _streamed(values, pair, streamed, moments_a, moments_b, products, timings)
+    if sampled:
+        with _timed(timings, "sampled measures"):
+            _sampled(values, sampled, pair.feats, pair.a, pair.b, pair.pool, sample_pos,
+                     moments_a, moments_b, k)
+    return values
+
+
+def _streamed(values: Dict[Tuple[Any, ...], M.Value], pair: _Pair, measures: Sequence[str],
+              moments_a: List[Moments], moments_b: Optional[List[Moments]], products: str,
+              timings: Dict[str, float]) -> None:
+    """Linear CKA, debiased CKA and Procrustes of every layer pair from one more pass over
+    every sentence: the d x d cross-products of each pair (centred, or standardized, with
+    the first pass's moments), from which each measure is a small computation."""
+    with _timed(timings, "products"):
+        acc = CrossProducts(moments_a, moments_b, products)
+        for xs, ys in pair.stream():
+            assert xs is not None
+            acc.add(xs, ys)
+    fns: Dict[str, Callable[[M.PairStats], M.Value]] = {
+        "linear-cka": M.linear_cka_stats, "debiased-cka": M.debiased_cka_stats,
+        "procrustes": M.procrustes_stats}
+    with _timed(timings, "streamed measures"), _one_thread():
+        for f in pair.feats:
+            for i, la in enumerate(pair.a.layers):
+                for j, lj in enumerate(pair.lb):
+                    stats = acc.pair(i, j, standardized=f == STANDARDIZED_FEATURES)
+                    for m in measures:
+                        values[(m, f, la, lj)] = fns[m](stats)
 
 
 def _moments(chunks: Iterator[List[Optional[List[np.ndarray]]]], split: Optional[int]
