@@ -8,10 +8,16 @@ import torch
 
 from estratos.errors import OptionError, TaskError
 from estratos.probe.cells import classifier_record, evaluate_cells, resolve_probe_device
+from estratos.probe.config import ProbeConfig
 from estratos.probe.estimators.runtime import torch_runtime
 from estratos.tasks.types import SlotRefs, Split, TaskData
 
 from probe_toys import spec, toy_split_task
+
+
+def _config(classifier: str = "senteval", **options) -> ProbeConfig:
+    """A probe run's configuration on the CPU (what the grid hands evaluate_cells)."""
+    return ProbeConfig.build(classifier=classifier, device="cpu", jobs=1, **options)
 
 
 @pytest.fixture(autouse=True)
@@ -30,9 +36,9 @@ def _fast(task):
 def test_outer_list_is_seeds_inner_is_states_and_each_seed_is_its_own_run():
     task, _, vec = toy_split_task(160)
     task = _fast(task)
-    both = evaluate_cells(task, vec, [0, 2, "avg"], [1111, 7], "senteval")
+    both = evaluate_cells(task, vec, [0, 2, "avg"], [1111, 7], _config("senteval"))
     assert [len(row) for row in both] == [3, 3]
-    alone = evaluate_cells(task, vec, [2], [7], "senteval")[0][0]
+    alone = evaluate_cells(task, vec, [2], [7], _config("senteval"))[0][0]
     assert (both[1][1].test, both[1][1].dev, both[1][1].l2, both[1][1].epochs) == \
         (alone.test, alone.dev, alone.l2, alone.epochs)
     np.testing.assert_array_equal(both[1][1].predictions, alone.predictions)
@@ -42,8 +48,8 @@ def test_outer_list_is_seeds_inner_is_states_and_each_seed_is_its_own_run():
 def test_sequential_gives_the_same_cells():
     task, _, vec = toy_split_task(120)
     task = _fast(task)
-    a = evaluate_cells(task, vec, [1, "avg"], [3], "senteval")[0]
-    b = evaluate_cells(task, vec, [1, "avg"], [3], "senteval", sequential=True)[0]
+    a = evaluate_cells(task, vec, [1, "avg"], [3], _config("senteval"))[0]
+    b = evaluate_cells(task, vec, [1, "avg"], [3], _config(sequential=True))[0]
     assert [(o.test, o.dev, o.l2, o.epochs) for o in a] == \
         [(o.test, o.dev, o.l2, o.epochs) for o in b]
 
@@ -65,7 +71,7 @@ def _pair_task(protocol: str, score_range=(1, 5)):
 
 def test_cosine_cells_are_the_same_for_every_seed_and_record_the_classifier():
     task, vec = _pair_task("cosine")
-    out = evaluate_cells(task, vec, [0, 1], [1, 2], "senteval")
+    out = evaluate_cells(task, vec, [0, 1], [1, 2], _config("senteval"))
     assert out[0][1].test == out[1][1].test and out[0][1].predicted == ("a", "b")
     assert classifier_record(task, "lbfgs")["name"] == "lbfgs"
 
@@ -116,14 +122,14 @@ def test_fused_seeds_give_the_cells_of_each_seed_alone(monkeypatch):
 
     task, _, vec = toy_split_task(160)
     task = _fast(task)
-    alone = evaluate_cells(task, vec, [1, "avg"], [5, 9], "senteval")
+    alone = evaluate_cells(task, vec, [1, "avg"], [5, 9], _config("senteval"))
     monkeypatch.setattr(cells, "FUSED_SEED_DEVICES", ("cpu",))
-    fused = evaluate_cells(task, vec, [1, "avg"], [5, 9], "senteval")
+    fused = evaluate_cells(task, vec, [1, "avg"], [5, 9], _config("senteval"))
     assert [[(o.test, o.dev, o.l2, o.epochs) for o in row] for row in fused] == \
         [[(o.test, o.dev, o.l2, o.epochs) for o in row] for row in alone]
     for a, b in zip(alone, fused):
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x.predictions, y.predictions)
     # lbfgs has no tensor program: its seeds run one after the other even there
-    lb = evaluate_cells(task, vec, [1], [5, 9], "lbfgs")
+    lb = evaluate_cells(task, vec, [1], [5, 9], _config("lbfgs"))
     assert len(lb) == 2 and len(lb[0]) == 1

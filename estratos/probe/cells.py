@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 import numpy as np
 
 from estratos.options import PROBE_DEVICES, resolve_device
-from estratos.probe.config import Classifier
+from estratos.probe.config import Classifier, ProbeConfig
 from estratos.probe.controls import DEV_PART, permuted, shuffled_labels_factory
 from estratos.probe.estimators.registry import RecordedEstimator
 from estratos.probe.estimators.settings import resolve_classifier, resolve_regressor
@@ -28,7 +28,7 @@ from estratos.probe.features import AVG, build_features, layer_matrix, slot_vect
 from estratos.probe.mdl import online_codes
 from estratos.protocols import CellOutcome, Inputs, OneAtATime, get_protocol, positive_class
 from estratos.tasks.types import TaskData
-from estratos.vocab import Role
+from estratos.vocab import LABEL_SHUFFLE, Role
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -97,29 +97,30 @@ def chance_levels(task: TaskData) -> Optional[Dict[str, Any]]:
 
 
 def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePosition],
-                   seeds: Sequence[int], classifier: Classifier, *, sequential: bool = False,
-                   device: Union[str, "torch.device"] = "cpu", features: Optional[str] = None,
-                   shuffle_labels: bool = False, mdl: bool = False,
+                   seeds: Sequence[int], config: ProbeConfig, *,
+                   device: Union[str, "torch.device", None] = None,
                    on_seed: Optional[SeedSink] = None,
                    l2_grid: Optional[Sequence[float]] = None) -> List[List[CellOutcome]]:
-    """Train and evaluate the cells (layer spec x seed) of one task; outer list: seeds,
+    """Train and evaluate the cells (layer spec x seed) of one task as the run's ``config``
+    says (its classifier, features, control, MDL, sequential training); outer list: seeds,
     inner: ``states`` in order.
 
     ``vectors`` are the task's sentence vectors ``(len(task.sentences), n_read, D)``;
     ``states`` are positions along its second axis (or ``"avg"``, the mean of every state
-    read). ``classifier``: a registered name (``--classifier``) or an estimator whose
-    parameters the task's overrides start from. ``sequential`` trains every model alone
-    (same numbers, for checks and timing).
+    read). ``config.classifier``: a registered name (``--classifier``) or an estimator whose
+    parameters the task's overrides start from; ``config.sequential`` trains every model
+    alone (same numbers, for checks and timing); ``config.control`` ``label-shuffle``
+    trains on shuffled labels (a control task arrives as a task of its own).
 
-    ``device``: where the tensor programs run (:func:`resolve_probe_device`). On a GPU, the
-    seeds of a protocol whose seeds share the data (``split``, ``relatedness``) train as one
-    program (layer specs x L2 values x seeds); on the CPU they train one after the other, so
-    a cell's numbers never depend on which other seeds ran (docs/probe.md, "Devices").
-    ``features``, ``shuffle_labels``, ``mdl``, ``on_seed`` and ``l2_grid``: see
-    :func:`evaluate_groups`.
+    ``device``: where the tensor programs run (:func:`resolve_probe_device`; None: the
+    config's; the grid places each unit on a device of its own). On a GPU, the seeds of a
+    protocol whose seeds share the data (``split``, ``relatedness``) train as one program
+    (layer specs x L2 values x seeds); on the CPU they train one after the other, so a
+    cell's numbers never depend on which other seeds ran (docs/probe.md, "Devices").
+    ``on_seed`` and ``l2_grid``: see :func:`evaluate_groups`.
     """
     spec = task.spec
-    torch_device = resolve_probe_device(device)
+    torch_device = resolve_probe_device(config.device if device is None else device)
     states = list(states)
     built: Dict[Tuple[str, str], Any] = {}
 
@@ -138,10 +139,11 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
                                for refs in slots[:2])
         return built[key]
 
-    return evaluate_groups(task, group_features, pairs, len(states), seeds, classifier,
-                           sequential=sequential, device=torch_device, features=features,
-                           shuffle_labels=shuffle_labels, mdl=mdl, on_seed=on_seed,
-                           l2_grid=l2_grid)
+    return evaluate_groups(task, group_features, pairs, len(states), seeds, config.classifier,
+                           sequential=config.sequential, device=torch_device,
+                           features=config.features,
+                           shuffle_labels=config.control == LABEL_SHUFFLE, mdl=config.mdl,
+                           on_seed=on_seed, l2_grid=l2_grid)
 
 
 def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],

@@ -27,7 +27,7 @@ from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
 from estratos.probe.grid.plan import TaskShape, WorkUnit
 from estratos.probe.records import CellSource, cell_record, store_cells
 from estratos.results import ResultRecord, ResultsStore
-from estratos.vocab import CONTROL_L2_TASK, CONTROL_TASK, LABEL_SHUFFLE
+from estratos.vocab import CONTROL_L2_TASK, CONTROL_TASK
 
 log = logging.getLogger(__name__)
 
@@ -252,18 +252,15 @@ class UnitRunner:
                 report(written)
             return store
 
-        common: Dict[str, Any] = {"sequential": config.sequential, "device": device,
-                                  "features": config.features, "mdl": config.mdl,
-                                  "shuffle_labels": config.control == LABEL_SHUFFLE}
         if config.control_l2 != CONTROL_L2_TASK:
-            evaluate_cells(task, vectors, positions, seeds, config.classifier,
-                           on_seed=storing(chunk), **common)
+            evaluate_cells(task, vectors, positions, seeds, config, device=device,
+                           on_seed=storing(chunk))
             return
         # each control cell with the L2 its task cell chose: one program per layer spec and
         # seed (their L2 values differ), the L2 grid reduced to that value
         for layer, position in zip(chunk, positions):
             for seed in seeds:
                 l2 = ctx.task_l2.get((task.spec.id, str(layer), int(seed)))
-                evaluate_cells(task, vectors, [position], [seed], config.classifier,
+                evaluate_cells(task, vectors, [position], [seed], config, device=device,
                                l2_grid=None if l2 is None else [float(l2)],
-                               on_seed=storing([layer]), **common)
+                               on_seed=storing([layer]))
