@@ -29,7 +29,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -108,6 +108,28 @@ def load_task_file(path: os.PathLike | str) -> TaskSpec:
     """
     path = Path(path)
     doc = _read_toml(path)
+    _check_keys(doc, path)
+    name, suite = doc["name"], doc.get("suite", "custom")
+    fmt, combiner, protocol = doc["format"], doc["combiner"], doc["protocol"]
+    scores, metric = _lookups(doc, path)
+    files = _files(doc, scores, path)
+    labels = _labels(doc, scores, path)
+    classifier = _classifier(doc, path)
+    score_range = _score_range(doc, path)
+    try:
+        return TaskSpec(suite=suite, name=name, group=doc["group"],
+                        language=doc.get("language", "und"), format=fmt, combiner=combiner,
+                        protocol=protocol, metric=metric, files=files, labels=labels,
+                        classifier=classifier, description=doc.get("description", ""),
+                        extra_metrics=tuple(doc.get("extra_metrics", ())),
+                        score_range=score_range, source=str(path.resolve()))
+    except (ValueError, TypeError, TaskError) as exc:
+        raise _fail(f"invalid task spec: {exc}", path) from None
+
+
+def _check_keys(doc: Dict[str, Any], path: Path) -> None:
+    """Every required key present, no unknown key (a typo would otherwise be ignored), the
+    string keys strings, and the name and suite usable in a task id (``suite:name``)."""
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise _fail(f"missing required keys: {', '.join(missing)}", path)
@@ -118,42 +140,67 @@ def load_task_file(path: os.PathLike | str) -> TaskSpec:
                 "metric", "data_dir", "description"):
         if key in doc and not isinstance(doc[key], str):
             raise _fail(f"{key} must be a string", path)
-    name, suite = doc["name"], doc.get("suite", "custom")
-    for label, value in (("name", name), ("suite", suite)):
+    for label, value in (("name", doc["name"]), ("suite", doc.get("suite", "custom"))):
         if not _NAME.match(value):
             raise _fail(f"{label} {value!r} may only hold letters, digits and _ . + -", path)
-    fmt, combiner, protocol = doc["format"], doc["combiner"], doc["protocol"]
-    try:  # the registries' lookup error (closest names, choices), naming the file
-        DATA_FORMATS.get(fmt)
-        COMBINERS.get(combiner)
-        scores = get_protocol(protocol).scores
+
+
+def _lookups(doc: Dict[str, Any], path: Path) -> Tuple[bool, str]:
+    """The format, combiner, protocol and metric looked up in their registries (whose
+    error names the closest names and the choices, here naming the file); returns whether
+    the protocol scores (labels are float scores) and the metric (by default Pearson for
+    scores, accuracy for classes)."""
+    try:
+        DATA_FORMATS.get(doc["format"])
+        COMBINERS.get(doc["combiner"])
+        scores = get_protocol(doc["protocol"]).scores
         metric = doc.get("metric", "pearson" if scores else "accuracy")
         METRIC_INFO.get(metric)
     except TaskError as exc:
         raise _fail(str(exc), path) from None
+    return scores, metric
+
+
+def _files(doc: Dict[str, Any], scores: bool, path: Path) -> Dict[str, Any]:
+    """The spec's ``files`` as its data format reads them: the ``[files]`` split table
+    (with the columns for ``tsv``) and the data folder, resolved against the TOML file's
+    folder so the spec works from any working directory."""
+    fmt = doc["format"]
     table = doc["files"]
     if not isinstance(table, dict) or not table or not all(
             isinstance(v, str) for v in table.values()):
         raise _fail("[files] must map split names to file paths", path)
     root = (path.parent / doc.get("data_dir", ".")).resolve()
     if fmt == "tsv":
-        files = _tsv_files(doc, combiner, scores, path)
+        files = _tsv_files(doc, doc["combiner"], scores, path)
         files["splits"] = dict(table)
     elif fmt == "jsonl":
         files = {"splits": dict(table)}
     else:
         files = dict(table)
     files["root"] = str(root)
+    return files
+
+
+def _labels(doc: Dict[str, Any], scores: bool, path: Path) -> Optional[Tuple[str, ...]]:
+    """``labels`` (the class order) as strings, or None (the labels found, sorted); refused
+    with a protocol that scores, since scores have no classes."""
     labels = doc.get("labels")
-    if labels is not None:
-        if scores:
-            raise _fail(f"labels make no sense with protocol {protocol!r} (scores)", path)
-        if not isinstance(labels, list) or not labels or not all(
-                isinstance(v, (str, int)) and not isinstance(v, bool) for v in labels):
-            raise _fail("labels must be a non-empty list of strings", path)
-        labels = tuple(str(v) for v in labels)
-        if len(set(labels)) != len(labels):
-            raise _fail("labels has duplicates", path)
+    if labels is None:
+        return None
+    if scores:
+        raise _fail(f"labels make no sense with protocol {doc['protocol']!r} (scores)", path)
+    if not isinstance(labels, list) or not labels or not all(
+            isinstance(v, (str, int)) and not isinstance(v, bool) for v in labels):
+        raise _fail("labels must be a non-empty list of strings", path)
+    found = tuple(str(v) for v in labels)
+    if len(set(found)) != len(found):
+        raise _fail("labels has duplicates", path)
+    return found
+
+
+def _classifier(doc: Dict[str, Any], path: Path) -> Dict[str, Any]:
+    """The ``[classifier]`` overrides (empty without one), only the keys a task may set."""
     classifier = doc.get("classifier", {})
     if not isinstance(classifier, dict):
         raise _fail("[classifier] must be a table", path)
@@ -161,18 +208,16 @@ def load_task_file(path: os.PathLike | str) -> TaskSpec:
     if bad:
         raise _fail(f"unknown classifier keys: {', '.join(sorted(bad))} "
                     f"(allowed: {', '.join(CLASSIFIER_KEYS)})", path)
+    return classifier
+
+
+def _score_range(doc: Dict[str, Any], path: Path) -> Optional[Tuple[float, float]]:
+    """``score_range`` as two floats ``(low, high)``, or None when not given."""
     score_range = doc.get("score_range")
-    if score_range is not None:
-        if not (isinstance(score_range, list) and len(score_range) == 2 and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in score_range)):
-            raise _fail("score_range must be [low, high]", path)
-        score_range = tuple(float(v) for v in score_range)
-    try:
-        return TaskSpec(suite=suite, name=name, group=doc["group"],
-                        language=doc.get("language", "und"), format=fmt, combiner=combiner,
-                        protocol=protocol, metric=metric, files=files, labels=labels,
-                        classifier=classifier, description=doc.get("description", ""),
-                        extra_metrics=tuple(doc.get("extra_metrics", ())),
-                        score_range=score_range, source=str(path.resolve()))
-    except (ValueError, TypeError, TaskError) as exc:
-        raise _fail(f"invalid task spec: {exc}", path) from None
+    if score_range is None:
+        return None
+    if not (isinstance(score_range, list) and len(score_range) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in score_range)):
+        raise _fail("score_range must be [low, high]", path)
+    low, high = score_range
+    return float(low), float(high)
