@@ -14,6 +14,10 @@ How a run goes (docs/probe.md, "How the grid is scheduled"):
    for NaN, trains its layer specs and seeds as batched programs
    (:mod:`estratos.probe.estimators.classifiers`) and appends each program's cells to the
    results file, which makes a killed run resumable at any point.
+
+Steps 2 to 4 (and Ctrl-C) are the loop every grid shares (:mod:`estratos.probe.grid.loop`);
+what is a probe's is here: the checks of step 1 (:func:`plan_run`) and :class:`ProbeGrid`
+(layer specs as columns, the cache's runner, missing sentences, costs, GPU placement).
 """
 
 from __future__ import annotations
