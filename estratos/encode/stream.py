@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+from queue import Queue
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -97,33 +98,8 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
             stages.put(to_compute, END)
 
         def write() -> None:
-            block: List[tuple] = []
-            last_flush = time.monotonic()
-            while True:
-                item = stages.get(to_write)
-                if item is not END:
-                    rows, pending = item
-                    vectors = pending.numpy()
-                    if not pending.within_range:  # the exact check, row by row, only then
-                        refuse_nonfinite(vectors, pending.averages, dtype,
-                                         pending.source_finite, [texts[i] for i in rows],
-                                         getattr(enc, "states", None))
-                    block.append((rows, vectors, pending.averages))
-                    bar.update(len(rows))
-                n_block = sum(len(b[0]) for b in block)
-                if block and (item is END or n_block >= BLOCK_ROWS
-                              or time.monotonic() - last_flush >= FLUSH_SECONDS):
-                    rows = np.concatenate([b[0] for b in block])
-                    writer.append([keys[i] for i in rows], [texts[i] for i in rows],
-                                  capped[rows], truncated[rows],
-                                  {p: np.concatenate([b[1][p] for b in block])
-                                   for p in block[0][1]},
-                                  {p: np.concatenate([b[2][p] for b in block])
-                                   for p in block[0][2]})
-                    log.debug("n_done=%d", writer.n_done)
-                    block, last_flush = [], time.monotonic()
-                if item is END:
-                    return
+            _write_stage(stages, to_write, writer, keys, texts, capped, truncated,
+                         dtype=dtype, bar=bar, states=getattr(enc, "states", None))
 
         stages.spawn("collate", collate)
         writing = stages.spawn("write", write)
@@ -144,3 +120,42 @@ def run_stream(enc, writer, toks, texts: List[str], keys: List[bytes], order: np
         except Stopped:
             pass
     stages.raise_error()
+
+
+def _write_stage(stages: Stages, to_write: "Queue[Any]", writer, keys: List[bytes],
+                 texts: List[str], capped: np.ndarray, truncated: np.ndarray, *, dtype: str,
+                 bar, states: Optional[Sequence[int]]) -> None:
+    """The write stage of :func:`run_stream`: each batch's copy waited for and checked for
+    NaN/inf, rows buffered into blocks of >= :data:`BLOCK_ROWS` (or
+    :data:`FLUSH_SECONDS`) and appended, until the end marker."""
+    block: List[tuple] = []
+    last_flush = time.monotonic()
+    while True:
+        item = stages.get(to_write)
+        if item is not END:
+            rows, pending = item
+            vectors = pending.numpy()
+            if not pending.within_range:  # the exact check, row by row, only then
+                refuse_nonfinite(vectors, pending.averages, dtype, pending.source_finite,
+                                 [texts[i] for i in rows], states)
+            block.append((rows, vectors, pending.averages))
+            bar.update(len(rows))
+        n_block = sum(len(b[0]) for b in block)
+        if block and (item is END or n_block >= BLOCK_ROWS
+                      or time.monotonic() - last_flush >= FLUSH_SECONDS):
+            _append_block(writer, block, keys, texts, capped, truncated)
+            block, last_flush = [], time.monotonic()
+        if item is END:
+            return
+
+
+def _append_block(writer, block: List[tuple], keys: List[bytes], texts: List[str],
+                  capped: np.ndarray, truncated: np.ndarray) -> None:
+    """Append a block of batches ``(rows, vectors, averages)`` as one write (``n_done``
+    moves once it is flushed)."""
+    rows = np.concatenate([b[0] for b in block])
+    writer.append([keys[i] for i in rows], [texts[i] for i in rows], capped[rows],
+                  truncated[rows],
+                  {p: np.concatenate([b[1][p] for b in block]) for p in block[0][1]},
+                  {p: np.concatenate([b[2][p] for b in block]) for p in block[0][2]})
+    log.debug("n_done=%d", writer.n_done)
