@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from estratos.encode.config import EncodeConfig
 from estratos.errors import OptionError
 from estratos.options import check_output_folder, model_identity
+from estratos.probe.config import ProbeConfig
 from estratos.tasks.synthetic import (
     DEFAULT_N_PER_TASK,
     GENERATOR_VERSION,
@@ -34,7 +36,7 @@ from estratos.tasks.synthetic import (
     MIN_PER_TASK,
     build_synthetic_es,
 )
-from estratos.vocab import CONTROL_TASK, DEFAULT_SEED, DEMO_SEEDS
+from estratos.vocab import ALL_LAYERS, CONTROL_TASK, DEFAULT_SEED, DEMO_SEEDS
 
 log = logging.getLogger(__name__)
 
@@ -95,24 +97,26 @@ def _have_matplotlib() -> bool:
     return True
 
 
-def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path, model: str,
-                  seeds: Sequence[int], n_per_task: int, plot: bool,
+def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path,
+                  encode: EncodeConfig, probe: ProbeConfig, n_per_task: int, plot: bool,
                   task_files: Sequence[str] = (), task_ids: Sequence[str] = ()) -> List[str]:
     """The CLI commands equivalent to a demo run (data build, encode, probe, control probe,
-    report)."""
+    report); the encode and probe options are written by the configurations the demo ran
+    (:meth:`EncodeConfig.to_argv`, :meth:`ProbeConfig.to_argv`)."""
     q = shlex.quote
     data_opt = f"--data-dir {q(f'{DEMO_SUITE}={data_dir}')}"
     data_opt += "".join(f" --task-file {q(str(Path(p).resolve()))}" for p in task_files)
     tasks = q(",".join([DEMO_SUITE, *task_ids]))
-    seed_opts = "--seeds " + ",".join(str(s) for s in seeds)
+    control = probe.replace(control=CONTROL_TASK)
     return [
         f"estratos tasks build {DEMO_SUITE} --out {q(str(data_dir))} --seed {DEMO_DATA_SEED} "
         f"--n-per-task {n_per_task}",
-        f"estratos encode --model {q(model)} --tasks {tasks} {data_opt} --out {q(str(cache))}",
-        f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} --layers all "
-        f"--pooling {DEMO_POOLING} {seed_opts} --out {q(str(results))}",
-        f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} --layers all "
-        f"--pooling {DEMO_POOLING} {seed_opts} --control control-task --out {q(str(results))}",
+        f"estratos encode {shlex.join(encode.to_argv())} --tasks {tasks} {data_opt} "
+        f"--out {q(str(cache))}",
+        f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} "
+        f"{shlex.join(probe.to_argv())} --out {q(str(results))}",
+        f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} "
+        f"{shlex.join(control.to_argv())} --out {q(str(results))}",
         f"estratos report {q(str(results))} --out {q(str(report_dir))} "
         f"--format {DEMO_REPORT_FORMATS}" + (" --plot" if plot else ""),
     ]
@@ -228,6 +232,8 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     data_dir, cache = out / "data", out / "cache.h5"
     results, report_dir = out / "results.jsonl", out / "report"
     plot = _have_matplotlib()
+    encode = EncodeConfig.build(model=model)
+    probe = ProbeConfig.build(layers=ALL_LAYERS, pooling=DEMO_POOLING, seeds=seeds)
     seconds: Dict[str, float] = {}
     show = progress if progress is not None else None
 
@@ -241,13 +247,13 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     with _timed(seconds, "encode"):
         tell(f"[2/5] caching the vectors of {len(sentences)} unique sentences ({model}) in "
              f"{cache}")
-        tell("      " + encode_sentences(sentences, model, cache, progress=show).headline())
+        tell("      " + encode_sentences(sentences, encode, cache, progress=show).headline())
 
     disable = None if show is None else not show
     with _timed(seconds, "probe"):
         tell(f"[3/5] probing every layer + avg of {len(specs)} tasks x {len(seeds)} seeds "
              f"into {results}")
-        _probe_each(cache, specs, data_dirs, results, seeds, disable, "probe")
+        _probe_each(cache, specs, data_dirs, results, probe, disable, "probe")
 
     # the same cells on a control task (labels a random function of the words): what the
     # probe reaches by memorising words, so the report's selectivity (score - control)
@@ -255,14 +261,14 @@ def run_demo(out_dir: os.PathLike | str, model: Optional[str] = None,
     with _timed(seconds, "control"):
         tell("[4/5] the same probes on a control task (control cells, for the "
              "selectivity table)")
-        _probe_each(cache, specs, data_dirs, results, seeds, disable, "control",
-                    control=CONTROL_TASK)
+        _probe_each(cache, specs, data_dirs, results, probe.replace(control=CONTROL_TASK),
+                    disable, "control")
 
     with _timed(seconds, "report"):
         tell(f"[5/5] writing the report into {report_dir}")
         report_files, table = _demo_report(results, report_dir, plot)
 
-    commands = demo_commands(data_dir, cache, results, report_dir, model, seeds, n_per_task,
+    commands = demo_commands(data_dir, cache, results, report_dir, encode, probe, n_per_task,
                              plot, task_files, [s.id for s in specs if s.source])
     return DemoSummary(out, data_dir, cache, results, report_dir, report_files, table,
                        model, commands, seconds)
@@ -306,18 +312,15 @@ def _demo_tasks(tasks: str, task_files: Sequence[str], data_dir: Path
 
 
 def _probe_each(cache: Path, specs: Sequence[Any], data_dirs: Any, results: Path,
-                seeds: Sequence[int], disable: Optional[bool], desc: str,
-                control: Optional[str] = None) -> None:
-    """Probe every layer + avg of each task in turn (one progress step per task) into
-    ``results``; ``control``: the control cells of those probes instead."""
+                config: ProbeConfig, disable: Optional[bool], desc: str) -> None:
+    """Probe each task in turn as ``config`` says (one progress step per task) into
+    ``results``."""
     from tqdm import tqdm
 
     from estratos.probe import run_probe
 
-    extra = {} if control is None else {"control": control}
     for spec in tqdm(specs, desc=desc, unit="task", disable=disable):
-        run_probe(cache, [spec], data_dirs, results, layers="all", pooling=DEMO_POOLING,
-                  seeds=seeds, **extra)
+        run_probe(cache, [spec], data_dirs, results, config)
 
 
 def _demo_report(results: Path, report_dir: Path, plot: bool) -> Tuple[List[Path], str]:

@@ -131,11 +131,24 @@ def test_missing_default_model_is_explained(tmp_path, monkeypatch):
 
 
 def test_demo_commands_quote_paths(tmp_path):
+    """The printed commands carry the demo's configurations (written by their to_argv), with
+    paths quoted; the control probe is the probe with --control control-task."""
+    from estratos.cli import encode_command, probe_command
+    from estratos.encode.config import EncodeConfig
+    from estratos.probe.config import ProbeConfig
+
     d = tmp_path / "with space"
-    cmds = demo_commands(d / "data", d / "c.h5", d / "r.jsonl", d / "rep", "m", (1, 2), 200,
+    encode = EncodeConfig.build(model="some model")
+    probe = ProbeConfig.build(layers="all", pooling="cls", seeds=(1, 2))
+    cmds = demo_commands(d / "data", d / "c.h5", d / "r.jsonl", d / "rep", encode, probe, 200,
                          plot=False)
     assert len(cmds) == 5
-    probe = shlex.split(cmds[2])
-    assert probe[probe.index("--seeds") + 1] == "1,2"
-    assert shlex.split(cmds[3]) == probe[:-2] + ["--control", "control-task"] + probe[-2:]
-    assert str(d / "c.h5") in shlex.split(cmds[1])
+    words = shlex.split(cmds[2])
+    assert words[words.index("--seeds") + 1] == "1,2"
+    control = shlex.split(cmds[3])
+    i = control.index("--control")
+    assert control[i:i + 2] == ["--control", "control-task"]
+    assert control[:i] + control[i + 2:] == words
+    assert probe_command.make_context("probe", words[2:]).params["control"] is None
+    encoded = encode_command.make_context("encode", shlex.split(cmds[1])[2:]).params
+    assert encoded["model"] == "some model" and encoded["out"] == str(d / "c.h5")
