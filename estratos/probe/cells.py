@@ -175,87 +175,115 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
     instead of the estimator's (after the task's overrides; one value fixes it:
     ``probe --control-l2 task``); estimators without an L2 grid ignore it.
     """
-    report = on_seed or (lambda seed, outcomes, seconds: None)
     protocol = get_protocol(task.protocol)
-    spec = task.spec
     if not n_groups or not seeds:
         return [[] for _ in seeds]
-    label_dtype = np.float64 if protocol.scores else np.int64
-
-    def labels(split: str) -> np.ndarray:
-        return np.asarray(task.splits[split].labels, dtype=label_dtype)
-
-    clf = _classifier(task, classifier)
-    if features is not None and "features" in clf.get_params():  # not the surface baselines
-        clf = clf.set_params(features=features)
-    if l2_grid is not None and "l2_grid" in clf.get_params():
-        clf = clf.set_params(l2_grid=[float(v) for v in l2_grid])
-    params = clf.get_params()
-    # the relatedness regressor always reads features like the classifier (None: its default)
-    reading = {} if features is None else {"features": features}
-    positive = positive_class(spec.id, spec.metric, spec.extra_metrics, task.labels)
-    trains = protocol.trains
-    if trains == Role.REGRESSOR and not clf.trains_regressor:
-        trains = None
-
-    def factory(template: Any, seed: Union[int, Tuple[int, ...]]) -> Callable[[], Any]:
-        def make() -> Any:
-            return template.fresh()
-        if shuffle_labels:
-            if isinstance(seed, tuple):  # fusion is off for control cells: one seed each
-                raise ValueError("a label-shuffle cell trains one seed at a time")
-            make = shuffled_labels_factory(make, int(seed))
-        return (lambda: OneAtATime(make)) if sequential else make
-
-    def inputs(seed: Union[int, Tuple[int, ...]]) -> Inputs:
-        on: Dict[str, Any] = {"seed": seed}
-        if device is not None:
-            on["device"] = device
-        clf_on = {k: v for k, v in on.items() if k in params}  # lbfgs runs on the CPU
-        return Inputs(
-            labels=labels, splits=tuple(task.splits), features=group_features, pairs=pairs,
-            classifier=(factory(clf.fresh(**clf_on), seed)
-                        if trains == Role.CLASSIFIER else None),
-            regressor=(factory(resolve_regressor(spec.score_range, **on, **reading), seed)
-                       if trains == Role.REGRESSOR else None),
-            seed=int(seed if isinstance(seed, int) else seed[0]),
-            l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
-            validation_split=float(params["validation_split"]), positive=positive,
-            score_range=spec.score_range)
-
-    if trains is None:  # nothing trained: every seed gets the same numbers
+    run = _TaskCells(task, protocol, group_features, pairs, classifier, sequential=sequential,
+                     device=device, features=features, shuffle_labels=shuffle_labels,
+                     l2_grid=l2_grid)
+    report = on_seed or (lambda seed, outcomes, seconds: None)
+    if run.trains is None:  # nothing trained: every seed gets the same numbers
         t0 = time.perf_counter()
-        once = protocol.evaluate(inputs(seeds[0]))
+        once = protocol.evaluate(run.inputs(seeds[0]))
         share = (time.perf_counter() - t0) / len(seeds)
         out = [list(once) for _ in seeds]
         for seed, outcomes in zip(seeds, out):
             report(int(seed), outcomes, share)
         return out
     seeds = [int(s) for s in seeds]
-    fuse = (protocol.seeds_share_data and not sequential and len(seeds) > 1
-            and not shuffle_labels and device is not None
-            and device.type in FUSED_SEED_DEVICES
-            and (trains == Role.REGRESSOR or "device" in params))
+
     def finish(seed: int, outcomes: List[CellOutcome], seconds: float) -> List[CellOutcome]:
         t0 = time.perf_counter()
-        if mdl and trains == Role.CLASSIFIER:
-            _add_online_codes(task, protocol, inputs(seed), clf, seed, outcomes,
+        if mdl and run.trains == Role.CLASSIFIER:
+            _add_online_codes(task, protocol, run.inputs(seed), run.clf, seed, outcomes,
                               shuffle_labels, device)
         report(seed, outcomes, seconds + time.perf_counter() - t0)
         return outcomes
 
-    if fuse:
+    if run.fuses(seeds):
         t0 = time.perf_counter()
-        together = protocol.evaluate(inputs(tuple(seeds)))  # seed-major groups
+        together = protocol.evaluate(run.inputs(tuple(seeds)))  # seed-major groups
         share = (time.perf_counter() - t0) / len(seeds)
         return [finish(seed, together[i * n_groups:(i + 1) * n_groups], share)
                 for i, seed in enumerate(seeds)]
     out = []
     for seed in seeds:
         t0 = time.perf_counter()
-        outcomes = protocol.evaluate(inputs(seed))
+        outcomes = protocol.evaluate(run.inputs(seed))
         out.append(finish(seed, outcomes, time.perf_counter() - t0))
     return out
+
+
+class _TaskCells:
+    """What :func:`evaluate_groups` hands the protocol for one task: the estimator with the
+    task's overrides and the run's feature reading and L2 grid, what the protocol trains
+    (a classifier, a regressor, or nothing when the estimator trains no regressor for a
+    relatedness task), and each seed's (or fused seeds') :class:`Inputs`."""
+
+    def __init__(self, task: TaskData, protocol: Any, group_features: Callable[[str], Any],
+                 pairs: Callable[[str], Tuple[Any, Any]], classifier: Classifier, *,
+                 sequential: bool, device: Optional["torch.device"], features: Optional[str],
+                 shuffle_labels: bool, l2_grid: Optional[Sequence[float]]) -> None:
+        self.task, self.protocol = task, protocol
+        self.group_features, self.pairs = group_features, pairs
+        self.sequential, self.device, self.shuffle_labels = sequential, device, shuffle_labels
+        clf = _classifier(task, classifier)
+        if features is not None and "features" in clf.get_params():  # not the baselines
+            clf = clf.set_params(features=features)
+        if l2_grid is not None and "l2_grid" in clf.get_params():
+            clf = clf.set_params(l2_grid=[float(v) for v in l2_grid])
+        self.clf = clf
+        self.params = clf.get_params()
+        # the relatedness regressor always reads features like the classifier (None: its
+        # default)
+        self.reading = {} if features is None else {"features": features}
+        spec = task.spec
+        self.positive = positive_class(spec.id, spec.metric, spec.extra_metrics, task.labels)
+        trains = protocol.trains
+        if trains == Role.REGRESSOR and not clf.trains_regressor:
+            trains = None
+        self.trains = trains
+        self.label_dtype = np.float64 if protocol.scores else np.int64
+
+    def labels(self, split: str) -> np.ndarray:
+        return np.asarray(self.task.splits[split].labels, dtype=self.label_dtype)
+
+    def fuses(self, seeds: Sequence[int]) -> bool:
+        """Whether ``seeds`` train as one program: several seeds sharing the data, on a
+        device that fuses them, with an estimator that runs there, not one at a time and
+        not label-shuffled (each seed has its own labels then)."""
+        return bool(self.protocol.seeds_share_data and not self.sequential and len(seeds) > 1
+                    and not self.shuffle_labels and self.device is not None
+                    and self.device.type in FUSED_SEED_DEVICES
+                    and (self.trains == Role.REGRESSOR or "device" in self.params))
+
+    def _factory(self, template: Any, seed: Union[int, Tuple[int, ...]]) -> Callable[[], Any]:
+        def make() -> Any:
+            return template.fresh()
+        if self.shuffle_labels:
+            if isinstance(seed, tuple):  # fusion is off for control cells: one seed each
+                raise ValueError("a label-shuffle cell trains one seed at a time")
+            make = shuffled_labels_factory(make, int(seed))
+        return (lambda: OneAtATime(make)) if self.sequential else make
+
+    def inputs(self, seed: Union[int, Tuple[int, ...]]) -> Inputs:
+        on: Dict[str, Any] = {"seed": seed}
+        if self.device is not None:
+            on["device"] = self.device
+        clf_on = {k: v for k, v in on.items() if k in self.params}  # lbfgs runs on the CPU
+        spec, params = self.task.spec, self.params
+        return Inputs(
+            labels=self.labels, splits=tuple(self.task.splits), features=self.group_features,
+            pairs=self.pairs,
+            classifier=(self._factory(self.clf.fresh(**clf_on), seed)
+                        if self.trains == Role.CLASSIFIER else None),
+            regressor=(self._factory(resolve_regressor(spec.score_range, **on,
+                                                       **self.reading), seed)
+                       if self.trains == Role.REGRESSOR else None),
+            seed=int(seed if isinstance(seed, int) else seed[0]),
+            l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
+            validation_split=float(params["validation_split"]), positive=self.positive,
+            score_range=spec.score_range)
 
 
 def _add_online_codes(task: TaskData, protocol: Any, inputs: Inputs, clf: Any, seed: int,
