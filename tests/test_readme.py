@@ -132,7 +132,7 @@ def test_every_shell_command_is_known_and_every_estratos_command_parses():
                re.escape(f'{CPU_TORCH} && pip install -e ".[demo,plot]" && '
                          'estratos demo --out estratos-demo'),
                r"export [A-Z0-9_]+=\S+", re.escape(MINILM_EXPORT), re.escape("set -euo pipefail"),
-               r"python bench/\w+\.py( --[\w-]+ \S+)*", re.escape(QUICK_COMMAND))
+               r"python bench/\w+\.py( --[\w-]+( [^-\s]\S*)?)*", re.escape(QUICK_COMMAND))
     n = 0
     for block in BLOCKS:
         if block.lang != "bash":
