@@ -94,6 +94,7 @@ from estratos.probe.estimators.classifiers import LogisticGrid
 from estratos.probe.features import COMBINER_FUNCTIONS
 from estratos.probe.records import CellSource, cell_record
 from estratos.protocols import CellOutcome, get_protocol
+from estratos.registry import Registry
 from estratos.results import ResultRecord
 from estratos.tasks.types import SlotRefs, Split, TaskData
 from estratos.text import surface_length
@@ -338,8 +339,9 @@ def _lengths_of(count: Callable[[Sequence[str]], np.ndarray]
     return matrix
 
 
-#: every surface baseline by name, in :data:`estratos.vocab.SURFACE_BASELINES` order
-BASELINES: Mapping[str, SurfaceBaseline] = {b.name: b for b in (
+#: every surface baseline by name, in :data:`estratos.vocab.SURFACE_BASELINES` order (the
+#: names the CLI offers before numpy loads; a test checks the two agree)
+BASELINES: Registry[SurfaceBaseline] = Registry("baseline", {b.name: b for b in (
     SurfaceBaseline("tfidf", tfidf_matrix, TfidfLogReg),
     SurfaceBaseline("word-counts", word_count_matrix, _surface_estimator(
         "word-counts", "raw counts of whitespace tokens, case kept, no idf, no normalization")),
@@ -361,7 +363,7 @@ BASELINES: Mapping[str, SurfaceBaseline] = {b.name: b for b in (
         "function-words", "counts of each Spanish function word (lower-cased), of tokens "
                           "ending in -s and of each punctuation mark: scaled count + one "
                           "indicator per count")),
-)}
+)})
 
 def get_baseline(name: str) -> SurfaceBaseline:
     """The baseline called ``name``; an unknown name is an :class:`OptionError` naming
