@@ -131,6 +131,17 @@ def test_each_name_table_is_keyed_like_its_vocabulary():
     assert tuple(METRIC_FUNCTIONS) == METRICS
 
 
+def test_poolings_and_baselines_are_computed_under_their_vocabulary_names():
+    """Each pooling encode offers and each surface baseline baseline offers has its
+    computation registered under the same name, in the same order."""
+    from estratos.encode.models.pooling import POOLERS
+    from estratos.probe.baseline import BASELINES
+    from estratos.vocab import POOLINGS, SURFACE_BASELINES
+
+    assert POOLERS.names() == POOLINGS
+    assert BASELINES.names() == SURFACE_BASELINES
+
+
 PLUGIN = '''
 from estratos.probe.estimators.registry import RecordedEstimator, register_estimator
 

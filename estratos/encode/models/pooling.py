@@ -20,10 +20,11 @@ batch it was padded in.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from estratos.cache.architecture import cls_refusal, decoder_only_type
 from estratos.errors import OptionError
+from estratos.registry import Registry
 from estratos.vocab import (
     DECODER_DEFAULT_POOLINGS,
     ENCODER_DEFAULT_POOLINGS,
@@ -99,25 +100,59 @@ def pool(hidden: Sequence[torch.Tensor], mask: torch.Tensor, poolings: Sequence[
     weights = weights.unsqueeze(1)  # (B, 1, T)
     counts = weights.sum(dim=2).clamp(min=1.0)  # (B, 1)
 
-    def gather(index: torch.Tensor) -> list:
-        out = []
-        for h in hidden:
-            at = index.to(h.device)
-            out.append(h[torch.arange(batch, device=h.device), at].float().to(device))
-        return out
-
+    where = _Positions(hidden, first, last, weights, counts, device)
     pooled: Dict[str, torch.Tensor] = {}
     for name in poolings:
-        if name == "cls":
-            states = gather(first)
-        elif name == "last":
-            states = gather(last)
-        elif name == "mean":  # padding (and positions mean_mask leaves out) get weight 0
-            states = []
-            for h in hidden:
-                w = weights.to(h.device)
-                states.append((torch.bmm(w, h.float()).squeeze(1) / counts.to(h.device)).to(device))
-        else:
-            raise ValueError(f"unknown pooling {name!r}")
-        pooled[name] = torch.stack(states, dim=1)
+        pooled[name] = torch.stack(POOLERS.get(name)(where), dim=1)
     return pooled
+
+
+class _Positions:
+    """What each pooling reads from one batch: its hidden states, each row's first and last
+    real position, the weights ``mean`` gives each position and their sums, and the device
+    the pooled vectors go to."""
+
+    def __init__(self, hidden: Sequence[torch.Tensor], first: torch.Tensor,
+                 last: torch.Tensor, weights: torch.Tensor, counts: torch.Tensor,
+                 device: torch.device) -> None:
+        self.hidden, self.first, self.last = hidden, first, last
+        self.weights, self.counts, self.device = weights, counts, device
+
+    def gather(self, index: torch.Tensor) -> List[torch.Tensor]:
+        """Each state's vector at position ``index[b]`` of row b, in float32."""
+        import torch
+
+        out = []
+        for h in self.hidden:
+            at = index.to(h.device)
+            out.append(h[torch.arange(len(at), device=h.device), at].float().to(self.device))
+        return out
+
+
+def _cls(at: _Positions) -> List[torch.Tensor]:
+    """The first real token's state (an encoder's [CLS] / ``<s>``)."""
+    return at.gather(at.first)
+
+
+def _last(at: _Positions) -> List[torch.Tensor]:
+    """The last real token's state (a decoder's only position that saw the whole input)."""
+    return at.gather(at.last)
+
+
+def _mean(at: _Positions) -> List[torch.Tensor]:
+    """The weighted mean over positions: padding (and positions ``mean_mask`` leaves out)
+    weigh 0."""
+    import torch
+
+    out = []
+    for h in at.hidden:
+        w = at.weights.to(h.device)
+        out.append((torch.bmm(w, h.float()).squeeze(1) / at.counts.to(h.device)).to(at.device))
+    return out
+
+
+#: how each pooling of :data:`~estratos.vocab.POOLINGS` is computed (same names, same order:
+#: a test checks it)
+POOLERS: Registry[Callable[[_Positions], List[torch.Tensor]]] = Registry(
+    "pooling", {"cls": _cls, "mean": _mean, "last": _last})
+
