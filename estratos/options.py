@@ -149,7 +149,7 @@ def parse_layers(layers: Union[str, Sequence[LayerSpec]],
     return tuple(out)
 
 
-def parse_states(states: Union[str, Sequence[int], None],
+def parse_states(states: Union[str, Sequence[Union[int, str]], None],
                  n_states: Optional[int] = None) -> Optional[Tuple[int, ...]]:
     """``encode --states``: which hidden states a cache stores, as sorted true indices.
 

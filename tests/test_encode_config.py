@@ -80,8 +80,36 @@ def test_every_check_names_its_option(options, message):
 
 
 def test_a_batcher_config_keeps_its_one_pooling():
+    """A batcher's one vector kind is its default: asked for by name it is the same
+    configuration, written nowhere."""
     config = EncodeConfig.build(encoder="pkg.mod:batcher", poolings=["encoder"])
-    assert config.to_argv() == ["--encoder", "pkg.mod:batcher", "--pooling", "encoder"]
+    assert config == EncodeConfig.build(encoder="pkg.mod:batcher")
+    assert config.to_argv() == ["--encoder", "pkg.mod:batcher"]
+
+
+@pytest.mark.parametrize("states, text", [((0, 3), "0,3"), (["every:4"], "every:4"),
+                                          (["last:2", 0], "last:2,0"), ("ALL", "all"),
+                                          (None, "all")])
+def test_states_have_one_form_whatever_they_were_given_as(states, text):
+    config = EncodeConfig.build(model="m", states=states)
+    assert config.states == text
+    assert _config_from_words(config.to_argv()).states == text
+
+
+def test_max_length_as_text_and_a_batchers_refusal_first():
+    assert EncodeConfig.build(model="m", max_length="128").max_length == 128
+    with pytest.raises(OptionError) as info:
+        EncodeConfig.build(encoder="a:b", max_length=1)
+    assert info.value.cli_text().startswith("--max-length: not used with --encoder")
+
+
+def test_a_config_made_by_hand_is_checked_before_anything_is_written(tmp_path):
+    from estratos.encode import encode_sentences
+
+    with pytest.raises(OptionError) as info:
+        encode_sentences(["uno"], EncodeConfig(model="m", dtype="float8"), tmp_path / "c.h5")
+    assert info.value.cli_text().startswith("--dtype")
+    assert not list(tmp_path.iterdir())
 
 
 def test_the_cli_refuses_a_bad_option_before_reading_inputs_or_torch(tmp_path):

@@ -73,7 +73,7 @@ class EncodeConfig:
     model: Optional[str] = None
     encoder: Optional[str] = None
     poolings: Optional[Tuple[str, ...]] = None
-    states: Union[str, Tuple[int, ...]] = ALL_LAYERS
+    states: str = ALL_LAYERS
     dtype: str = "float16"
     max_length: Optional[int] = None
     lowercase: bool = False
@@ -109,7 +109,7 @@ class EncodeConfig:
             model=None if model is None else str(model), encoder=encoder or None,
             poolings=_check_poolings(poolings, batcher=bool(encoder)), states=_states(states),
             dtype=_choice("--dtype", dtype, VECTOR_DTYPES),
-            max_length=_max_length(max_length), lowercase=bool(lowercase), prompt=prompt,
+            max_length=max_length, lowercase=bool(lowercase), prompt=prompt,
             chat_template=bool(chat_template),
             mean_first_token=_choice("--mean-first-token", mean_first_token,
                                      MEAN_FIRST_CHOICES),
@@ -121,8 +121,8 @@ class EncodeConfig:
             batch_tokens=parse_batch_tokens(batch_tokens),
             threads=positive_int("--threads", threads, allow_none=True),
             shard=resolve_shard(shard))
-        config._check_source()
-        return config
+        config._check_source()  # before --max-length's bound: a batcher takes none at all
+        return dataclasses.replace(config, max_length=_max_length(max_length))
 
     def _check_source(self) -> None:
         """The options that depend on what encodes: exactly one of ``--model`` and
@@ -136,7 +136,7 @@ class EncodeConfig:
                 if value != default:
                     raise OptionError(f"{option}: only for --model (an --encoder function "
                                       "loads its own model)")
-            if self.poolings and self.poolings != (ENCODER_POOLING,):
+            if self.poolings:
                 raise OptionError(f"--pooling: an --encoder function gives one vector kind, "
                                   f"stored as {ENCODER_POOLING!r}")
             if self.max_length is not None:
@@ -155,7 +155,6 @@ class EncodeConfig:
             if self.random_init is not None:
                 raise OptionError("--device-map and --random-init: a random-init model is "
                                   "built on one device; use --device")
-            check_accelerate()
 
     def _model_only(self) -> List[Tuple[str, Any, Any]]:
         """``(option, value, default)`` of the options only a ``--model`` run reads."""
@@ -203,8 +202,6 @@ class EncodeConfig:
                 pairs += [("--pooling", pooling) for pooling in value]
             elif isinstance(value, bool):
                 pairs.append((option, None))
-            elif f.name == "states" and not isinstance(value, str):
-                pairs.append((option, ",".join(str(s) for s in value)))
             else:
                 pairs.append((option, str(value)))
         return pairs
@@ -228,6 +225,8 @@ def _check_poolings(poolings: Optional[Sequence[str]], *,
     if not poolings:
         return None
     chosen = tuple(dict.fromkeys(str(p) for p in poolings))
+    if batcher and chosen == (ENCODER_POOLING,):
+        return None  # the only kind a batcher gives: the default, written nowhere
     bad = [p for p in chosen if p not in POOLINGS + ((ENCODER_POOLING,) if batcher else ())]
     if bad:
         raise OptionError(f"--pooling: unknown pooling {', '.join(map(repr, bad))}; choose from "
@@ -235,19 +234,22 @@ def _check_poolings(poolings: Optional[Sequence[str]], *,
     return chosen
 
 
-def _states(states: Union[str, Sequence[int], None]) -> Union[str, Tuple[int, ...]]:
-    """``--states`` with its syntax checked (the indices are checked against the model);
-    kept as written, normalised to ``all`` when it means every state."""
+def _states(states: Union[str, Sequence[Union[int, str]], None]) -> str:
+    """``--states`` with its syntax checked (the indices are checked against the model), as
+    the option's text (items of a sequence joined by commas, ``all`` when it means every
+    state): one form per choice, so a configuration equals the one its words build."""
     parse_states(states)
-    if states is None or (isinstance(states, str) and states.strip().lower() == ALL_LAYERS):
-        return ALL_LAYERS
-    return states.strip() if isinstance(states, str) else tuple(int(s) for s in states)
+    text = ALL_LAYERS if states is None else (
+        states.strip() if isinstance(states, str) else ",".join(str(s).strip() for s in states))
+    return ALL_LAYERS if text.lower() == ALL_LAYERS else text
 
 
 def _max_length(value: Optional[int]) -> Optional[int]:
     """``--max-length``: None (the model's limit) or at least :data:`MIN_MAX_LENGTH`."""
     if value is None:
         return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (
             value < MIN_MAX_LENGTH):
         raise OptionError(f"--max-length: must be an integer >= {MIN_MAX_LENGTH}, "

@@ -127,12 +127,13 @@ def encode_sentences(sentences: Iterable[str], config: Union[EncodeConfig, str, 
 
 
 def _as_config(config: Union[EncodeConfig, str, None], options: Dict[str, Any]) -> EncodeConfig:
-    """``config`` itself, or the configuration that ``model`` and ``options`` build."""
+    """``config`` checked (built again: one made by hand passes the same checks), or the
+    configuration that ``model`` and ``options`` build."""
     if isinstance(config, EncodeConfig):
         if options:
             raise TypeError(f"encode_sentences: options ({', '.join(sorted(options))}) go in "
                             "the EncodeConfig, not beside it")
-        return config
+        return config.replace()
     return EncodeConfig.build(model=config, **options)
 
 

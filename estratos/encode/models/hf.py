@@ -20,7 +20,7 @@ import torch
 
 from estratos.cache import schema
 from estratos.cache.architecture import DECODER, ENCODER
-from estratos.encode.config import MIN_MAX_LENGTH, MODEL_DTYPES, EncodeConfig
+from estratos.encode.config import MIN_MAX_LENGTH, MODEL_DTYPES, EncodeConfig, check_accelerate
 from estratos.encode.models import devices, hub, pooling, tokens
 from estratos.errors import OptionError
 from estratos.options import ENCODE_DEVICES, is_local_model, model_identity, resolve_device
@@ -221,6 +221,8 @@ class HFEncoder:
         self.device = resolve_device(config.device, kinds=ENCODE_DEVICES)
         self.threads = config.threads
         self.device_map = config.device_map
+        if config.device_map is not None:
+            check_accelerate()  # an optional extra, looked for when a model is to be spread
         self.trust_remote_code = config.trust_remote_code
         self.random_init = config.random_init
         self.model_dtype = config.model_dtype
