@@ -66,6 +66,10 @@ MEAN_FIRST_CHOICES: Tuple[str, ...] = ("auto", "skip", "keep")
 MEAN_FIRST_DEFAULT = "skip"
 #: the placeholder of ``encode --prompt`` (the sentence goes there, as in str.format)
 PROMPT_SLOT = "{}"
+#: a prompted cache's ``prompt_kind``: the text of ``--prompt`` (tokenized with the
+#: tokenizer's special tokens around it) or the tokenizer's chat template (``--chat-template``,
+#: which holds its own)
+TEXT_PROMPT_KIND, CHAT_TEMPLATE_KIND = "text", "chat-template"
 #: what ``mean`` averages in a prompted cache (recorded as ``mean_tokens``): the sentence's
 #: own tokens, never the prompt's, which are the same for every sentence
 MEAN_TOKENS_PROMPTED = "sentence"

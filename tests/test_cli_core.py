@@ -99,6 +99,38 @@ def test_probe_hint_for_missing_sentences_is_an_encode_command_that_works(tmp_pa
     assert "--data-dir" not in ran.output.split("add them with:")[1]
 
 
+def test_the_missing_sentences_hint_repeats_the_caches_settings_and_works(tmp_path,
+                                                                         tiny_bert_dir):
+    """A cache made with non-default settings (--max-length, --dtype, --states, --pooling,
+    --lowercase) and only some of a task's sentences: probe's hint is an encode command with
+    those settings, which adds the rest (encode refuses other settings), and probe then
+    runs."""
+    import shlex
+
+    task = _task(tmp_path / "toy")
+    some = tmp_path / "some.txt"
+    some.write_text("\n".join(toy_classification(120, informative=(1, 2))[0][:30]) + "\n",
+                    encoding="utf-8")
+    cache = tmp_path / "c.h5"
+    made = _run(["encode", "--model", tiny_bert_dir, "--sentences", some, "--out", cache,
+                 "--max-length", "16", "--dtype", "float32", "--states", "0,2",
+                 "--pooling", "mean", "--lowercase", "--threads", "1"])
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "r.jsonl"
+    refused = _run(["probe", "--cache", cache, "--task-file", task, "--out", out])
+    assert refused.exit_code == 1, refused.output
+    hint = refused.output.split("add them with: ", 1)[1].split("\n")[0]
+    words = shlex.split(hint)
+    assert words[:2] == ["estratos", "encode"]
+    for option in ("--max-length 16", "--dtype float32", "--states 0,2", "--pooling mean",
+                   "--lowercase"):
+        assert option in hint, hint
+    added = _run([*words[1:], "--threads", "1"])
+    assert added.exit_code == 0, added.output
+    probed = _run(["probe", "--cache", cache, "--task-file", task, "--out", out])
+    assert probed.exit_code == 0, probed.output
+
+
 # ---- the same errors everywhere -------------------------------------------------------------
 
 COMMANDS = {

@@ -149,3 +149,33 @@ def test_the_cli_and_the_library_build_the_same_configuration(tmp_path, monkeypa
     CliRunner().invoke(cli, ["encode", *words, "--sentences", str(src), "--out",
                              str(tmp_path / "c.h5")])
     assert seen["config"] == EncodeConfig.build(model="some/model", shard="auto", **CHANGED)
+
+
+@pytest.mark.parametrize("attrs, words", [
+    ({"encoder": "transformers", "model": "m", "architecture": "decoder",
+      "poolings": ["last", "mean"], "mean_first_token": "skip", "max_length": 512,
+      "dtype": "bfloat16", "model_dtype": "bfloat16", "states": [0, 1, 2], "n_states": 3,
+      "lowercase": False},
+     ["--model", "m", "--dtype", "bfloat16", "--max-length", "512",
+      "--model-dtype", "bfloat16"]),
+    ({"encoder": "transformers", "model": "m", "architecture": "decoder",
+      "poolings": ["mean"], "mean_first_token": "keep", "max_length": 64, "dtype": "float16",
+      "model_dtype": "float32", "states": [0, 2], "n_states": 3, "prompt": "Frase: {}",
+      "prompt_kind": "text", "random_init": 5, "lowercase": True},
+     ["--model", "m", "--pooling", "mean", "--states", "0,2", "--max-length", "64",
+      "--lowercase", "--prompt", "Frase: {}", "--mean-first-token", "keep",
+      "--model-dtype", "float32", "--random-init", "5"]),
+    ({"encoder": "transformers", "model": "m", "architecture": "decoder",
+      "poolings": ["last", "mean"], "prompt": "<|user|>{}<|assistant|>",
+      "prompt_kind": "chat-template", "max_length": 32, "dtype": "float16",
+      "unrecorded": ["model_dtype"]},
+     ["--model", "m", "--max-length", "32", "--chat-template"]),
+    ({"encoder": "batcher", "model": "pkg.mod:batcher", "max_length": 0, "dtype": "float32",
+      "lowercase": True, "poolings": ["encoder"]},
+     ["--encoder", "pkg.mod:batcher", "--dtype", "float32", "--lowercase"]),
+])
+def test_for_cache_gives_the_options_that_add_rows_to_that_cache(attrs, words):
+    """Each recorded setting a vector depends on, at its default when it is the default
+    (an encoder's or decoder's own poolings, a decoder's skipped first token, every state)."""
+    assert EncodeConfig.for_cache(attrs).to_argv() == words
+    assert _config_from_words(words) == EncodeConfig.for_cache(attrs)

@@ -13,7 +13,8 @@ Two rules fail the test, each naming the offending edge as ``file:line``:
   the shared leaf modules (:data:`LEAVES`, which import only each other); ``demo``, ``slurm``
   and ``testing`` sit above every part and import none of each other; ``cli`` wires them all
   and ``__main__`` runs ``cli``; the report imports nothing from training, the cache, the
-  encoder, similarity or torch, and the probes nothing from the encoder (:data:`NEVER`);
+  encoder, similarity or torch, and the probes nothing from the encoder but its configuration
+  (:data:`NEVER`, :data:`NEVER_BUT`);
 - an import circle among modules (within a part too), named by one cycle through it.
 """
 
@@ -47,6 +48,10 @@ TOP = ("cli", "__main__")
 #: similarity; the probes read vectors through ``cache/`` and never the encoder
 NEVER: Dict[str, Tuple[str, ...]] = {"report": ("cache", "encode", "probe", "similarity"),
                                      "probe": ("encode",)}
+#: modules of a NEVER part that part may import all the same: the probes write the encode
+#: command that adds missing sentences with the encode configuration (standard library only,
+#: no encoder)
+NEVER_BUT: Dict[str, Tuple[str, ...]] = {"probe": ("estratos.encode.config",)}
 #: third-party packages a part never imports
 NEVER_EXTERNAL: Dict[str, Tuple[str, ...]] = {"report": ("torch",)}
 
@@ -153,7 +158,7 @@ def order_violation(edge: Edge) -> Optional[str]:
     target = part_of(edge.target)
     if source == target:
         return None
-    if target in NEVER.get(source, ()):
+    if target in NEVER.get(source, ()) and edge.target not in NEVER_BUT.get(source, ()):
         return f"{source}/ never imports {target}/"
     if RANK[target] >= RANK[source]:
         where = "a leaf module" if source == "leaf" else f"{source}/"

@@ -255,7 +255,8 @@ def test_missing_sentences_name_the_count_and_the_encode_command(toy, tmp_path):
         run(cache, task, loader, out)
     msg = str(info.value)
     assert "40 sentence(s)" in msg and info.value.missing == 40
-    assert f"estratos encode --model {MODEL} --out {cache} --tasks toy:Toy" in msg
+    assert (f"estratos encode --model {MODEL} --dtype float32 --max-length 128 --out {cache} "
+            "--tasks toy:Toy") in msg
     assert not out.exists()
 
 

@@ -334,7 +334,8 @@ def test_a_cache_lacking_sentences_is_refused_with_the_count_and_the_encode_comm
         assert result.exit_code == 1, result.output
         errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and "30 of the 100 sentences are not in this cache" in errors[0]
-        assert f"estratos encode --model test/c --out {c} --sentences {listed}" in errors[0]
+        assert (f"estratos encode --model test/c --dtype float32 --max-length 128 --out {c} "
+                f"--sentences {listed}") in errors[0]
         assert not out.exists()
 
 

@@ -9,9 +9,11 @@ before anything slow starts; the encoders (:mod:`estratos.encode.models`) and th
 arguments. What only the model can answer (its length limit, whether it is a decoder, its
 chat template) is checked once the tokenizer and config are read, by the encoder.
 
-Standard library and the package's leaf modules only: the CLI builds it before numpy,
-torch or transformers load. :meth:`EncodeConfig.to_argv` is the one writer of ``estratos
-encode`` options (SLURM job scripts, the demo's printed commands).
+Standard library and the package's leaf modules only (:meth:`EncodeConfig.for_cache`
+reads the cache's layout when called): the CLI builds it before numpy, torch or transformers
+load, and the probes, which never import the encoder, may use it. :meth:`EncodeConfig.to_argv`
+is the one writer of ``estratos encode`` options (SLURM job scripts, the demo's printed
+commands, the command that adds missing sentences to a cache).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import dataclasses
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError
 from estratos.options import (
@@ -34,10 +36,15 @@ from estratos.options import (
 )
 from estratos.vocab import (
     ALL_LAYERS,
+    CHAT_TEMPLATE_KIND,
+    DECODER_DEFAULT_POOLINGS,
+    ENCODER_DEFAULT_POOLINGS,
     ENCODER_POOLING,
     MEAN_FIRST_CHOICES,
+    MEAN_FIRST_DEFAULT,
     POOLINGS,
     PROMPT_SLOT,
+    TEXT_PROMPT_KIND,
     VECTOR_DTYPES,
 )
 
@@ -165,6 +172,44 @@ class EncodeConfig:
                 ("--chat-template", self.chat_template, False),
                 ("--mean-first-token", self.mean_first_token, "auto")]
 
+    @classmethod
+    def for_cache(cls, attrs: Mapping[str, Any]) -> "EncodeConfig":
+        """The configuration that adds rows to the cache whose (migrated) root attributes
+        are ``attrs``: its model (or batcher) and every setting it records that a vector
+        depends on (what ``encode`` would otherwise refuse as other settings), each at its
+        default when it is the default. A cache's own record cannot say which ``--prompt``
+        a chat template wrapped: that case keeps the chat template alone."""
+        from estratos.cache.architecture import cache_is_decoder
+        from estratos.cache.schema import UNRECORDED
+
+        unrecorded = set(attrs.get(UNRECORDED, ()))
+        if attrs.get("encoder") == "batcher":
+            return cls.build(encoder=str(attrs.get("model")),
+                             lowercase=bool(attrs.get("lowercase", False)),
+                             dtype=str(attrs.get("dtype", "float16")))
+        decoder = cache_is_decoder(attrs)
+        poolings = tuple(attrs.get("poolings") or ())
+        default = DECODER_DEFAULT_POOLINGS if decoder else ENCODER_DEFAULT_POOLINGS
+        states = tuple(attrs.get("states") or ())
+        n_states = attrs.get("n_states")
+        every = not states or (n_states is not None and states == tuple(range(int(n_states))))
+        mean_first = attrs.get("mean_first_token") or "auto"
+        kind = attrs.get("prompt_kind")
+        max_length = attrs.get("max_length")
+        return cls.build(
+            model=str(attrs.get("model")), poolings=None if poolings == default else poolings,
+            states=ALL_LAYERS if every else ",".join(str(int(s)) for s in states),
+            dtype=str(attrs.get("dtype", "float16")),
+            max_length=int(max_length) if max_length else None,
+            lowercase=bool(attrs.get("lowercase", False)),
+            prompt=attrs.get("prompt") if kind == TEXT_PROMPT_KIND else None,
+            chat_template=kind == CHAT_TEMPLATE_KIND,
+            mean_first_token=("auto" if decoder and mean_first == MEAN_FIRST_DEFAULT
+                              else mean_first),
+            model_dtype=("auto" if "model_dtype" in unrecorded
+                         else str(attrs.get("model_dtype") or "auto")),
+            random_init=attrs.get("random_init"))
+
     def check_model(self) -> None:
         """A local ``--model`` must be a folder with a ``config.json``
         (:func:`check_model_folder`); hub ids and ``--encoder`` runs pass."""
@@ -210,6 +255,16 @@ class EncodeConfig:
         """:meth:`to_options` as command-line words."""
         return [word for option, value in self.to_options()
                 for word in ((option,) if value is None else (option, value))]
+
+
+def argv_for_cache(attrs: Mapping[str, Any]) -> List[str]:
+    """The ``estratos encode`` options that add rows to the cache whose root attributes are
+    ``attrs`` (:meth:`EncodeConfig.for_cache`), or its model alone where the attributes are
+    not a whole configuration (a cache written by other means)."""
+    try:
+        return EncodeConfig.for_cache(attrs).to_argv()
+    except (OptionError, TypeError, ValueError):
+        return ["--model", str(attrs.get("model") or "MODEL")]
 
 
 def _choice(option: str, value: Any, choices: Sequence[str]) -> str:
@@ -321,5 +376,5 @@ def check_model_folder(model: Optional[str]) -> None:
                       f"model folder{hint}")
 
 
-__all__ = ["BatchTokens", "EncodeConfig", "MODEL_DTYPES", "check_model_folder",
+__all__ = ["BatchTokens", "EncodeConfig", "MODEL_DTYPES", "argv_for_cache", "check_model_folder",
            "parse_batch_tokens", "parse_prompt"]

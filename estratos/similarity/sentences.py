@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from estratos.encode.config import argv_for_cache
 from estratos.errors import MissingSentences, OptionError
 from estratos.text import normalize_sentence, sentence_key
 
@@ -78,10 +79,10 @@ def cache_rows(reader: Any, sentences: SentenceSet) -> np.ndarray:
     have = reader.contains(sentences.sentences)
     missing = int((~have).sum())
     if missing:
-        model = reader.attrs.get("model") or "MODEL"
+        options = argv_for_cache(reader.attrs)
         raise MissingSentences(
             f"{reader.path}: {missing} of the {len(sentences)} sentences are not in this "
-            f"cache; add them with: estratos encode --model {shlex.quote(str(model))} --out "
+            f"cache; add them with: estratos encode {shlex.join(options)} --out "
             f"{shlex.quote(str(reader.path))} {sentences.source_words}", missing=missing)
     return reader.rows_for(sentences.sentences)
 

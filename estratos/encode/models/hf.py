@@ -24,7 +24,13 @@ from estratos.encode.config import MIN_MAX_LENGTH, MODEL_DTYPES, EncodeConfig, c
 from estratos.encode.models import devices, hub, pooling, tokens
 from estratos.errors import OptionError
 from estratos.options import ENCODE_DEVICES, is_local_model, model_identity, resolve_device
-from estratos.vocab import MEAN_TOKENS_PROMPTED, PROMPT_SLOT, RANDOM_INIT_PREFIX
+from estratos.vocab import (
+    CHAT_TEMPLATE_KIND,
+    MEAN_TOKENS_PROMPTED,
+    PROMPT_SLOT,
+    RANDOM_INIT_PREFIX,
+    TEXT_PROMPT_KIND,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +40,8 @@ MAX_LENGTH_CAP = 512
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
 #: weights of task heads and poolers that no hidden state depends on: missing ones are fine
 UNUSED_WEIGHTS = ("pooler.",)
-#: ``prompt_kind`` of a cache: the template of ``--prompt`` (tokenized with the tokenizer's own
-#: special tokens around it) or the tokenizer's chat template (which holds its own)
-TEXT_PROMPT, CHAT_TEMPLATE = "text", "chat-template"
+#: ``prompt_kind`` of a cache (estratos.vocab's names)
+TEXT_PROMPT, CHAT_TEMPLATE = TEXT_PROMPT_KIND, CHAT_TEMPLATE_KIND
 #: the collated batch's key for the positions ``mean`` averages (not a model input)
 MEAN_MASK = "mean_mask"
 #: stands for the sentence while a chat template is rendered (then split around)

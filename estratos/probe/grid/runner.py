@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
+from estratos.encode.config import argv_for_cache
 from estratos.errors import EstratosError, MissingSentences, OptionError
 from estratos.options import check_output_file, parse_layers
 from estratos.probe.cells import ACCELERATOR_DEVICES, FUSED_SEED_DEVICES, resolve_probe_device
@@ -59,7 +60,10 @@ log = logging.getLogger(__name__)
 __all__ = ["ProbeRun", "RunPlan", "plan_run", "run_probe"]
 
 
-def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: Any) -> str:
+def _encode_hint(cache_path: Path, encode_options: Sequence[str], specs: Sequence[Any],
+                 data_dirs: Any) -> str:
+    """The ``estratos encode`` command that adds the sentences of ``specs`` to the cache,
+    with the cache's own settings (so it is not refused as other settings)."""
     dirs = []
     for spec in specs:
         if spec.source:  # a custom task's folder comes with its task file
@@ -75,7 +79,7 @@ def _encode_hint(cache_path: Path, model: Any, specs: Sequence[Any], data_dirs: 
         "--data-dir DIR" if builtin else "")
     ids = ",".join(s.id for s in specs)
     files = " ".join(f"--task-file {shlex.quote(s.source)}" for s in specs if s.source)
-    words = [f"estratos encode --model {shlex.quote(str(model))} --out "
+    words = [f"estratos encode {shlex.join(encode_options)} --out "
              f"{shlex.quote(str(cache_path))} --tasks {ids}", files, data]
     return " ".join(w for w in words if w)
 
@@ -94,7 +98,10 @@ class RunPlan:
     specs: Tuple[Any, ...]
     layers: Tuple[LayerSpec, ...]
     system: CellSource
-    model: Any
+    #: the ``estratos encode`` options that add rows to this cache (its model and recorded
+    #: settings: :func:`~estratos.encode.config.argv_for_cache`), for the missing-sentences
+    #: hint
+    encode_options: Tuple[str, ...]
     done: Set[tuple]
     pending: Pending
     estimators: Dict[str, Any]
@@ -199,7 +206,7 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
                               f"(it has {', '.join(cache.poolings)})")
         layer_specs = tuple(parse_layers(config.layers, cache.n_states, cache.states))
         identity = cache.identity()
-        model_name = cache.attrs.get("model")
+        encode_options = tuple(argv_for_cache(cache.attrs))
         if config.features == RAW_FEATURES and cache_is_decoder(cache.attrs):
             # measured (docs/probe.md, "Raw or standardized features"): a decoder's hidden
             # states grow in scale with depth and its last one follows the final norm, so a
@@ -213,7 +220,8 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
         done = done_keys([str(out_path), *expand_paths(list(resume_from))])
     plan = RunPlan(config=config.replace(pooling=pooling), cache_path=cache_path, out=out_path,
                    specs=tuple(specs), layers=layer_specs, system=CellSource.of_cache(identity),
-                   model=model_name, done=done, pending={}, estimators=estimators)
+                   encode_options=encode_options, done=done, pending={},
+                   estimators=estimators)
     if done:
         grid = {plan.key(t, layer, s) for t in ids for layer in layer_specs
                 for s in config.seeds}
@@ -356,7 +364,8 @@ def _check_missing(plan: RunPlan, shapes: Mapping[str, TaskShape], surveyed: Seq
     raise MissingSentences(
         f"{plan.cache_path}: {total} sentence(s) the tasks need are not in the cache "
         f"({detail}); add them with: "
-        f"{_encode_hint(plan.cache_path, plan.model, short, data_dirs)}", missing=total)
+        f"{_encode_hint(plan.cache_path, plan.encode_options, short, data_dirs)}",
+        missing=total)
 
 
 def _trained_only(specs: Sequence[Any], option: str, why: str) -> List[Any]:
