@@ -18,7 +18,11 @@ sampling the GPU's utilisation every half second (its mean over the step is prin
    2048, 24 layers, random weights in bfloat16) built on the GPU and ``encode``d on 20,000
    sentences of TASS1 and SICK with ``--model-dtype bfloat16 --dtype bfloat16``: tokens/s and
    the share of the peak over the encoding and over the wall (forward flops = 2 x parameters
-   x tokens).
+   x tokens);
+5. the DC probe's training step alone (an MLP of 2,000 hidden units on 6 x 384 features,
+   8 layer specs: what bounds step 2 on the GPU), through the real trainer and a bare torch
+   loop of the same shapes (``bench/probe_step.py --device cuda``: ms per step each), then
+   under torch's profiler, its top ops by GPU time in OUT/dc-profile.log.
 
 Writes OUT/summary.json, each step's log and the results files; prints a summary. ``--smoke``
 runs the same code on the CPU with a two-task grid and a tiny decoder (to check the script,
@@ -230,6 +234,27 @@ def count_tokens(folder: Path, path: Path, max_length: int = 512) -> int:
     return sum(len(i) for i in ids)
 
 
+def dc_step(out: Path, sampler: GpuSampler, device: str, smoke: bool) -> Dict[str, Any]:
+    """Step 5: the DC probe's training step, timed (trainer against a bare loop), then
+    profiled."""
+    script = str(REPO / "bench" / "probe_step.py")
+    steps = "3" if smoke else "200"
+    step = run("dc-step", [sys.executable, script, "--probe", "dc", "--device", device,
+                           "--steps", steps, "--repeats", "1" if smoke else "3"],
+               out, sampler, 120)
+    text = (out / "dc-step.log").read_text()
+    for line in text.splitlines():
+        if "estratos trainer:" in line:
+            words = line.split()
+            step["trainer_ms_per_step"] = float(words[2])
+            step["bare_ms_per_step"] = float(words[7])
+    profiled = run("dc-profile", [sys.executable, script, "--probe", "dc", "--device", device,
+                                  "--steps", "3" if smoke else "50", "--profile"],
+                   out, sampler, 120)
+    step["profile_rc"] = profiled["rc"]
+    return step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", required=True, type=Path)
@@ -239,7 +264,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-node-out")))
     ap.add_argument("--work", type=Path, default=Path("/tmp/estratos-gpu-node"))
     ap.add_argument("--probe-limit", type=float, default=200.0)
-    ap.add_argument("--skip", default="", help="steps to skip: encode,probe,cuda,decoder")
+    ap.add_argument("--skip", default="",
+                    help="steps to skip: encode,probe,cuda,decoder,dc-step")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -329,6 +355,8 @@ def main() -> None:
             step["peak_share_wall"] = round(flops / step["wall_s"] / peak, 3)
             summary["steps"]["decoder"] = step
             big.unlink(missing_ok=True)
+        if "dc-step" not in skip:
+            summary["steps"]["dc-step"] = dc_step(out, sampler, device, args.smoke)
     finally:
         sampler.close()
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))

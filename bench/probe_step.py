@@ -14,6 +14,12 @@ two ``--repeats`` times and keeping each one's best, and prints both, per step, 
     python bench/probe_step.py                        # both probes, 1 torch thread
     python bench/probe_step.py --probe dc --steps 20 --threads 2
     python bench/probe_step.py --probe wordcontent --profile   # torch profiler, top ops
+    python bench/probe_step.py --probe dc --device cuda --steps 200 [--profile]
+
+With ``--device cuda`` both run on the GPU and the clock stops after a synchronize, so a
+step's time is what the GPU program costs, launch overhead included; ``--profile`` then
+lists the top ops by GPU time too (what bench/gpu_node.py records for the DC probe, the one
+that bounds the GPU node's grid).
 """
 
 from __future__ import annotations
@@ -40,7 +46,12 @@ def _data(features: int, classes: int, groups: int, n: int, seed: int = 0):
     return x, y
 
 
-def ours(probe: str, groups: int, steps: int, batch: int) -> float:
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def ours(probe: str, groups: int, steps: int, batch: int, device: str = "cpu") -> float:
     """Seconds for ``steps`` steps of the real trainer (one pass, one 1-batch dev round)."""
     from estratos.probe.estimators.classifiers import SentEvalClassifier
 
@@ -48,33 +59,36 @@ def ours(probe: str, groups: int, steps: int, batch: int) -> float:
     x, y = _data(features, classes, groups, steps * batch)
     grid = [1e-5, 1e-4, 1e-3, 1e-2][:n_l2]
     clf = SentEvalClassifier(n_classes=classes, nhid=nhid, batch_size=batch, epoch_size=1,
-                             max_epoch=0, tenacity=0, seed=1, l2_grid=grid)
+                             max_epoch=0, tenacity=0, seed=1, l2_grid=grid, device=device)
+    _sync(device)
     t0 = time.perf_counter()
     clf.fit(x, y, x[:, :batch], y[:batch], grid)
+    _sync(device)
     return time.perf_counter() - t0
 
 
-def bare(probe: str, groups: int, steps: int, batch: int) -> float:
+def bare(probe: str, groups: int, steps: int, batch: int, device: str = "cpu") -> float:
     """Seconds for ``steps`` steps of the plain autograd loop on the same stacked shapes."""
     features, classes, nhid, n_l2, _ = SHAPES[probe]
     x, y = _data(features, classes, groups, steps * batch)
-    X = torch.from_numpy(x)
-    Y = torch.from_numpy(y)
+    X = torch.from_numpy(x).to(device)
+    Y = torch.from_numpy(y).to(device)
     models = groups * n_l2
+    _sync(device)
     t0 = time.perf_counter()
     gen = torch.Generator().manual_seed(1)
+
+    def leaf(shape: Tuple[int, ...], scale: float = 1.0) -> torch.Tensor:
+        start = (torch.rand(shape, generator=gen) - 0.5) * scale
+        return start.to(device).requires_grad_()
+
     if nhid == 0:
-        W = (torch.rand((models, features, classes), generator=gen) - 0.5).requires_grad_()
-        b = torch.zeros((models, 1, classes), requires_grad=True)
-        params = [W, b]
+        params = [leaf((models, features, classes)), leaf((models, 1, classes), 0.0)]
     else:
-        W1 = (torch.rand((models, features, nhid), generator=gen) - 0.5).requires_grad_()
-        b1 = torch.zeros((models, 1, nhid), requires_grad=True)
-        W2 = (torch.rand((models, nhid, classes), generator=gen) - 0.5).requires_grad_()
-        b2 = torch.zeros((models, 1, classes), requires_grad=True)
-        params = [W1, b1, W2, b2]
+        params = [leaf((models, features, nhid)), leaf((models, 1, nhid), 0.0),
+                  leaf((models, nhid, classes)), leaf((models, 1, classes), 0.0)]
     opt = torch.optim.Adam(params, lr=1e-3, weight_decay=1e-5, fused=True)
-    perm = torch.from_numpy(np.random.default_rng(0).permutation(len(y)))
+    perm = torch.from_numpy(np.random.default_rng(0).permutation(len(y))).to(device)
     for start in range(0, len(y), batch):
         idx = perm[start:start + batch]
         xb = X[:, idx].repeat_interleave(n_l2, dim=0)  # (models, B, F): each model's batch
@@ -88,16 +102,25 @@ def bare(probe: str, groups: int, steps: int, batch: int) -> float:
         opt.zero_grad(set_to_none=True)
         (loss / len(idx)).backward()
         opt.step()
+    _sync(device)
     return time.perf_counter() - t0
 
 
-def profile(probe: str, groups: int, steps: int, batch: int) -> None:
+def profile(probe: str, groups: int, steps: int, batch: int, device: str = "cpu") -> None:
+    """The trainer's top ops under torch's profiler (by host time; on a GPU by GPU time
+    too), after a warm-up."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-        ours(probe, groups, steps, batch)
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+    gpu = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    ours(probe, groups, 2, batch, device)
+    with torch_profile(activities=activities) as prof:
+        ours(probe, groups, steps, batch, device)
+    table = prof.key_averages()
+    print(table.table(sort_by="self_cpu_time_total", row_limit=15))
+    if gpu:
+        print(table.table(sort_by="self_cuda_time_total", row_limit=15))
 
 
 def main(argv=None) -> int:
@@ -109,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     args = ap.parse_args(argv)
     from estratos.probe.estimators.runtime import torch_runtime
 
@@ -116,16 +140,20 @@ def main(argv=None) -> int:
     with torch_runtime(args.threads):
         for probe in probes:
             if args.profile:
-                profile(probe, args.groups, args.steps, args.batch)
+                profile(probe, args.groups, args.steps, args.batch, args.device)
                 continue
-            ours(probe, args.groups, 1, args.batch)  # warm-up (allocator, kernels)
+            # warm-up (allocator, kernels)
+            ours(probe, args.groups, 1, args.batch, args.device)
+            bare(probe, args.groups, 1, args.batch, args.device)
             best_o = best_b = float("inf")
             for _ in range(args.repeats):  # alternate, so machine load hits both alike
-                best_o = min(best_o, ours(probe, args.groups, args.steps, args.batch))
-                best_b = min(best_b, bare(probe, args.groups, args.steps, args.batch))
+                best_o = min(best_o, ours(probe, args.groups, args.steps, args.batch,
+                                          args.device))
+                best_b = min(best_b, bare(probe, args.groups, args.steps, args.batch,
+                                          args.device))
             n_models = args.groups * SHAPES[probe][3]
             print(f"{SHAPES[probe][4]}; {args.groups} layer specs = {n_models} models, "
-                  f"batch {args.batch}, {args.threads} thread(s)")
+                  f"batch {args.batch}, {args.threads} thread(s), {args.device}")
             print(f"  estratos trainer: {best_o / args.steps * 1000:8.1f} ms/step   "
                   f"bare torch loop: {best_b / args.steps * 1000:8.1f} ms/step   "
                   f"ratio {best_o / best_b:.2f}x (target <= 1.5x)", flush=True)
