@@ -1,6 +1,7 @@
 """Stage one: run an encoder once over unique sentences and write the HDF5 cache.
 
-Public API: :func:`encode_sentences` (what ``estratos encode`` calls), :class:`EncodeSummary`,
+Public API: :func:`encode_sentences` (what ``estratos encode`` calls), :class:`EncodeConfig`
+(its options, checked once), :class:`EncodeSummary`,
 :func:`gather_sentences` (``--sentences FILE`` or ``--tasks IDS``: :func:`read_sentence_file`,
 :func:`task_sentences`).
 
@@ -13,7 +14,7 @@ from typing import Any
 
 _EXPORTS = {
     "gather_sentences": "inputs", "read_sentence_file": "inputs", "task_sentences": "inputs",
-    "encode_sentences": "run", "EncodeSummary": "summary",
+    "encode_sentences": "run", "EncodeSummary": "summary", "EncodeConfig": "config",
 }
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy exports' one table
 
