@@ -40,8 +40,6 @@ MAX_LENGTH_CAP = 512
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
 #: weights of task heads and poolers that no hidden state depends on: missing ones are fine
 UNUSED_WEIGHTS = ("pooler.",)
-#: ``prompt_kind`` of a cache (estratos.vocab's names)
-TEXT_PROMPT, CHAT_TEMPLATE = TEXT_PROMPT_KIND, CHAT_TEMPLATE_KIND
 #: the collated batch's key for the positions ``mean`` averages (not a model input)
 MEAN_MASK = "mean_mask"
 #: stands for the sentence while a chat template is rendered (then split around)
@@ -222,15 +220,9 @@ class HFEncoder:
 
         self.options = config  # the run's choices; ``self.config`` is the model's own
         self.model_name = model_identity(str(config.model))
-        self.lowercase = config.lowercase
         self.device = resolve_device(config.device, kinds=ENCODE_DEVICES)
-        self.threads = config.threads
-        self.device_map = config.device_map
         if config.device_map is not None:
             check_accelerate()  # an optional extra, looked for when a model is to be spread
-        self.trust_remote_code = config.trust_remote_code
-        self.random_init = config.random_init
-        self.model_dtype = config.model_dtype
         self._source = self._sources(config)
         try:
             self.config = AutoConfig.from_pretrained(self.model_name, **self._source)
@@ -260,7 +252,7 @@ class HFEncoder:
             # chat template holds its own
             self._tokenize = tokens.PromptTokenizer(
                 self.tokenizer, self.max_length, *self.framing,
-                add_special_tokens=self.prompt_kind == TEXT_PROMPT)
+                add_special_tokens=self.prompt_kind == TEXT_PROMPT_KIND)
         self.revision = (f"{RANDOM_INIT_PREFIX}{config.random_init}"
                          if config.random_init is not None
                          else model_revision(self.model_name, self.config))
@@ -309,9 +301,9 @@ class HFEncoder:
         """``(framing, prompt_kind)``: the chat template's turn around the sentence (inside
         ``--prompt``'s text when both are given), ``--prompt``'s text alone, or nothing."""
         if config.chat_template:
-            return chat_framing(self.tokenizer, config.framing), CHAT_TEMPLATE
+            return chat_framing(self.tokenizer, config.framing), CHAT_TEMPLATE_KIND
         if config.framing is not None:
-            return config.framing, TEXT_PROMPT
+            return config.framing, TEXT_PROMPT_KIND
         return None, None
 
     def load(self, *, progress: bool = False) -> None:
@@ -321,17 +313,17 @@ class HFEncoder:
             return
         from transformers import AutoModel
 
-        devices.prepare_cpu_threads(self.device, self.threads)
-        kwargs = {**_dtype_kwargs(self.dtype), "trust_remote_code": self.trust_remote_code}
-        if self.random_init is not None:
+        devices.prepare_cpu_threads(self.device, self.options.threads)
+        kwargs = {**_dtype_kwargs(self.dtype), "trust_remote_code": self.options.trust_remote_code}
+        if self.options.random_init is not None:
             # seeded on the CPU generator, then moved: the same weights on every device
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.random_init)
+                torch.manual_seed(self.options.random_init)
                 model = AutoModel.from_config(self.config, **kwargs)
             self.model = model.eval().to(self.device)
             return
-        if self.device_map is not None:
-            kwargs["device_map"] = self.device_map
+        if self.options.device_map is not None:
+            kwargs["device_map"] = self.options.device_map
         kwargs.update(self._source)
         try:
             with transformers_progress(progress), quiet_load_report():
@@ -341,7 +333,7 @@ class HFEncoder:
             raise OptionError(f"--model: cannot load {self.model_name!r} with transformers "
                               f"AutoModel: {exc}") from exc
         explain_missing(self.model_name, list(info.get("missing_keys") or ()))
-        if self.device_map is None:
+        if self.options.device_map is None:
             model = model.to(self.device)
         else:  # inputs go where the embeddings are; the rest was placed by accelerate
             self.device = model.get_input_embeddings().weight.device
@@ -357,15 +349,15 @@ class HFEncoder:
         out: Dict[str, object] = {
             "encoder": self.kind, "model": self.model_name, "revision": self.revision,
             "tokenizer": f"{type(self.tokenizer).__name__}:{self.tokenizer.name_or_path}",
-            "max_length": self.max_length, "lowercase": self.lowercase,
+            "max_length": self.max_length, "lowercase": self.options.lowercase,
             "poolings": self.poolings, "model_dtype": self.weights_dtype_name}
         if self.decoder:
             out["mean_first_token"] = self.mean_first
         if self.framing is not None:
             out.update(prompt=PROMPT_SLOT.join(self.framing), prompt_kind=self.prompt_kind,
                        mean_tokens=MEAN_TOKENS_PROMPTED)
-        if self.random_init is not None:
-            out["random_init"] = self.random_init
+        if self.options.random_init is not None:
+            out["random_init"] = self.options.random_init
         return out
 
     @property
@@ -377,7 +369,7 @@ class HFEncoder:
         """Autocast on CUDA only for float32 weights loaded with ``--model-dtype auto`` (as
         before the option existed); weights asked for in float32 run in float32, half
         weights in their own dtype."""
-        return self.model_dtype == "auto" and self.dtype == torch.float32
+        return self.options.model_dtype == "auto" and self.dtype == torch.float32
 
     def info(self) -> Dict[str, object]:
         """Descriptive attributes (not compared)."""
@@ -389,13 +381,13 @@ class HFEncoder:
             "compute": compute, "model_type": str(getattr(self.config, "model_type", "")),
             "architecture": DECODER if self.decoder else ENCODER,
             "model_dtype": self.weights_dtype_name,
-            "trust_remote_code": self.trust_remote_code}
-        if self.device_map is not None:
-            out["device_map"] = self.device_map
+            "trust_remote_code": self.options.trust_remote_code}
+        if self.options.device_map is not None:
+            out["device_map"] = self.options.device_map
         return out
 
     def _prep(self, texts: Sequence[str]) -> list:
-        return [t.lower() for t in texts] if self.lowercase else list(texts)
+        return [t.lower() for t in texts] if self.options.lowercase else list(texts)
 
     # -- the pipeline's stages (estratos.encode.run) ---------------------------------------
     def tokenize(self, texts: Sequence[str]) -> tokens.TokenizedTexts:
