@@ -183,8 +183,22 @@ def test_float32_products_stay_close_to_float64():
         acc = CrossProducts(layer_moments([[x]]), layer_moments([[y]]), products)
         for lo in range(0, 3000, 512):
             acc.add([x[lo:lo + 512]], [y[lo:lo + 512]])
-        results[products] = M.linear_cka_stats(acc.pair(0, 0)).value
+        s = acc.pair(0, 0)
+        results[products] = (M.linear_cka_stats(s).value,
+                             M.procrustes_stats(s, exact=products == "float64").value)
     assert results["float32"] == pytest.approx(results["float64"], abs=1e-5)
+
+
+@pytest.mark.parametrize("rank", [3, 40])
+@pytest.mark.parametrize("shape", [(60, 40), (40, 60)])
+def test_the_nuclear_norm_from_a_grams_eigenvalues_is_within_its_bound(rank, shape):
+    rng = np.random.default_rng(rank)
+    m = rng.normal(size=(shape[0], rank)) @ rng.normal(size=(rank, shape[1]))
+    exact = M.nuclear_norm(m)
+    assert exact == pytest.approx(np.linalg.svd(m, compute_uv=False).sum(), rel=1e-12)
+    largest = np.linalg.norm(m, 2)
+    bound = min(shape) * np.sqrt(np.finfo(float).eps) * largest
+    assert abs(M.nuclear_norm(m, exact=False) - exact) <= bound
 
 
 # ---- geometry --------------------------------------------------------------------------------
@@ -369,19 +383,38 @@ def test_records_hold_no_nan_for_constant_layers(tmp_path):
         assert undefined and all(r["undefined"] for r in undefined)
 
 
-def test_pearson_matrix_equals_pearson_rows_pair_by_pair():
+@pytest.mark.parametrize("kept", [True, False])
+@pytest.mark.parametrize("itself", [False, True])
+def test_pearson_matrix_equals_pearson_rows_pair_by_pair(monkeypatch, kept, itself):
+    from estratos.stats import metrics
     from estratos.stats.metrics import pearson_matrix, pearson_rows
 
+    if not kept:  # the second stack normalised again for every block of the first
+        monkeypatch.setattr(metrics, "KEPT_UNIT_BYTES", 0)
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(5, 40)), rng.normal(size=(3, 40))
     x[2] = 7.0  # a constant row: undefined
+    if itself:
+        y = x
     found = pearson_matrix(x, y, block=2)
     for i in range(5):
-        for j in range(3):
+        for j in range(len(y)):
             expected = pearson_rows(x[i], y[j])
             assert (np.isnan(found[i, j]) and np.isnan(expected)) or \
                 found[i, j] == pytest.approx(expected, abs=1e-12)
     assert np.isnan(found[2]).all()
+
+
+@pytest.mark.parametrize("values", [
+    np.random.default_rng(1).normal(size=1000),                    # no ties
+    np.random.default_rng(2).integers(0, 20, size=1000) / 7.0,     # many ties
+    np.array([3.0]), np.array([2.0, 2.0, 2.0]), np.array([])])
+def test_average_ranks_1d_equals_scipys_average_ranks(values):
+    from scipy.stats import rankdata
+
+    from estratos.stats.metrics import average_ranks_1d
+
+    np.testing.assert_array_equal(average_ranks_1d(values), rankdata(values, method="average"))
 
 
 def test_rsa_of_every_pair_at_once_equals_rsa_pair_by_pair():
@@ -391,3 +424,22 @@ def test_rsa_of_every_pair_at_once_equals_rsa_pair_by_pair():
     for i in range(3):
         for j in range(2):
             assert found[i][j].value == pytest.approx(M.rsa(xs[i], xs[j]).value, abs=TOL)
+
+
+def test_subsample_rows_picked_in_the_moments_pass_equal_those_read_alone(caches, tmp_path):
+    # with the streamed measures the first pass picks the subsample's rows from its chunks;
+    # RSA and mutual k-NN alone on raw features read them from the caches: same values
+    a, b, listed, _ = caches
+    common = ["similarity", "--cache", a, "--other", b, "--sentences", listed,
+              "--max-sentences", 40, "--products", "float64"]
+    together, alone = tmp_path / "together.jsonl", tmp_path / "alone.jsonl"
+    assert _run(common + ["--out", together]).exit_code == 0
+    assert _run(common + ["--out", alone, "--measures", "rsa,mutual-knn",
+                          "--features", "raw"]).exit_code == 0
+
+    def sampled(path):
+        return {(r["measure"], r["layer_a"], r["layer_b"]): r["value"]
+                for r in map(json.loads, path.read_text().splitlines())
+                if r["measure"] in ("rsa", "mutual-knn") and r["features"] == "raw"}
+
+    assert sampled(together) == sampled(alone) and len(sampled(alone)) == 2 * 3 * 3

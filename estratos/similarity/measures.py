@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from estratos.probe.estimators.scaling import FeatureScale
-from estratos.stats.metrics import average_ranks, dense_codes, pearson_matrix, pearson_rows
+from estratos.stats.metrics import average_ranks_1d, pearson_matrix, pearson_rows
 
 #: a squared Frobenius norm at most this share of its largest possible size is a zero layer
 ZERO_RELATIVE = 1e-24
@@ -130,15 +130,34 @@ def debiased_cka_stats(s: PairStats) -> Value:
     return Value.of(xy / math.sqrt(xx * yy), **detail)
 
 
-def procrustes_stats(s: PairStats) -> Value:
+def procrustes_stats(s: PairStats, exact: bool = True) -> Value:
     """Orthogonal Procrustes angular distance: arccos(|X^T Y|_* / (|X|_F |Y|_F)) in radians
-    (0: one layer is a rotation, scaling and shift of the other; pi/2: orthogonal)."""
+    (0: one layer is a rotation, scaling and shift of the other; pi/2: orthogonal).
+    ``exact``: the nuclear norm from an SVD, else from a Gram's eigenvalues
+    (:func:`nuclear_norm`)."""
     nx, ny = float(np.trace(s.xx)), float(np.trace(s.yy))
     if not (nx > 0 and ny > 0):
         return Value(None, "a layer is constant over these sentences")
-    nuclear = float(np.linalg.svd(s.cross, compute_uv=False).sum())
-    ratio = nuclear / math.sqrt(nx * ny)
+    ratio = nuclear_norm(s.cross, exact) / math.sqrt(nx * ny)
     return Value.of(math.acos(min(1.0, max(-1.0, ratio))), similarity=ratio)
+
+
+def nuclear_norm(m: np.ndarray, exact: bool = True) -> float:
+    """The sum of the singular values of ``m`` (float64).
+
+    ``exact``: an SVD (torch's LAPACK: about twice numpy's speed at 576 x 384 on the 2-core
+    machine). Otherwise the square roots of the eigenvalues of the smaller Gram (``m^T m``
+    or ``m m^T``), in about 0.6 of the time: each singular value is then off by at most
+    sqrt(eps) = 1.5e-8 of the largest, less than the rounding that cross-products summed
+    from float32 chunks already carry (about 1e-7 of their size), so streamed measures use
+    it with float32 products and the SVD with float64 ones."""
+    if exact:
+        import torch
+
+        values = torch.linalg.svdvals(torch.from_numpy(np.ascontiguousarray(m))).numpy()
+        return float(values.sum())
+    small = m.T @ m if m.shape[0] >= m.shape[1] else m @ m.T
+    return float(np.sqrt(np.clip(np.linalg.eigvalsh(small), 0.0, None)).sum())
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> Value:
@@ -167,9 +186,10 @@ def rdm_ranks(x: np.ndarray) -> np.ndarray:
     xc = xc - xc.mean(axis=1, keepdims=True)
     norms = np.linalg.norm(xc, axis=1, keepdims=True)
     u = np.divide(xc, norms, out=np.zeros_like(xc), where=norms > 0)
-    upper = np.triu_indices(len(u), k=1)
-    rdm = 1.0 - (u @ u.T)[upper]
-    return average_ranks(dense_codes(rdm[None, :]))[0].astype(np.float32)
+    r = u @ u.T
+    # the upper triangle row by row (a fifth of the time of fancy indexing at m = 2,000)
+    rdm = 1.0 - np.concatenate([r[i, i + 1:] for i in range(len(r) - 1)] or [r[:0, 0]])
+    return average_ranks_1d(rdm).astype(np.float32)
 
 
 def rsa_from_ranks(ranks_x: np.ndarray, ranks_y: np.ndarray) -> Value:
@@ -228,5 +248,5 @@ def mutual_knn(x: np.ndarray, y: np.ndarray, k: int) -> Value:
 
 __all__ = ["PairStats", "Value", "centred", "debiased_cka", "debiased_cka_stats", "hsic_unbiased",
            "knn_overlap", "knn_sets", "linear_cka", "linear_cka_stats", "mutual_knn",
-           "procrustes_distance", "procrustes_stats", "rdm_ranks", "rsa", "rsa_from_ranks",
-           "rsa_matrix"]
+           "nuclear_norm", "procrustes_distance", "procrustes_stats", "rdm_ranks", "rsa",
+           "rsa_from_ranks", "rsa_matrix"]

@@ -16,13 +16,14 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
 from estratos import __version__
 from estratos.errors import OptionError
-from estratos.options import check_output_file, parse_layers, positive_int
+from estratos.options import available_cores, check_output_file, parse_layers, positive_int
 from estratos.results.similarity import (
     Layer,
     MapRecord,
@@ -118,14 +119,34 @@ def _pooling(readers: Sequence[Any], pooling: Optional[str]) -> str:
     return pooling
 
 
-def _one_thread() -> Any:
-    """BLAS and LAPACK on one thread: the many small decompositions (an SVD per layer pair,
-    an eigendecomposition per layer) took 10 to 30 times longer on two threads of a busy
-    two-core machine than on one, and geometry's per-layer 4,096 x 384 products twice as
-    long."""
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """BLAS, LAPACK and torch on one thread: the many small decompositions (an SVD per
+    layer pair, an eigendecomposition per layer) took 10 to 30 times longer on two threads
+    of a busy two-core machine than on one, and geometry's per-layer 4,096 x 384 products
+    twice as long; :func:`_each` runs such work on every core, one thread each."""
+    import torch
     from threadpoolctl import threadpool_limits
 
-    return threadpool_limits(limits=1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _each(fn: Callable[[Any], Any], items: Sequence[Any]) -> List[Any]:
+    """``fn`` of each item, in the items' order, on every core this process may use (one
+    BLAS thread each): the RDMs' sorts, the neighbour searches and the SVDs release the
+    GIL, so two cores run two items at once. Each item's result does not depend on the
+    others or on the threads' timing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = max(1, min(len(items), available_cores()))
+    with _one_thread(), ThreadPoolExecutor(workers, thread_name_prefix="estratos-map") as pool:
+        return list(pool.map(fn, items))
 
 
 def _chunks(n: int, order: np.ndarray) -> Iterator[np.ndarray]:
@@ -319,25 +340,64 @@ def _timed(timings: Dict[str, float], step: str) -> Iterator[None]:
     timings[step] = time.perf_counter() - t
 
 
+class _Subsample:
+    """The seeded subsample's rows of each side, picked out of the chunks of a pass that
+    reads every sentence anyway, so that they need no scattered read of their own (3 s for
+    2,000 of 50,000 sentences of two wide caches); the rows equal ``Side.read(positions)``."""
+
+    def __init__(self, positions: np.ndarray, n: int) -> None:
+        self.positions = positions
+        self.slot = np.full(n, -1, dtype=np.int64)
+        self.slot[positions] = np.arange(len(positions))
+        self.rows: List[Optional[List[np.ndarray]]] = []
+
+    def picking(self, order: np.ndarray, chunks: Iterator[List[Optional[List[np.ndarray]]]]
+                ) -> Iterator[List[Optional[List[np.ndarray]]]]:
+        """``chunks`` (a pass in ``order``) unchanged, keeping the subsample's rows."""
+        for at, chunk in zip(_chunks(len(order), order), chunks):
+            slots = self.slot[at]
+            hit = slots >= 0
+            if not self.rows:
+                self.rows = [None if side is None else
+                             [np.empty((len(self.positions), x.shape[1]), dtype=x.dtype)
+                              for x in side] for side in chunk]
+            for side, kept in zip(chunk, self.rows):
+                if side is not None and kept is not None:
+                    for x, rows in zip(side, kept):
+                        rows[slots[hit]] = x[hit]
+            yield chunk
+
+    def read(self, side: int, reader: Side, pool: str) -> List[np.ndarray]:
+        """The rows of side ``side``: those picked, else read from its cache."""
+        picked = self.rows[side] if self.rows else None
+        return picked if picked is not None else reader.read(self.positions, pool)
+
+
 def _similarity_values(pair: _Pair, streamed: Sequence[str], sampled: Sequence[str],
                        sample_pos: np.ndarray, products: str, k: int,
                        timings: Dict[str, float]) -> Dict[Tuple[Any, ...], M.Value]:
     """The value of every (measure, features, layer, layer) still to do: a first pass for
     each layer's moments (needed by the streamed measures, and by the sampled ones to
-    standardize), then the streamed measures' cross-products, then the sampled measures on
-    the subsample ``sample_pos``."""
+    standardize; it picks the subsample's rows on its way), then the streamed measures'
+    cross-products, then the sampled measures on the subsample ``sample_pos``."""
     values: Dict[Tuple[Any, ...], M.Value] = {}
     moments_a: Optional[List[Moments]] = None
     moments_b: Optional[List[Moments]] = None
+    subsample = _Subsample(sample_pos, pair.n)
     if streamed or (sampled and STANDARDIZED_FEATURES in pair.feats):
         with _timed(timings, "moments"):
-            moments_a, moments_b = _moments(pair.stream(),
+            chunks = pair.stream()
+            if sampled:
+                chunks = subsample.picking(pair.order, chunks)
+            moments_a, moments_b = _moments(chunks,
                                             None if pair.b is None else len(pair.a.layers))
     if streamed and moments_a is not None:
         _streamed(values, pair, streamed, moments_a, moments_b, products, timings)
     if sampled:
         with _timed(timings, "sampled measures"):
-            _sampled(values, sampled, pair.feats, pair.a, pair.b, pair.pool, sample_pos,
+            rows_a = subsample.read(0, pair.a, pair.pool)
+            rows_b = None if pair.b is None else subsample.read(1, pair.b, pair.pool)
+            _sampled(values, sampled, pair.feats, pair.a.layers, pair.lb, rows_a, rows_b,
                      moments_a, moments_b, k)
     return values
 
@@ -355,14 +415,18 @@ def _streamed(values: Dict[Tuple[Any, ...], M.Value], pair: _Pair, measures: Seq
             acc.add(xs, ys)
     fns: Dict[str, Callable[[M.PairStats], M.Value]] = {
         "linear-cka": M.linear_cka_stats, "debiased-cka": M.debiased_cka_stats,
-        "procrustes": M.procrustes_stats}
-    with _timed(timings, "streamed measures"), _one_thread():
-        for f in pair.feats:
-            for i, la in enumerate(pair.a.layers):
-                for j, lj in enumerate(pair.lb):
-                    stats = acc.pair(i, j, standardized=f == STANDARDIZED_FEATURES)
-                    for m in measures:
-                        values[(m, f, la, lj)] = fns[m](stats)
+        "procrustes": partial(M.procrustes_stats, exact=products == "float64")}
+    pairs = [(f, i, j) for f in pair.feats for i in range(len(pair.a.layers))
+             for j in range(len(pair.lb))]
+
+    def measured(at: Tuple[str, int, int]) -> List[M.Value]:
+        stats = acc.pair(at[1], at[2], standardized=at[0] == STANDARDIZED_FEATURES)
+        return [fns[m](stats) for m in measures]
+
+    with _timed(timings, "streamed measures"):
+        for (f, i, j), found in zip(pairs, _each(measured, pairs)):
+            for m, v in zip(measures, found):
+                values[(m, f, pair.a.layers[i], pair.lb[j])] = v
 
 
 def _moments(chunks: Iterator[List[Optional[List[np.ndarray]]]], split: Optional[int]
@@ -385,37 +449,36 @@ def _scaled(xs: List[np.ndarray], moments: Optional[Sequence[Moments]], standard
             for x, m in zip(xs, moments)]
 
 
-def _sampled(values: Dict[Tuple[Any, ...], M.Value],
-             measures: Sequence[str], feats: Sequence[str], a: Side, b: Optional[Side],
-             pool: str, positions: np.ndarray, moments_a: Optional[Sequence[Moments]],
-             moments_b: Optional[Sequence[Moments]], k: int) -> None:
-    """RSA and mutual k-NN of every layer pair on the subsample (standardized with the whole
-    set's statistics)."""
-    rows_a = a.read(positions, pool)
-    rows_b = rows_a if b is None else b.read(positions, pool)
-    lb = a.layers if b is None else b.layers
+def _sampled(values: Dict[Tuple[Any, ...], M.Value], measures: Sequence[str],
+             feats: Sequence[str], layers_a: Sequence[LayerSpec], lb: Sequence[LayerSpec],
+             rows_a: List[np.ndarray], rows_b: Optional[List[np.ndarray]],
+             moments_a: Optional[Sequence[Moments]], moments_b: Optional[Sequence[Moments]],
+             k: int) -> None:
+    """RSA and mutual k-NN of every layer pair on the subsample's rows (``rows_b`` None:
+    the first side with itself), standardized with the whole set's statistics."""
+    same = rows_b is None
     for f in feats:
         std = f == STANDARDIZED_FEATURES
         xs = _scaled(rows_a, moments_a, std)
-        ys = xs if b is None else _scaled(rows_b, moments_b, std)
+        ys = xs if rows_b is None else _scaled(rows_b, moments_b, std)
         if "rsa" in measures:
-            ranks_x = np.stack([M.rdm_ranks(x) for x in xs])
-            ranks_y = ranks_x if b is None else np.stack([M.rdm_ranks(y) for y in ys])
+            ranks_x = np.stack(_each(M.rdm_ranks, xs))
+            ranks_y = ranks_x if same else np.stack(_each(M.rdm_ranks, ys))
             found = M.rsa_matrix(ranks_x, ranks_y)
             del ranks_x, ranks_y
-            for i, la in enumerate(a.layers):
+            for i, la in enumerate(layers_a):
                 for j, lj in enumerate(lb):
                     values[("rsa", f, la, lj)] = found[i][j]
         if "mutual-knn" in measures:
-            if len(positions) < k + 1:
-                for la in a.layers:
+            if len(rows_a[0]) < k + 1:
+                for la in layers_a:
                     for lj in lb:
                         values[("mutual-knn", f, la, lj)] = M.Value(
                             None, f"fewer than k + 1 = {k + 1} sentences")
                 continue
-            sets_x = [M.knn_sets(x, k) for x in xs]
-            sets_y = sets_x if b is None else [M.knn_sets(y, k) for y in ys]
-            for i, la in enumerate(a.layers):
+            sets_x = _each(lambda x: M.knn_sets(x, k), xs)
+            sets_y = sets_x if same else _each(lambda y: M.knn_sets(y, k), ys)
+            for i, la in enumerate(layers_a):
                 for j, lj in enumerate(lb):
                     values[("mutual-knn", f, la, lj)] = M.knn_overlap(sets_x[i], sets_y[j], k)
 

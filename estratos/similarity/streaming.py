@@ -13,13 +13,14 @@ norms need a second reading of each chunk, never a second product.
 The products of one chunk run in ``products`` precision: float32 by default (twice BLAS's
 float64 rate on these CPUs; a chunk's 4,096-term sums carry about 1e-7 relative error,
 summed across chunks in float64), or float64 for results that equal the one-shot formulas
-to rounding (tests, ``--products float64``).
+to rounding (tests, ``--products float64``). They run through torch's BLAS (:func:`gram`),
+which multiplied these shapes 1.7 to 1.9 times faster than numpy's on the 2-core machine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -83,6 +84,18 @@ def layer_moments(chunks: Iterable[Sequence[np.ndarray]]) -> List[Moments]:
     return out
 
 
+def gram(a: np.ndarray, b: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """``a^T b`` of two (c, d) matrices of one dtype, in that dtype, through torch's BLAS
+    (no copy of either side; torch is a core dependency, imported here so that the
+    command's ``--help`` stays light), into ``out`` when given."""
+    import torch
+
+    if out is None:
+        return torch.mm(torch.from_numpy(a).T, torch.from_numpy(b)).numpy()
+    torch.mm(torch.from_numpy(a).T, torch.from_numpy(b), out=torch.from_numpy(out))
+    return out
+
+
 class CrossProducts:
     """Pass two: the centred cross-products (a constant feature's centred values, rounding
     residues, set to exactly 0: the probe's rule) of layers X_0..X_p (and, for two caches, of
@@ -105,14 +118,15 @@ class CrossProducts:
         self.inv_y = None if self.my is None else [m.inverse_scale for m in self.my]
         self.off_x = np.cumsum([0] + [len(m.mean) for m in self.mx])
         self.n = 0
+        self._buffers: Dict[str, np.ndarray] = {}
         wx = int(self.off_x[-1])
         if self.my is None:
-            self.gram = np.zeros((wx, wx))
+            self.sums = np.zeros((wx, wx))
             self.off_y = self.off_x
             self.selfs_y: List[np.ndarray] = []
         else:
             self.off_y = np.cumsum([0] + [len(m.mean) for m in self.my])
-            self.gram = np.zeros((wx, int(self.off_y[-1])))
+            self.sums = np.zeros((wx, int(self.off_y[-1])))
             self.selfs_x = [np.zeros((len(m.mean),) * 2) for m in self.mx]
             self.selfs_y = [np.zeros((len(m.mean),) * 2) for m in self.my]
         ly = len(self.mx) if self.my is None else len(self.my)
@@ -123,29 +137,45 @@ class CrossProducts:
         self.norm_xx = np.zeros((2, len(self.mx)))
         self.norm_yy = np.zeros((2, ly))
 
-    def _centred(self, xs: Sequence[np.ndarray], moments: Sequence[Moments],
+    def _buffer(self, name: str, shape: Tuple[int, ...]) -> np.ndarray:
+        """A work array of the products' dtype kept from chunk to chunk: a fresh one per
+        chunk (hundreds of MB) cost as much system time in page faults as filling it."""
+        kept = self._buffers.get(name)
+        if kept is None or kept.shape != shape:
+            kept = self._buffers[name] = np.empty(shape, dtype=self.dtype)
+        return kept
+
+    def _product(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``a^T b`` (:func:`gram`) into a kept array of its shape."""
+        return gram(a, b, self._buffer(f"product{a.shape[1]}x{b.shape[1]}",
+                                       (a.shape[1], b.shape[1])))
+
+    def _centred(self, side: str, xs: Sequence[np.ndarray], moments: Sequence[Moments],
                  inverse: Sequence[np.ndarray], width: int) -> tuple:
         c = len(xs[0])
-        z = np.empty((c, width), dtype=self.dtype)
+        z = self._buffer(f"z{side}", (c, width))
         norms = np.empty((2, c, len(xs)))
         at = 0
         for i, (x, m, inv) in enumerate(zip(xs, moments, inverse)):
             # centred in the products' precision (float32: finer than the float16 or bf16
-            # the cache stores), a constant feature exactly 0
-            xc = (np.asarray(x, dtype=self.dtype) - m.mean.astype(self.dtype)) \
-                * (inv > 0).astype(self.dtype)
-            norms[0, :, i] = np.einsum("ij,ij->i", xc, xc)
-            xs_ = xc * inv.astype(self.dtype)
-            norms[1, :, i] = np.einsum("ij,ij->i", xs_, xs_)
-            z[:, at:at + xc.shape[1]] = xc
-            at += xc.shape[1]
+            # the cache stores) straight into Z, a constant feature exactly 0; the squared
+            # entries give both row norms (raw, and standardized as a weighted sum)
+            xc = z[:, at:at + len(inv)]
+            np.subtract(x, m.mean.astype(self.dtype), out=xc, dtype=self.dtype)
+            keep = inv > 0
+            if not keep.all():
+                xc *= keep
+            squares = np.square(xc)
+            norms[0, :, i] = squares.sum(axis=1)
+            norms[1, :, i] = squares @ np.square(inv).astype(self.dtype)
+            at += len(inv)
         return z, norms
 
     def add(self, xs: Sequence[np.ndarray], ys: Optional[Sequence[np.ndarray]] = None) -> None:
         """Add one chunk: the layers of X (and of Y, two caches), same rows in each."""
         if (ys is None) != (self.my is None):
             raise ValueError("give ys exactly when the accumulator was built for two caches")
-        zx, rx = self._centred(xs, self.mx, self.inv_x, int(self.off_x[-1]))
+        zx, rx = self._centred("x", xs, self.mx, self.inv_x, int(self.off_x[-1]))
         self.n += zx.shape[0]
         if ys is None or self.my is None or self.inv_y is None:
             # Z^T Z is symmetric: the first half of the layers' rows against every layer,
@@ -153,18 +183,18 @@ class CrossProducts:
             # ones, which BLAS runs faster than one small product per block); pair(i, j)
             # with i > j reads the transpose of (j, i), always among those computed
             mid = int(self.off_x[len(self.mx) // 2])
-            self.gram[:mid] += zx[:, :mid].T @ zx
-            self.gram[mid:, mid:] += zx[:, mid:].T @ zx[:, mid:]
+            self.sums[:mid] += self._product(zx[:, :mid], zx)
+            self.sums[mid:, mid:] += self._product(zx[:, mid:], zx[:, mid:])
             ry = rx
         else:
-            zy, ry = self._centred(ys, self.my, self.inv_y, int(self.off_y[-1]))
-            self.gram += zx.T @ zy
+            zy, ry = self._centred("y", ys, self.my, self.inv_y, int(self.off_y[-1]))
+            self.sums += self._product(zx, zy)
             for k, s in enumerate(self.selfs_x):
                 block = zx[:, self.off_x[k]:self.off_x[k + 1]]
-                s += block.T @ block
+                s += self._product(block, block)
             for k, s in enumerate(self.selfs_y):
                 block = zy[:, self.off_y[k]:self.off_y[k + 1]]
-                s += block.T @ block
+                s += self._product(block, block)
         for f in range(2):
             self.norm_x[f] += rx[f].sum(axis=0)
             self.norm_y[f] += ry[f].sum(axis=0)
@@ -176,12 +206,12 @@ class CrossProducts:
         if self.my is None:
             if i > j:
                 return self._block(j, i, side).T
-            return self.gram[self.off_x[i]:self.off_x[i + 1], self.off_x[j]:self.off_x[j + 1]]
+            return self.sums[self.off_x[i]:self.off_x[i + 1], self.off_x[j]:self.off_x[j + 1]]
         if side == "x":
             return self.selfs_x[i]
         if side == "y":
             return self.selfs_y[j]
-        return self.gram[self.off_x[i]:self.off_x[i + 1], self.off_y[j]:self.off_y[j + 1]]
+        return self.sums[self.off_x[i]:self.off_x[i + 1], self.off_y[j]:self.off_y[j + 1]]
 
     def pair(self, i: int, j: int, standardized: bool = False) -> PairStats:
         """The statistics of layer i of X with layer j of Y (of X within one cache)."""
