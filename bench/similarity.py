@@ -135,12 +135,13 @@ def main() -> None:
             part.write_text("\n".join(texts(args.other_n)) + "\n", encoding="utf-8")
             out = folder / "pair.jsonl"
             out.unlink(missing_ok=True)
-            seconds, _, line, timings = run(["similarity", "--cache", str(other), "--other",
+            seconds, peak, line, timings = run(["similarity", "--cache", str(other), "--other",
                                              str(cache), "--sentences", str(part), "--out",
                                              str(out)])
             print(f"similarity, {args.other_states + 1} x {args.states + 1} layer specs over "
                   f"{args.other_n:,} sentences, 5 measures, raw + standardized: "
-                  f"{seconds:.1f} s ({'under' if seconds < 60 else 'OVER'} 60 s)\n  {line}"
+                  f"{seconds:.1f} s, peak RSS {peak:,.0f} MB "
+                  f"({'under' if seconds < 60 else 'OVER'} 60 s)\n  {line}"
                   "\n  " + "\n  ".join(timings))
     finally:
         if args.keep is None:

@@ -227,6 +227,19 @@ def test_exact_duplicates_are_dropped_counted_and_never_give_nan():
     assert G.twonn(same).value is None and M.linear_cka(same, x[:50]).value is None
 
 
+def test_the_anisotropy_of_identical_rows_is_one_never_past_it():
+    # float32 unit rows of one repeated vector: their mean cosine is 1 (to rounding), never
+    # 1 + rounding
+    from estratos.similarity.streaming import layer_moments
+
+    for seed in range(20):
+        row = np.random.default_rng(seed).normal(size=(1, 384)).astype(np.float32) * 7.3
+        rows = np.repeat(row, 3000, axis=0)
+        acc = G.GeometryAccumulator(layer_moments([[rows]]))
+        acc.add([rows])
+        assert 1.0 - 1e-7 < acc.measures(0, False, rows[:100])["anisotropy"].value <= 1.0
+
+
 def test_geometry_measures_equal_their_plain_references():
     rng = np.random.default_rng(7)
     x = rng.normal(size=(120, 10)) + np.r_[4.0, np.zeros(9)]
