@@ -12,7 +12,9 @@ A table in a doc sits between two marker lines:
 
 and ``TABLES`` below says, for each NAME, which doc holds it, which results files (under
 ``docs/measurements/<run>/``, as ``estratos probe`` / ``baseline`` wrote them) it is made from,
-and how it is laid out. Every number goes through the functions ``estratos report`` uses
+and how it is laid out (similarity and geometry records, as ``estratos similarity`` and
+``geometry`` wrote them, are read with the report's reader and laid out per layer). Every
+probe number goes through the functions ``estratos report`` uses
 (``estratos.report.build_report``: the aggregate over seeds, the per-layer, selectivity and
 MDL tables, the bootstrap intervals and significance marks; ``writers.value_text`` and
 ``writers.markdown_table`` for the text; ``compare_cells`` for ``estratos compare``), so a
@@ -47,6 +49,7 @@ from estratos.report.compare import compare_cells, p_text  # noqa: E402
 from estratos.report.intervals import StatsOptions  # noqa: E402
 from estratos.report.tables import Cell, Table  # noqa: E402
 from estratos.report.writers import ReportContent, markdown_table, value_text  # noqa: E402
+from estratos.results.similarity import MapRecord, read_maps  # noqa: E402
 
 DOCS = REPO / "docs"
 MEASUREMENTS = DOCS / "measurements"
@@ -219,12 +222,107 @@ def comparisons(files: Tuple[str, ...], pairs: Sequence[Tuple[str, str, str]]) -
     return "\n".join(lines) + "\n"
 
 
+@cache
+def maps(files: Tuple[str, ...]) -> Tuple[MapRecord, ...]:
+    """The similarity / geometry records of ``files`` as the report reads them (the last copy
+    of a record wins)."""
+    paths = [MEASUREMENTS / f for f in files]
+    missing = [str(p.relative_to(REPO)) for p in paths if not p.is_file()]
+    if missing:
+        raise DocTableError(f"records file(s) not found: {', '.join(missing)}")
+    return tuple(read_maps([str(p) for p in paths]))
+
+
+def _stem(part: Optional[Dict]) -> Optional[str]:
+    return None if not part else Path(part["path"]).stem
+
+
+def _map_values(files: Tuple[str, ...], a: str, b: Optional[str], features: str
+                ) -> Dict[Tuple[str, str, str], Optional[float]]:
+    """(measure, layer a, layer b) -> value of the map of cache ``a`` with ``b`` (caches named
+    by their file's stem), mean pooling, under ``features``."""
+    out = {(r.measure, str(r.layer_a), str(r.layer_b)): r.value for r in maps(files)
+           if r.kind == "similarity" and _stem(r.a) == a and _stem(r.b) == (b or a)
+           and r.pooling == "mean" and r.features == features}
+    if not out:
+        raise DocTableError(f"no similarity records of {a} with {b or a} ({features})")
+    return out
+
+
+def _ordered(layers: Sequence[str]) -> List[str]:
+    return sorted(set(layers), key=lambda t: (not t.isdigit(), int(t) if t.isdigit() else 0))
+
+
+def _v(value: Optional[float], digits: int = 2) -> str:
+    return "undef." if value is None else f"{value:.{digits}f}"
+
+
+def same_layer_rows(files: Tuple[str, ...], a: str, b: str, features: str) -> str:
+    """Rows = layer specs both caches have: each measure of layer i of ``a`` with layer i of
+    ``b`` (a model against its own control: the same architecture)."""
+    values = _map_values(files, a, b, features)
+    header = ["linear-cka", "debiased-cka", "rsa", "procrustes", "mutual-knn"]
+    layers = _ordered([la for (_, la, lb) in values if la == lb])
+    lines = ["| layer | linear CKA | debiased CKA | RSA | Procrustes (rad) | mutual k-NN |",
+             "| --- |" + " ---: |" * len(header)]
+    for la in layers:
+        lines.append(f"| {la} | " + " | ".join(_v(values.get((m, la, la))) for m in header)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def best_layer_rows(files: Tuple[str, ...], a: str, b: str,
+                    columns: Sequence[Tuple[str, str]]) -> str:
+    """Rows = layer specs of ``a``: per column (measure, features), the most similar layer of
+    ``b`` and its value (the report's "most similar layers" rule: the largest value, the
+    smallest Procrustes angle)."""
+    per = {(m, f): _map_values(files, a, b, f) for m, f in columns}
+    layers = _ordered([la for values in per.values() for (_, la, _) in values])
+    lines = ["| layer of " + a + " | " + " | ".join(f"{m}, {f}" for m, f in columns) + " |",
+             "| --- |" + " ---: |" * len(columns)]
+    for la in layers:
+        texts = []
+        for m, f in columns:
+            found = [(v, lb) for (mm, aa, lb), v in per[(m, f)].items()
+                     if mm == m and aa == la and v is not None]
+            pick = (min if m == "procrustes" else max)(found, default=None)
+            texts.append("undef." if pick is None else f"{pick[1]} ({pick[0]:.2f})")
+        lines.append(f"| {la} | " + " | ".join(texts) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def geometry_rows(files: Tuple[str, ...], cache_name: str, pooling: str = "mean") -> str:
+    """Rows = layer specs of one cache: its geometry, raw beside standardized where they
+    differ (anisotropy and its top dimensions, max / median activation, effective rank)."""
+    by = {(r.measure, r.features, str(r.layer_a)): r for r in maps(files)
+          if r.kind == "geometry" and _stem(r.a) == cache_name and r.pooling == pooling}
+    if not by:
+        raise DocTableError(f"no geometry records of {cache_name} ({pooling})")
+    lines = ["| layer | anisotropy | top dims (share) | max \\|a\\| (dim) | max / median "
+             "| effective rank, raw | effective rank, standardized | TwoNN |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for la in _ordered([k[2] for k in by]):
+        aniso, act = by[("anisotropy", RAW, la)], by[("max-abs", RAW, la)]
+        tops = ", ".join(f"{t['dim']} ({_v(t.get('share'))})"
+                         for t in aniso.detail.get("top_dims", [])[:2])
+        ratio = act.detail.get("ratio")
+        lines.append(f"| {la} | {_v(aniso.value)} | {tops or '-'} | "
+                     f"{_v(act.value, 0)} ({act.detail.get('dim')}) | "
+                     f"{_v(ratio, 0) if isinstance(ratio, (int, float)) else 'undef.'} | "
+                     f"{_v(by[('effective-rank', RAW, la)].value, 1)} | "
+                     f"{_v(by[('effective-rank', STD, la)].value, 1)} | "
+                     f"{_v(by[('twonn', RAW, la)].value, 1)} |")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------- the tables
 
 MINILM = ("minilm-controls/minilm.jsonl",)
 STATS = ("minilm-statistics/stats.jsonl",)
 DEMO = ("demo/results.jsonl",)
 SURFACE = ("demo/surface.jsonl",)
+SIMILARITY = ("similarity-es5k/similarity.jsonl",)
+GEOMETRY = ("similarity-es5k/geometry.jsonl",)
 TASS1, SICKE, RST = "es-senteval:TASS1", "es-senteval:SICKEntailment", "es-discoeval:RST"
 RAW, STD = "raw", "standardized"
 
@@ -314,6 +412,17 @@ def _tables_list() -> List[DocTable]:
         DEMO, "layers", pooling="mean", features=RAW)))
     out.append(DocTable("demo-selectivity", "demo.md", DEMO, lambda: report_table(
         DEMO, "selectivity", pooling="mean", features=RAW)))
+    out.append(DocTable("similarity-minilm-control", "similarity.md", SIMILARITY,
+                        lambda: same_layer_rows(SIMILARITY, "minilm", "minilm-random", RAW)))
+    out.append(DocTable("similarity-minilm-e5", "similarity.md", SIMILARITY,
+                        lambda: best_layer_rows(SIMILARITY, "minilm", "e5", [
+                            ("linear-cka", RAW), ("linear-cka", STD), ("rsa", RAW)])))
+    out.append(DocTable("similarity-smollm2-minilm", "similarity.md", SIMILARITY,
+                        lambda: best_layer_rows(SIMILARITY, "smollm2", "minilm", [
+                            ("linear-cka", RAW), ("linear-cka", STD), ("rsa", RAW),
+                            ("rsa", STD)])))
+    out.append(DocTable("geometry-smollm2", "similarity.md", GEOMETRY,
+                        lambda: geometry_rows(GEOMETRY, "smollm2")))
     return out
 
 
