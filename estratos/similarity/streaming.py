@@ -230,4 +230,4 @@ class CrossProducts:
                          float(self.norm_xx[f, i]), float(self.norm_yy[f, j]))
 
 
-__all__ = ["PRODUCTS", "CrossProducts", "Moments", "layer_moments"]
+__all__ = ["PRODUCTS", "CrossProducts", "Moments", "gram", "layer_moments"]
