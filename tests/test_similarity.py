@@ -201,6 +201,13 @@ def test_the_nuclear_norm_from_a_grams_eigenvalues_is_within_its_bound(rank, sha
     assert abs(M.nuclear_norm(m, exact=False) - exact) <= bound
 
 
+def test_procrustes_angles_near_zero_come_from_the_svd_whatever_the_precision():
+    # a layer with itself: arccos would magnify the eigenvalue route's rounding
+    x = np.random.default_rng(0).normal(size=(3000, 384)) * np.logspace(0, -6, 384) + 5
+    s = M.PairStats.of(x, x)
+    assert M.procrustes_stats(s, exact=False).value == M.procrustes_stats(s, exact=True).value
+
+
 # ---- geometry --------------------------------------------------------------------------------
 
 def _ball(n, dim, ambient, seed):
@@ -238,6 +245,18 @@ def test_the_anisotropy_of_identical_rows_is_one_never_past_it():
         acc = G.GeometryAccumulator(layer_moments([[rows]]))
         acc.add([rows])
         assert 1.0 - 1e-7 < acc.measures(0, False, rows[:100])["anisotropy"].value <= 1.0
+
+
+def test_the_anisotropy_of_two_opposite_rows_is_its_lower_bound_never_past_it():
+    from estratos.similarity.streaming import layer_moments
+
+    for seed in range(20):
+        row = np.random.default_rng(seed).normal(size=(1, 64)).astype(np.float32) * 3.1
+        rows = np.vstack([row, -row])
+        acc = G.GeometryAccumulator(layer_moments([[rows]]))
+        acc.add([rows])
+        value = acc.measures(0, False, rows)["anisotropy"].value
+        assert -1.0 <= value < -1.0 + 1e-6  # the mean cosine of m = 2 rows: -1 / (m - 1)
 
 
 def test_geometry_measures_equal_their_plain_references():
@@ -439,12 +458,21 @@ def test_rsa_of_every_pair_at_once_equals_rsa_pair_by_pair():
             assert found[i][j].value == pytest.approx(M.rsa(xs[i], xs[j]).value, abs=TOL)
 
 
-def test_subsample_rows_picked_in_the_moments_pass_equal_those_read_alone(caches, tmp_path):
-    # with the streamed measures the first pass picks the subsample's rows from its chunks;
-    # RSA and mutual k-NN alone on raw features read them from the caches: same values
+@pytest.mark.parametrize("chunk_rows", [4096, 7])
+@pytest.mark.parametrize("two_caches", [True, False])
+def test_subsample_rows_picked_in_the_moments_pass_equal_those_read_alone(
+        caches, tmp_path, monkeypatch, chunk_rows, two_caches):
+    # with the streamed measures the first pass picks the subsample's rows from its chunks
+    # (7 rows a chunk: most chunks hold none of them); RSA and mutual k-NN alone on raw
+    # features read them from the caches: same values
+    from estratos.similarity import run
+
+    monkeypatch.setattr(run, "CHUNK_ROWS", chunk_rows)
     a, b, listed, _ = caches
-    common = ["similarity", "--cache", a, "--other", b, "--sentences", listed,
+    common = ["similarity", "--cache", a, "--sentences", listed,
               "--max-sentences", 40, "--products", "float64"]
+    if two_caches:
+        common += ["--other", b]
     together, alone = tmp_path / "together.jsonl", tmp_path / "alone.jsonl"
     assert _run(common + ["--out", together]).exit_code == 0
     assert _run(common + ["--out", alone, "--measures", "rsa,mutual-knn",
@@ -456,3 +484,50 @@ def test_subsample_rows_picked_in_the_moments_pass_equal_those_read_alone(caches
                 if r["measure"] in ("rsa", "mutual-knn") and r["features"] == "raw"}
 
     assert sampled(together) == sampled(alone) and len(sampled(alone)) == 2 * 3 * 3
+
+
+def test_each_keeps_the_order_and_restores_the_thread_counts_after_an_error():
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from estratos.similarity.run import _each
+
+    before = (torch.get_num_threads(), [p["num_threads"] for p in threadpool_info()])
+    assert _each(lambda v: v * v, list(range(50))) == [v * v for v in range(50)]
+
+    def fail(v):
+        if v == 3:
+            raise ValueError("item 3")
+        return v
+
+    with pytest.raises(ValueError, match="item 3"):
+        _each(fail, list(range(8)), item_bytes=1)
+    assert (torch.get_num_threads(), [p["num_threads"] for p in threadpool_info()]) == before
+
+
+def test_float32_products_keep_every_streamed_measure_close_to_float64():
+    # standardized features, debiased CKA and Procrustes, one cache and two; and a layer
+    # with itself keeps a Procrustes angle of about 0 (the SVD near 0, not the Gram's
+    # eigenvalues)
+    x0, y0 = _related(7, n=2000)
+    x1 = x0 @ np.random.default_rng(8).normal(size=(x0.shape[1], 9))
+    for ys in (None, [y0]):
+        found = {}
+        for products in ("float32", "float64"):
+            mx = layer_moments([[x0, x1]])
+            my = None if ys is None else layer_moments([ys])
+            acc = CrossProducts(mx, my, products)
+            for lo in range(0, 2000, 300):
+                acc.add([x0[lo:lo + 300], x1[lo:lo + 300]],
+                        None if ys is None else [y[lo:lo + 300] for y in ys])
+            exact = products == "float64"
+            found[products] = [
+                fn(acc.pair(i, 0, standardized)).value
+                for standardized in (False, True) for i in (0, 1)
+                for fn in (M.linear_cka_stats, M.debiased_cka_stats,
+                           lambda s, e=exact: M.procrustes_stats(s, exact=e))]
+            if ys is None:
+                for standardized in (False, True):
+                    angle = M.procrustes_stats(acc.pair(1, 1, standardized), exact=exact)
+                    assert angle.value < 1e-6
+        assert found["float32"] == pytest.approx(found["float64"], abs=1e-5)

@@ -125,7 +125,9 @@ def anisotropy(layer: _Layer) -> Value:
     per_dim = (layer.u_sum ** 2 - layer.u_sq) / pairs
     # a mean of cosines lies in [-1 / (m - 1), 1]; unit rows rounded to float32 can carry
     # it a few 1e-8 past an end (identical rows), which is rounding, not geometry
-    total = min(1.0, max(-1.0 / (m - 1), float(per_dim.sum())))
+    total = float(per_dim.sum())
+    if math.isfinite(total):
+        total = min(1.0, max(-1.0 / (m - 1), total))
     top = np.argsort(-per_dim, kind="stable")[:TOP_DIMS]
     shares = [{"dim": int(k), "share": (float(per_dim[k] / total) if abs(total) > 1e-12
                                          else None)} for k in top]

@@ -39,6 +39,9 @@ from estratos.stats.metrics import average_ranks_1d, pearson_matrix, pearson_row
 
 #: a squared Frobenius norm at most this share of its largest possible size is a zero layer
 ZERO_RELATIVE = 1e-24
+#: a Procrustes similarity (cosine) above this is recomputed from an SVD when it came from
+#: a Gram's eigenvalues (angles under 0.045 rad, where arccos magnifies rounding)
+NEAR_ZERO_ANGLE = 0.999
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,10 @@ def procrustes_stats(s: PairStats, exact: bool = True) -> Value:
     if not (nx > 0 and ny > 0):
         return Value(None, "a layer is constant over these sentences")
     ratio = nuclear_norm(s.cross, exact) / math.sqrt(nx * ny)
+    if not exact and ratio > NEAR_ZERO_ANGLE:
+        # arccos magnifies an error of the ratio near 1 (angle ~ sqrt(2 (1 - ratio))): a
+        # layer with itself, or nearly, gets the SVD's nuclear norm
+        ratio = nuclear_norm(s.cross, True) / math.sqrt(nx * ny)
     return Value.of(math.acos(min(1.0, max(-1.0, ratio))), similarity=ratio)
 
 
@@ -150,7 +157,8 @@ def nuclear_norm(m: np.ndarray, exact: bool = True) -> float:
     or ``m m^T``), in about 0.6 of the time: each singular value is then off by at most
     sqrt(eps) = 1.5e-8 of the largest, less than the rounding that cross-products summed
     from float32 chunks already carry (about 1e-7 of their size), so streamed measures use
-    it with float32 products and the SVD with float64 ones."""
+    it with float32 products and the SVD with float64 ones (and for angles near 0:
+    :data:`NEAR_ZERO_ANGLE`)."""
     if exact:
         import torch
 
@@ -188,7 +196,7 @@ def rdm_ranks(x: np.ndarray) -> np.ndarray:
     u = np.divide(xc, norms, out=np.zeros_like(xc), where=norms > 0)
     r = u @ u.T
     # the upper triangle row by row (a fifth of the time of fancy indexing at m = 2,000)
-    rdm = 1.0 - np.concatenate([r[i, i + 1:] for i in range(len(r) - 1)] or [r[:0, 0]])
+    rdm = 1.0 - np.concatenate([r[i, i + 1:] for i in range(len(r) - 1)] or [np.empty(0)])
     return average_ranks_1d(rdm).astype(np.float32)
 
 

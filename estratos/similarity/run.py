@@ -51,6 +51,9 @@ DEFAULT_MAX_SENTENCES = 2000
 DEFAULT_K = 10
 #: sentences per chunk of the streamed passes (the memory of a chunk: rows x layers x dim)
 CHUNK_ROWS = 4096
+#: the most working memory :func:`_each` gives items running at once (a subsample's RDM
+#: or neighbour search holds about 32 bytes per sentence pair: 128 MB at 2,000 sentences)
+PARALLEL_BYTES = 1 << 30
 
 PathLike = Union[str, os.PathLike]
 
@@ -137,14 +140,16 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _each(fn: Callable[[Any], Any], items: Sequence[Any]) -> List[Any]:
+def _each(fn: Callable[[Any], Any], items: Sequence[Any], item_bytes: int = 0) -> List[Any]:
     """``fn`` of each item, in the items' order, on every core this process may use (one
-    BLAS thread each): the RDMs' sorts, the neighbour searches and the SVDs release the
-    GIL, so two cores run two items at once. Each item's result does not depend on the
-    others or on the threads' timing."""
+    BLAS thread each), but no more at once than :data:`PARALLEL_BYTES` allows for items of
+    ``item_bytes`` working memory each: the RDMs' sorts, the neighbour searches and the SVDs
+    release the GIL, so two cores run two items at once. Each item's result does not depend
+    on the others or on the threads' timing."""
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = max(1, min(len(items), available_cores()))
+    workers = max(1, min(len(items), available_cores(),
+                         PARALLEL_BYTES // item_bytes if item_bytes else len(items) or 1))
     with _one_thread(), ThreadPoolExecutor(workers, thread_name_prefix="estratos-map") as pool:
         return list(pool.map(fn, items))
 
@@ -350,6 +355,7 @@ class _Subsample:
         self.slot = np.full(n, -1, dtype=np.int64)
         self.slot[positions] = np.arange(len(positions))
         self.rows: List[Optional[List[np.ndarray]]] = []
+        self.picked = 0
 
     def picking(self, order: np.ndarray, chunks: Iterator[List[Optional[List[np.ndarray]]]]
                 ) -> Iterator[List[Optional[List[np.ndarray]]]]:
@@ -365,11 +371,13 @@ class _Subsample:
                 if side is not None and kept is not None:
                     for x, rows in zip(side, kept):
                         rows[slots[hit]] = x[hit]
+            self.picked += int(hit.sum())
             yield chunk
 
     def read(self, side: int, reader: Side, pool: str) -> List[np.ndarray]:
-        """The rows of side ``side``: those picked, else read from its cache."""
-        picked = self.rows[side] if self.rows else None
+        """The rows of side ``side``: those picked when the pass went through every chunk,
+        else read from its cache."""
+        picked = self.rows[side] if self.rows and self.picked == len(self.positions) else None
         return picked if picked is not None else reader.read(self.positions, pool)
 
 
@@ -457,13 +465,14 @@ def _sampled(values: Dict[Tuple[Any, ...], M.Value], measures: Sequence[str],
     """RSA and mutual k-NN of every layer pair on the subsample's rows (``rows_b`` None:
     the first side with itself), standardized with the whole set's statistics."""
     same = rows_b is None
+    pair_bytes = 32 * len(rows_a[0]) ** 2  # an RDM's or a neighbour search's working memory
     for f in feats:
         std = f == STANDARDIZED_FEATURES
         xs = _scaled(rows_a, moments_a, std)
         ys = xs if rows_b is None else _scaled(rows_b, moments_b, std)
         if "rsa" in measures:
-            ranks_x = np.stack(_each(M.rdm_ranks, xs))
-            ranks_y = ranks_x if same else np.stack(_each(M.rdm_ranks, ys))
+            ranks_x = np.stack(_each(M.rdm_ranks, xs, pair_bytes))
+            ranks_y = ranks_x if same else np.stack(_each(M.rdm_ranks, ys, pair_bytes))
             found = M.rsa_matrix(ranks_x, ranks_y)
             del ranks_x, ranks_y
             for i, la in enumerate(layers_a):
@@ -476,8 +485,8 @@ def _sampled(values: Dict[Tuple[Any, ...], M.Value], measures: Sequence[str],
                         values[("mutual-knn", f, la, lj)] = M.Value(
                             None, f"fewer than k + 1 = {k + 1} sentences")
                 continue
-            sets_x = _each(lambda x: M.knn_sets(x, k), xs)
-            sets_y = sets_x if same else _each(lambda y: M.knn_sets(y, k), ys)
+            sets_x = _each(lambda x: M.knn_sets(x, k), xs, pair_bytes)
+            sets_y = sets_x if same else _each(lambda y: M.knn_sets(y, k), ys, pair_bytes)
             for i, la in enumerate(layers_a):
                 for j, lj in enumerate(lb):
                     values[("mutual-knn", f, la, lj)] = M.knn_overlap(sets_x[i], sets_y[j], k)
