@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Callable, Dict
 
@@ -42,6 +43,16 @@ def child_env() -> Callable[..., Dict[str, str]]:
         return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1", **extra}
     return make
+
+
+@pytest.fixture
+def sigint_default() -> Callable[[], None]:
+    """The ``preexec_fn`` of a child that a test interrupts: SIGINT back to its default
+    action, which a shell's background job (``pytest ... &``) inherits as ignored, so the
+    child would never see the test's Ctrl-C."""
+    def reset() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    return reset
 
 
 @pytest.fixture

@@ -133,7 +133,8 @@ def test_second_encode_on_the_same_output_fails_fast_without_hdf5_locking(tiny_b
 
 
 # -- 3. Ctrl-C --------------------------------------------------------------------------
-def test_ctrl_c_says_what_was_kept_and_how_to_resume(tiny_bert_dir, tmp_path, child_env):
+def test_ctrl_c_says_what_was_kept_and_how_to_resume(tiny_bert_dir, tmp_path, child_env,
+                                                      sigint_default):
     from estratos.faultpoints import interrupt_marker
 
     out = tmp_path / "c.h5"
@@ -144,7 +145,7 @@ def test_ctrl_c_says_what_was_kept_and_how_to_resume(tiny_bert_dir, tmp_path, ch
     # n_done update: the same moment on a busy machine as on an idle one (a signal sent
     # when the parent reads a log line can arrive after the last batch)
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True,
+                            start_new_session=True, preexec_fn=sigint_default,
                             env=child_env(ESTRATOS_FAULT="append-done:2:interrupt"))
     try:
         _, err = proc.communicate(timeout=300)

@@ -326,7 +326,8 @@ def _custom_grid(root, n=600):
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_ctrl_c_stops_every_worker_and_says_what_was_kept(tmp_path, jobs, child_env):
+def test_ctrl_c_stops_every_worker_and_says_what_was_kept(tmp_path, jobs, child_env,
+                                                           sigint_default):
     """Ctrl-C right after the first results line is appended: the fault point sends SIGINT
     to the run's process group there (what a terminal's Ctrl-C does), so the interrupt lands
     at the same place however loaded the machine is."""
@@ -343,7 +344,7 @@ def test_ctrl_c_stops_every_worker_and_says_what_was_kept(tmp_path, jobs, child_
            str(task_files[0]), "--task-file", str(task_files[1]), "--out", str(out),
            "--layers", "all", "--seeds", "1,2,3,4", "--jobs", jobs, "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, text=True,
+                            start_new_session=True, text=True, preexec_fn=sigint_default,
                             env=child_env(ESTRATOS_FAULT="results-appended:1:interrupt"))
     try:
         _, err = proc.communicate(timeout=600)
