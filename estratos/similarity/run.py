@@ -148,8 +148,8 @@ def _each(fn: Callable[[Any], Any], items: Sequence[Any], item_bytes: int = 0) -
     on the others or on the threads' timing."""
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = max(1, min(len(items), available_cores(),
-                         PARALLEL_BYTES // item_bytes if item_bytes else len(items) or 1))
+    fits = PARALLEL_BYTES // item_bytes if item_bytes else len(items)
+    workers = max(1, min(len(items), available_cores(), fits))
     with _one_thread(), ThreadPoolExecutor(workers, thread_name_prefix="estratos-map") as pool:
         return list(pool.map(fn, items))
 
