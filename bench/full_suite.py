@@ -203,9 +203,12 @@ def stage_encode(args: argparse.Namespace, part: str) -> Dict[str, Any]:
     return figures
 
 
-def probe_options(args: argparse.Namespace) -> Dict[str, Any]:
-    return {"layers": "all", "seeds": [int(s) for s in args.seeds.split(",")],
-            "pooling": None, "classifier": args.classifier}
+def probe_config(args: argparse.Namespace, jobs: int) -> Any:
+    """The run's :class:`~estratos.probe.config.ProbeConfig`, on ``jobs`` processes."""
+    from estratos.probe.config import ProbeConfig
+
+    return ProbeConfig.build(layers="all", seeds=[int(s) for s in args.seeds.split(",")],
+                             pooling=None, classifier=args.classifier, jobs=jobs)
 
 
 def stage_probe1(args: argparse.Namespace, part: str, record: Dict[str, Any],
@@ -225,8 +228,8 @@ def stage_probe1(args: argparse.Namespace, part: str, record: Dict[str, Any],
             counter = FlopCounter()
             t0 = time.perf_counter()
             with counter.counting():
-                run = run_probe(args.cache, [spec], dirs, Path(tmp) / "probe1.jsonl", jobs=1,
-                                **probe_options(args))
+                run = run_probe(args.cache, [spec], dirs, Path(tmp) / "probe1.jsonl",
+                                probe_config(args, jobs=1))
             seconds = time.perf_counter() - t0
             first = run.records[0]
             sizes = dict(first.sizes or {})
@@ -257,8 +260,7 @@ def stage_probe2(args: argparse.Namespace, part: str) -> Dict[str, Any]:
         out.unlink()
     t0 = time.perf_counter()
     with peak_rss(os.getpid()) as rss:
-        run = run_probe(args.cache, select_tasks(part), dirs, out, jobs=2,
-                        **probe_options(args))
+        run = run_probe(args.cache, select_tasks(part), dirs, out, probe_config(args, jobs=2))
     return {"seconds": round(time.perf_counter() - t0, 1), "peak_rss": rss["peak"],
             "cells": len(run), "results": str(out)}
 

@@ -49,6 +49,7 @@ def cell_key(record):
 
 def compare_sequential(cache, dirs, grid, n, args, tmp):
     """Rerun the grid's first ``n`` cells with one process; largest |score difference|."""
+    from estratos.probe.config import ProbeConfig
     from estratos.probe.grid.runner import run_probe
     from estratos.tasks import select_tasks
 
@@ -63,8 +64,8 @@ def compare_sequential(cache, dirs, grid, n, args, tmp):
         layers = ",".join(dict.fromkeys(str(r.layer) for r in records))
         seeds = sorted({r.seed for r in records})
         alone = run_probe(cache, select_tasks(task), dirs, Path(tmp) / f"seq-{len(diffs)}.jsonl",
-                          layers=layers, seeds=seeds, classifier=args.classifier, jobs=1,
-                          device=args.device)
+                          ProbeConfig.build(layers=layers, seeds=seeds, classifier=args.classifier,
+                                            jobs=1, device=args.device))
         diffs += [abs(r.score - grid_scores[cell_key(r)]) for r in alone
                   if r.score is not None and cell_key(r) in grid_scores]
     return len(diffs), max(diffs) if diffs else float("nan"), time.perf_counter() - t0
@@ -184,6 +185,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
 
+    from estratos.probe.config import ProbeConfig
     from estratos.probe.estimators.runtime import torch_runtime
     from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs, select_tasks
@@ -214,8 +216,9 @@ def main(argv=None) -> int:
           f"jobs {args.jobs} (os.cpu_count() {os.cpu_count()}); classifier {args.classifier}")
     with tempfile.TemporaryDirectory() as tmp:
         run = run_probe(cache, specs, dirs, Path(tmp) / "grid.jsonl",
-                        layers=args.layers, seeds=args.seeds, classifier=args.classifier,
-                        jobs=args.jobs, device=args.device)
+                        ProbeConfig.build(layers=args.layers, seeds=args.seeds,
+                                          classifier=args.classifier, jobs=args.jobs,
+                                          device=args.device))
         cells = defaultdict(int)
         for r in run:
             cells[r.task] += 1

@@ -93,6 +93,7 @@ def main(argv=None) -> int:
 
     from estratos.results import read_results
     from estratos.options import parse_seeds
+    from estratos.probe.config import ProbeConfig
     from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs, select_tasks
 
@@ -104,6 +105,9 @@ def main(argv=None) -> int:
     seeds = parse_seeds(args.seeds)
     seq_seeds = parse_seeds(args.sequential_seeds) if args.sequential_seeds else seeds
     seq_layers = args.sequential_layers or args.layers
+    batched_config = ProbeConfig.build(layers=args.layers, seeds=seeds, threads=args.threads)
+    sequential_config = ProbeConfig.build(layers=seq_layers, seeds=seq_seeds, sequential=True,
+                                          threads=args.threads)
     from estratos.probe.estimators.runtime import torch_runtime
 
     with torch_runtime(1):  # one-time torch imports happen here, outside the timings
@@ -121,12 +125,10 @@ def main(argv=None) -> int:
             out_s = Path(tmp) / f"{spec.name}-sequential.jsonl"
             loader = Limited(args.train_limit) if args.train_limit else None
             t0 = time.perf_counter()
-            batched = run_probe(cache, [spec], dirs, out_b, layers=args.layers, seeds=seeds,
-                                threads=args.threads, loader=loader)
+            batched = run_probe(cache, [spec], dirs, out_b, batched_config, loader=loader)
             tb = time.perf_counter() - t0
             t0 = time.perf_counter()
-            alone = run_probe(cache, [spec], dirs, out_s, layers=seq_layers, seeds=seq_seeds,
-                              sequential=True, threads=args.threads, loader=loader)
+            alone = run_probe(cache, [spec], dirs, out_s, sequential_config, loader=loader)
             ts = time.perf_counter() - t0
 
             def key(r):

@@ -334,14 +334,17 @@ def run_ours(cache: str, spec: Any, data_dir: str, layers: List[Any], seeds: Lis
              pooling: str, device: str = "cpu"
              ) -> Tuple[Dict[Tuple[str, int], Dict[str, float]], float]:
     """Our probe on the task's cells: scores per (layer label, seed), and seconds."""
+    from estratos.probe.config import ProbeConfig
     from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs
 
+    config = ProbeConfig.build(layers=layers, seeds=seeds, pooling=pooling,
+                               classifier="senteval", features="raw", jobs=1, threads=1,
+                               device=device)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         run = run_probe(cache, [spec], DataDirs.parse([data_dir]), Path(tmp) / "ours.jsonl",
-                        layers=layers, seeds=seeds, pooling=pooling, classifier="senteval",
-                        features="raw", jobs=1, threads=1, device=device)
+                        config)
         seconds = time.perf_counter() - t0
     return {(str(r.layer), int(r.seed)): our_scores(r) for r in run}, seconds
 

@@ -77,6 +77,7 @@ def bench_report(args) -> None:
 
 
 def bench_baseline(args) -> None:
+    from estratos.probe.config import BaselineConfig
     from estratos.probe.grid.baselines import run_baseline
     from estratos.tasks import DataDirs, select_tasks
 
@@ -92,7 +93,7 @@ def bench_baseline(args) -> None:
         for spec in specs:
             t = time.perf_counter()
             try:
-                recs = run_baseline([spec], DataDirs.parse([data]), out)
+                recs = run_baseline([spec], DataDirs.parse([data]), out, BaselineConfig.build())
             except Exception as exc:  # report and go on: a benchmark, not a test
                 print(f"  {spec.id:28s} failed: {exc}")
                 continue

@@ -14,33 +14,19 @@ from typing import Callable, List, Optional, Sequence
 import click
 
 from estratos import __version__
-from estratos.encode.config import DEVICE_MAPS, MODEL_DTYPES
-from estratos.errors import EstratosError, Interrupted
-from estratos.options import (
-    DEFAULT_SEEDS_TEXT,
-    ENCODE_DEVICES,
-    PROBE_DEVICES,
-    device_help,
-    parse_baselines,
-    parse_seeds,
-)
-from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER
+from estratos.encode.config import EncodeConfig
+from estratos.errors import EstratosError, Interrupted, OptionError
+from estratos.options import DEFAULT_SEEDS_TEXT, parse_seeds
+from estratos.optiontable import Role, click_options, pick
+from estratos.probe.config import BaselineConfig, ProbeConfig
+from estratos.similarity.config import SIMILARITY_ONLY, MapConfig
+from estratos.slurm.plan import SLURM_ENCODE_FLAGS, SLURM_ENCODE_PREFIX, Resources
 from estratos.vocab import (
-    ALL_BASELINES,
     BOOTSTRAP_SEED,
-    CACHE_POOLINGS,
-    CONTROL_KINDS,
-    CONTROL_L2,
-    DEFAULT_BASELINE,
-    DEFAULT_POOLING,
     DEFAULT_SEED,
     DEMO_SEEDS,
-    FEATURES,
-    MEAN_FIRST_CHOICES,
-    POOLINGS,
-    SURFACE_BASELINES,
+    DOWNLOADABLE,
     SYNTHETIC_N_PER_TASK,
-    VECTOR_DTYPES,
 )
 
 
@@ -99,95 +85,8 @@ def _seeds_option(default: str = DEFAULT_SEEDS_TEXT,
     return click.option("--seeds", default=default, show_default=True, help=what)
 
 
-class _Registered(click.Choice):
-    """A choice among registered estimators of a role, looked up when first needed (the
-    registry's module is not imported to build the command line)."""
-
-    def __init__(self, role: str) -> None:
-        super().__init__([])
-        self.role = role
-        self._names: Optional[Sequence[str]] = None
-
-    # click.Choice's choices is a plain attribute; a property in its place looks the names up
-    # when first needed
-    @property  # type: ignore[override]
-    def choices(self) -> Sequence[str]:
-        if self._names is None:
-            from estratos.probe.estimators.classifiers import estimator_names
-
-            self._names = estimator_names(self.role)
-        return self._names
-
-    @choices.setter
-    def choices(self, value: Sequence[str]) -> None:
-        self._names = list(value) or None
-
-    def convert(self, value, param, ctx):
-        """The name as given: the command checks it against the registry (an OptionError
-        naming the choices) after the options that need no import, since the registry's
-        module imports numpy."""
-        return value
-
-
-def _classifier_option(what: str) -> Callable:
-    return click.option("--classifier", type=_Registered("classifier"),
-                        default=DEFAULT_CLASSIFIER, show_default=True, help=what)
-
-
-def _vector_options(command: Callable) -> Callable:
-    """The ``encode`` options that say what a cache's vectors are and how the model is
-    loaded (each a field of :class:`~estratos.encode.config.EncodeConfig`, passed to its
-    ``build`` by name): ``encode`` and ``slurm`` take the same ones."""
-    options = [
-        click.option("--dtype", type=click.Choice(VECTOR_DTYPES), default="float16",
-                     show_default=True,
-                     help="Stored vector precision (readers always give float32); bfloat16 "
-                          "has float32's range, for models whose hidden states overflow "
-                          "float16."),
-        click.option("--max-length", type=int, default=None,
-                     help="Truncate inputs to this many tokens [default: model limit, max "
-                          "512]."),
-        click.option("--batch-tokens", default="auto", show_default=True, metavar="N|auto",
-                     help="Token budget per batch (batch size x padded length); auto: fill "
-                          "the GPU's free memory; on CPU at most 8192, less for deep, wide "
-                          "models."),
-        click.option("--lowercase", is_flag=True, help="Lower-case sentences before "
-                                                       "tokenizing."),
-        click.option("--model-dtype", type=click.Choice(MODEL_DTYPES), default="auto",
-                     show_default=True,
-                     help="Dtype of the model's weights; auto: the checkpoint's own on a GPU, "
-                          "float32 on CPU."),
-        click.option("--device-map", type=click.Choice(DEVICE_MAPS), default=None,
-                     help="auto: spread a model too large for one GPU over the GPUs present "
-                          '(needs pip install "estratos[accelerate]").'),
-        click.option("--trust-remote-code", is_flag=True,
-                     help="Run the model's own Python code from its folder or hub repo (off "
-                          "by default; only for models you trust)."),
-        click.option("--random-init", type=click.IntRange(min=0), default=None,
-                     metavar="SEED",
-                     help="Control model: same architecture and tokenizer, weights freshly "
-                          "initialised with this seed (the trained weights are never read)."),
-        click.option("--states", default="all", show_default=True, metavar="SPEC",
-                     help="Hidden states to store: all, indices (0,8,16), every:K (and the "
-                          "last), last:N; the mean over all states (avg) is stored whatever "
-                          "is picked."),
-        click.option("--prompt", default=None, metavar="TEMPLATE",
-                     help='Wrap each sentence in TEMPLATE, {} being the sentence (e.g. \'This '
-                          'sentence : "{}" means in one word:"\'); the cache stays keyed by '
-                          "the sentence, last reads the prompt's last token, mean the "
-                          "sentence's tokens."),
-        click.option("--chat-template", is_flag=True,
-                     help="Wrap each sentence (or --prompt's text) in the tokenizer's chat "
-                          "template as a user turn, the assistant's turn opened."),
-        click.option("--mean-first-token", type=click.Choice(MEAN_FIRST_CHOICES),
-                     default="auto", show_default=True,
-                     help="Whether a decoder's mean leaves out each input's first token (the "
-                          "attention sink: BOS, or the first word without one); auto: skip "
-                          "for decoders, keep for encoders."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+#: the roles of the options ``slurm`` takes from each stage (placement is each job's own)
+_JOB_ROLES = (Role.IDENTITY, Role.EXECUTION)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -220,42 +119,25 @@ def cache_group() -> None:
 
 # ---- encode (stage one) ------------------------------------------------------------------
 @cli.command("encode")
-@click.option("--model", help="Hugging Face model id or local folder (AutoModel).")
-@click.option("--encoder", metavar="MODULE:FUNCTION",
-              help="A SentEval-style batcher(params, batch) instead of --model.")
 @click.option("--out", required=True, metavar="CACHE.h5", help="Cache file to create or extend.")
 @click.option("--sentences", "sentences_file", metavar="FILE",
               help="UTF-8 text file, one sentence per line.")
 @click.option("--tasks", metavar="IDS", help="Encode the sentences of these tasks.")
 @_task_file_option("Also encode this custom task's sentences (repeatable).")
 @_data_dir_option("Where task data lives (with --tasks)")
-@click.option("--device", default="auto", show_default=True,
-              help=f"Where the model runs: {device_help(ENCODE_DEVICES)} (auto: a GPU when "
-                   "there is one, else cpu).")
-@click.option("--shard", metavar="I/N", default=None,
-              help="Encode shard I (0-based) of N [default: SLURM array variables if set].")
-@click.option("--pooling", "poolings", multiple=True, type=click.Choice(POOLINGS),
-              help="Poolings to store (repeatable) [default: cls and mean for encoders, last "
-                   "and mean for decoder-only models].")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar [default: when stderr is a terminal].")
-@click.option("--threads", type=int, default=None,
-              help="CPU threads [default: OMP_NUM_THREADS if set, else all cores].")
-@_vector_options
-def encode_command(model, encoder, out, sentences_file, tasks, task_files, data_dirs, device,
-                   shard, poolings, progress, threads, **vector_options) -> None:
+@click_options(EncodeConfig)
+def encode_command(out, sentences_file, tasks, task_files, data_dirs, progress,
+                   **options) -> None:
     """Encode sentences once into an HDF5 cache (estratos.encode.encode_sentences)."""
-    from estratos.encode.config import EncodeConfig
-
-    config = EncodeConfig.build(model=model, encoder=encoder, poolings=poolings or None,
-                                device=device, shard=shard or "auto", threads=threads,
-                                **vector_options)
+    config = EncodeConfig.build(**options)
     from estratos.encode.inputs import gather_sentences_meanwhile
     from estratos.encode.models.warmup import warmup_steps
 
     # the inputs first (a wrong --data-dir is named before a wrong --model); task data is read
     # in a helper process while this one imports the model's code
-    sentences = gather_sentences_meanwhile(warmup_steps(model), sentences_file, tasks,
+    sentences = gather_sentences_meanwhile(warmup_steps(config.model), sentences_file, tasks,
                                            data_dirs, task_files)
     config.check_model()
     from estratos.encode import encode_sentences  # torch and transformers: only now
@@ -387,21 +269,6 @@ def tasks_check_command(ctx: click.Context, selection, data_dirs, task_files) ->
 
 
 # ---- probe (stage two) -------------------------------------------------------------------
-class _OnePooling(click.Choice):
-    """One of the poolings a cache may hold; a comma list gets a message saying to run once
-    per pooling."""
-
-    def __init__(self) -> None:
-        super().__init__(CACHE_POOLINGS)
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, str) and "," in value:
-            self.fail(f"{value!r}: probe takes one pooling per run; run it once with "
-                      "--pooling cls and once with --pooling mean (same --out: the cells "
-                      "of both go in one results file)", param, ctx)
-        return super().convert(value, param, ctx)
-
-
 def _command_words(ctx: click.Context) -> List[str]:
     """The words of the command being run, rebuilt from its parsed options (what a hint that
     says "run this instead" starts from): every option given a value other than its
@@ -432,66 +299,18 @@ def _command_words(ctx: click.Context) -> List[str]:
 @_task_file_option()
 @click.option("--out", required=True, metavar="RESULTS.jsonl",
               help="Results file (appended; cells already there are skipped).")
-@click.option("--layers", default="all", show_default=True,
-              help="all, or hidden-state indices and avg, comma-separated (e.g. 0,3,6,avg).")
-@click.option("--pooling", type=_OnePooling(), default=DEFAULT_POOLING,
-              help="Cached vectors to probe; one pooling per run (run again with the same "
-                   "--out for the other) [default: the cache's first: cls for encoders, last "
-                   "for decoder-only models].")
-@_seeds_option()
-@_classifier_option("The probe: senteval (SentEval's, faithful to published numbers) or "
-                    "another registered estimator (lbfgs: fast exploration).")
-@click.option("--sequential", is_flag=True,
-              help="Train one cell at a time (parity checks, timing).")
-@click.option("--jobs", type=int, default=None,
-              help="Processes kept busy with work units (task x layer specs x seeds), "
-                   "longest first [default: 1; with --device auto on a machine with a "
-                   "GPU, every core: the GPU and the cores train at once].")
-@click.option("--threads", type=int, default=None,
-              help="Torch threads per process [default: 1; use --jobs for more cores].")
-@click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
-@click.option("--expect-model", default=None,
-              help="Fail unless the cache was made with this model.")
-@click.option("--device", default="auto", show_default=True,
-              help=f"Where the probes train: {device_help(PROBE_DEVICES)} (auto: a GPU when "
-                   "there is one, else cpu).")
-@click.option("--shard", metavar="I/N", default=None,
-              help="Run shard I (0-based) of N of the grid, written to "
-                   "RESULTS.shard-I-of-N.jsonl [default: SLURM array variables if set].")
 @click.option("--resume-from", "resume_from", multiple=True, metavar="RESULTS.jsonl|GLOB",
               help="Also skip cells already in these results files (repeatable).")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar [default: when stderr is a terminal].")
-@click.option("--features", type=click.Choice(FEATURES), default=None,
-              help="How the probe reads the cached vectors: raw (SentEval's protocol, paper "
-                   "parity) or standardized with the training data's mean and std (both "
-                   "readings live in one results file) [default: the classifier's own: raw "
-                   "for senteval, standardized for lbfgs].")
-@click.option("--control", type=click.Choice(CONTROL_KINDS), default=None,
-              help="Control cells beside the ordinary ones: control-task (labels a fixed "
-                   "random function of each example's words, scored on them: selectivity = "
-                   "score - control; Hewitt & Liang 2019) or label-shuffle (shuffled "
-                   "training labels, tested on the true ones: a majority-rate floor).")
-@click.option("--control-l2", "control_l2", type=click.Choice(CONTROL_L2), default=None,
-              help="With --control: own (default: a control cell chooses its L2 on its own "
-                   "dev labels) or task (it reuses the L2 its task cell chose, which must "
-                   "be in --out; Hewitt & Liang fix the hyper-parameters across the pair).")
-@click.option("--mdl", is_flag=True,
-              help="Also record each classification cell's online code length, its "
-                   "compression against the uniform code and against a code of the labels "
-                   "alone (Voita & Titov 2020).")
-def probe_command(cache, tasks, data_dirs, task_files, out, layers, pooling, seeds, classifier,
-                  sequential, jobs, threads, overwrite, expect_model, device, shard,
-                  resume_from, progress, features, control, control_l2, mdl) -> None:
+@click_options(ProbeConfig)
+def probe_command(cache, tasks, data_dirs, task_files, out, resume_from, progress,
+                  **options) -> None:
     """Train probes for every task x layer x seed (estratos.probe.probe_tasks)."""
+    config = ProbeConfig.build(**options)
     from estratos.probe.command import probe_tasks
 
-    run = probe_tasks(cache, tasks, out, data_dir=data_dirs, task_files=task_files,
-                      layers=layers, pooling=pooling, seeds=seeds, classifier=classifier,
-                      features=features, control=control, control_l2=control_l2, mdl=mdl,
-                      sequential=sequential, jobs=jobs, overwrite=overwrite,
-                      expect_model=expect_model,
-                      threads=threads, device=device, shard=shard or "auto",
+    run = probe_tasks(cache, tasks, out, config, data_dir=data_dirs, task_files=task_files,
                       resume_from=resume_from, progress=progress)
     click.echo(run.describe(command=_command_words(click.get_current_context())))
 
@@ -587,37 +406,19 @@ def compare_command(results, task, sel_a, sel_b, metric, resamples, level, seed,
 @_task_file_option()
 @_data_dir_option()
 @click.option("--out", required=True, metavar="RESULTS.jsonl", help="Results file to append to.")
-@_seeds_option(what="Comma-separated seeds (folds and held-out parts).")
-@click.option("--baseline", "baselines", default=DEFAULT_BASELINE, show_default=True,
-              metavar="NAME[,NAME...]",
-              help=f"Which baselines: {', '.join(SURFACE_BASELINES)}, or {ALL_BASELINES}.")
-@click.option("--overwrite", is_flag=True, help="Redo cells already in --out.")
-@click.option("--jobs", type=int, default=1, show_default=True,
-              help="Processes kept busy with work units (task x baselines x seeds), longest "
-                   "first.")
-@click.option("--shard", metavar="I/N", default=None,
-              help="Run shard I (0-based) of N of the grid, written to "
-                   "RESULTS.shard-I-of-N.jsonl [default: SLURM array variables if set].")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar [default: when stderr is a terminal; lines otherwise].")
-def baseline_command(tasks, task_files, data_dirs, out, seeds, baselines, overwrite, jobs,
-                     shard, progress) -> None:
-    """Surface baselines that read only the text (whitespace TF-IDF, length in tokens or
-    characters, character n-grams, word bigrams, word at each position) + logistic
+@click_options(BaselineConfig)
+def baseline_command(tasks, task_files, data_dirs, out, progress, **options) -> None:
+    """Surface baselines that read only the text (each --baseline name below) + logistic
     regression / cosine, written as results: a grid of task x baseline x seed cells run
     like probe's (estratos.probe.command.baseline_tasks)."""
-    from estratos.options import positive_int, resolve_shard
-
     # a bad name, seed, --jobs or --shard answers before numpy and scikit-learn are imported
-    parse_baselines(baselines)
-    parse_seeds(seeds)
-    positive_int("--jobs", jobs)
-    resolve_shard(shard or "auto")
+    config = BaselineConfig.build(**options)
     from estratos.probe.command import baseline_tasks
 
-    run = baseline_tasks(tasks, out, data_dir=data_dirs, task_files=task_files, seeds=seeds,
-                         overwrite=overwrite, baselines=baselines, jobs=jobs,
-                         shard=shard or "auto", progress=progress)
+    run = baseline_tasks(tasks, out, config, data_dir=data_dirs, task_files=task_files,
+                         progress=progress)
     click.echo(f"wrote {len(run)} baseline result(s) to {run.out}")
     if len(run):
         click.echo(run.timing())
@@ -625,8 +426,8 @@ def baseline_command(tasks, task_files, data_dirs, out, seeds, baselines, overwr
 
 # ---- similarity and geometry (estratos.similarity) -------------------------------------------
 def _map_inputs(command: Callable) -> Callable:
-    """The options ``similarity`` and ``geometry`` share: the cache, the sentences, the
-    output, the layer specs and readings, the subsample."""
+    """The inputs ``similarity`` and ``geometry`` share: the cache, the sentences, the
+    output (their other options come from :class:`~estratos.similarity.config.MapConfig`)."""
     options = [
         click.option("--cache", required=True, metavar="CACHE.h5", help="A complete cache."),
         click.option("--tasks", metavar="IDS", default=None,
@@ -636,23 +437,6 @@ def _map_inputs(command: Callable) -> Callable:
         _task_file_option(), _data_dir_option("Data folder"),
         click.option("--out", required=True, metavar="RESULTS.jsonl",
                      help="Records file (appended; records already there are skipped)."),
-        click.option("--layers", default="all", show_default=True,
-                     help="all, or hidden-state indices and avg, comma-separated."),
-        click.option("--pooling", type=click.Choice(CACHE_POOLINGS), default=None,
-                     help="Cached vectors to read [default: the first pooling every cache "
-                          "has]."),
-        click.option("--features", type=click.Choice(FEATURES), multiple=True,
-                     help="raw, or standardized with the sentence set's mean and std per "
-                          "feature (as probe --features); repeat for both [default: both]."),
-        click.option("--max-sentences", type=int, default=2000, show_default=True,
-                     help="Size of the seeded subsample that the sentence x sentence "
-                          "measures read (it is recorded)."),
-        click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
-                     help="Seed of the subsample."),
-        click.option("--products", type=click.Choice(["float32", "float64"]),
-                     default="float32", show_default=True,
-                     help="Precision of each chunk's products (summed in float64 either way)."),
-        click.option("--overwrite", is_flag=True, help="Redo records already in --out."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -664,41 +448,33 @@ def _map_inputs(command: Callable) -> Callable:
 @click.option("--other", metavar="CACHE.h5", default=None,
               help="A second cache (another model, a random-init control, a checkpoint): "
                    "maps between the two [default: the cache with itself].")
-@click.option("--other-layers", default=None, help="--layers of --other [default: --layers].")
-@click.option("--measures", default=None, metavar="LIST",
-              help="Comma list of linear-cka, debiased-cka, procrustes, rsa, mutual-knn "
-                   "[default: all].")
-@click.option("--k", type=int, default=10, show_default=True,
-              help="Neighbours of mutual-knn.")
-def similarity_command(cache, tasks, sentences_file, task_files, data_dirs, out, layers,
-                       pooling, features, max_sentences, seed, products, overwrite, other,
-                       other_layers, measures, k) -> None:
+@click_options(MapConfig)
+def similarity_command(cache, tasks, sentences_file, task_files, data_dirs, out, other,
+                       **options) -> None:
     """Layer x layer similarity within one cache or between two, rows joined on the
     sentence key: linear and debiased CKA, Procrustes, RSA, mutual k-NN
     (estratos.similarity.similarity_maps)."""
+    config = MapConfig.build(**options)
     from estratos.similarity.run import similarity_maps
 
-    run = similarity_maps(cache, out, other=other, tasks=tasks, sentences_file=sentences_file,
-                          data_dirs=data_dirs, task_files=task_files, layers=layers,
-                          other_layers=other_layers, pooling=pooling, measures=measures,
-                          features=features or None, max_sentences=max_sentences, seed=seed,
-                          k=k, products=products, overwrite=overwrite)
+    run = similarity_maps(cache, out, config, other=other, tasks=tasks,
+                          sentences_file=sentences_file, data_dirs=data_dirs,
+                          task_files=task_files)
     click.echo(run.describe())
 
 
 @cli.command("geometry")
 @_map_inputs
-def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, layers,
-                     pooling, features, max_sentences, seed, products, overwrite) -> None:
+@click_options(MapConfig, exclude=SIMILARITY_ONLY)
+def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out,
+                     **options) -> None:
     """Each layer's shape: anisotropy and rogue dimensions, massive activations, norms,
     effective rank, TwoNN intrinsic dimension (estratos.similarity.geometry_maps)."""
+    config = MapConfig.build(**options)
     from estratos.similarity.run import geometry_maps
 
-    run = geometry_maps(cache, out, tasks=tasks, sentences_file=sentences_file,
-                        data_dirs=data_dirs, task_files=task_files, layers=layers,
-                        pooling=pooling, features=features or None,
-                        max_sentences=max_sentences, seed=seed, products=products,
-                        overwrite=overwrite)
+    run = geometry_maps(cache, out, config, tasks=tasks, sentences_file=sentences_file,
+                        data_dirs=data_dirs, task_files=task_files)
     click.echo(run.describe())
 
 
@@ -711,56 +487,33 @@ def geometry_command(cache, tasks, sentences_file, task_files, data_dirs, out, l
 @_data_dir_option()
 @click.option("--out", required=True, metavar="DIR",
               help="Folder for the scripts, caches, results, report/ and logs/.")
-@click.option("--encode-array", type=int, default=1, show_default=True,
-              help="Encode array tasks per model (one shard of the sentences each).")
-@click.option("--probe-array", type=int, default=1, show_default=True,
-              help="Probe array tasks per model (one share of the grid each).")
-@click.option("--layers", default="all", show_default=True, help="As for probe.")
-@_seeds_option(what="As for probe.")
-@click.option("--pooling", type=click.Choice(CACHE_POOLINGS), default=DEFAULT_POOLING,
-              help="As for probe [default: each cache's first pooling: cls for encoders, last "
-                   "for decoder-only models].")
-@_classifier_option("As for probe.")
-@click.option("--features", type=click.Choice(FEATURES), default=None,
-              help="As for probe [default: the classifier's own].")
-@click.option("--control", type=click.Choice(CONTROL_KINDS), default=None,
-              help="As for probe: control cells beside the ordinary ones.")
-@click.option("--control-l2", "control_l2", type=click.Choice(CONTROL_L2), default=None,
-              help="As for probe: own, or task (a control cell reuses its task cell's L2).")
-@click.option("--mdl", is_flag=True, help="As for probe: online code lengths too.")
-@click.option("--device", default="auto", show_default=True,
-              help=f"Where the probe jobs train: {device_help(PROBE_DEVICES)}.")
-@_vector_options
-@click.option("--partition", default=None, help="sbatch --partition for every job.")
-@click.option("--gpus-per-task", type=int, default=0, show_default=True,
-              help="GPUs per encode array task (--gres=gpu:G).")
-@click.option("--cpus-per-task", type=int, default=None,
-              help="CPUs per encode and probe array task (encode --threads, probe --jobs).")
-@click.option("--time", "time_limit", default=None, metavar="TIME",
-              help="sbatch --time for every job (e.g. 02:00:00).")
-@click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="OPTION",
-              help="Extra sbatch option for every job, e.g. --sbatch-arg=--account=X "
-                   "(repeatable).")
+@click_options(ProbeConfig, roles=_JOB_ROLES, help_prefix="Probe jobs: ")
+@click_options(EncodeConfig, roles=_JOB_ROLES, exclude=("model",), rename=SLURM_ENCODE_FLAGS,
+               prefix=SLURM_ENCODE_PREFIX, help_prefix="Encode jobs: ")
+@click_options(Resources)
 @click.option("--dry-run", is_flag=True, help="Write the scripts and submit.sh; submit nothing.")
-def slurm_command(models, tasks, task_files, data_dirs, out, encode_array, probe_array,
-                  layers, seeds, pooling, classifier, features, control, control_l2, mdl,
-                  device, partition, gpus_per_task, cpus_per_task, time_limit, sbatch_args,
-                  dry_run, **vector_options) -> None:
+def slurm_command(models, tasks, task_files, data_dirs, out, dry_run, **options) -> None:
     """Run encode -> merge -> probe -> report on SLURM as dependent job arrays
-    (estratos.slurm.plan_pipeline, write_scripts, submit). The encode jobs take encode's
-    options on what the caches hold (--dtype ... --mean-first-token); --pooling, --device
-    and the options before them are the probe's."""
+    (estratos.slurm.plan_pipeline, write_scripts, submit). Every option of probe and encode
+    that says what the cells and caches are, or how they are computed, is taken: encode's
+    --pooling and --device as --encode-pooling and --encode-device (--pooling and --device
+    are the probe's); MODEL... are batchers with --encoder."""
     from estratos.slurm import find_sbatch, plan_pipeline, submit, write_scripts
     from estratos.slurm.plan import SUBMIT_SCRIPT
 
+    encode_options = pick(EncodeConfig, options, prefix=SLURM_ENCODE_PREFIX)
+    probe = ProbeConfig.build(**pick(ProbeConfig, options), jobs=1)
+    resources = Resources.build(**pick(Resources, options))
+    models = list(models)
+    if encode_options.get("encoder"):
+        if models:
+            raise OptionError("MODEL: not with --encoder (the batcher is the model)")
+        models = [encode_options["encoder"]]
+    elif models:
+        encode_options["model"] = models[0]
+    encode = EncodeConfig.build(**encode_options) if models else None
     plan = plan_pipeline(models, tasks, data_dirs, out, task_files=task_files,
-                         encode_array=encode_array,
-                         probe_array=probe_array, layers=layers, seeds=seeds, pooling=pooling,
-                         classifier=classifier, features=features, control=control,
-                         control_l2=control_l2, mdl=mdl, device=device,
-                         encode=vector_options, partition=partition,
-                         gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
-                         time=time_limit, sbatch_args=sbatch_args)
+                         encode=encode, probe=probe, resources=resources)
     if not dry_run:
         find_sbatch()  # before writing anything
     paths = write_scripts(plan)
@@ -797,7 +550,7 @@ def tasks_build_cmd(suite: str, out: Optional[str], seed: int, n_per_task: int,
 
 
 @tasks_group.command("download")
-@click.argument("benchmark", type=click.Choice(["es"]))
+@click.argument("benchmark", type=click.Choice(DOWNLOADABLE))
 @click.option("--data-dir", metavar="DIR", default="~/.cache/estratos/es", show_default=True,
               help="Folder to fill with senteval/ and discoeval/ (pass it to --data-dir later).")
 @click.option("--base-url", default="https://github.com", show_default=True,
@@ -814,15 +567,16 @@ def tasks_build_cmd(suite: str, out: Optional[str], seed: int, n_per_task: int,
 def tasks_download_cmd(benchmark: str, data_dir: str, base_url: str, timeout: float,
                        no_xprobe: bool, keep_archive: bool, allow_mismatch: bool,
                        progress: Optional[bool]) -> None:
-    """Download and unpack a benchmark's data (estratos.tasks.download.download_es)."""
+    """Download and unpack a benchmark's data (estratos.tasks.download.DOWNLOADERS:
+    download_es for es)."""
     import sys
 
-    from estratos.tasks.download import download_es
+    from estratos.tasks.download import DOWNLOADERS
 
     show = sys.stderr.isatty() if progress is None else progress
-    report = download_es(data_dir, base_url=base_url, timeout=timeout, xprobe=not no_xprobe,
-                         keep_archive=keep_archive, progress=show,
-                         allow_mismatch=allow_mismatch)
+    download = DOWNLOADERS.get(benchmark, "BENCHMARK")
+    report = download(data_dir, base_url=base_url, timeout=timeout, xprobe=not no_xprobe,
+                      keep_archive=keep_archive, progress=show, allow_mismatch=allow_mismatch)
     for line in report.lines():
         click.echo(line)
     if not report.complete:

@@ -19,15 +19,16 @@ import contextlib
 import json
 import logging
 import os
-import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from estratos.commandline import Command, task_options
 from estratos.encode.config import EncodeConfig
 from estratos.errors import OptionError
-from estratos.options import check_output_folder, model_identity
+from estratos.model_source import model_identity
+from estratos.outputs import check_output_folder
 from estratos.probe.config import ProbeConfig
 from estratos.tasks.synthetic import (
     DEFAULT_N_PER_TASK,
@@ -103,23 +104,23 @@ def demo_commands(data_dir: Path, cache: Path, results: Path, report_dir: Path,
     """The CLI commands equivalent to a demo run (data build, encode, probe, control probe,
     report); the encode and probe options are written by the configurations the demo ran
     (:meth:`EncodeConfig.to_argv`, :meth:`ProbeConfig.to_argv`)."""
-    q = shlex.quote
-    data_opt = f"--data-dir {q(f'{DEMO_SUITE}={data_dir}')}"
-    data_opt += "".join(f" --task-file {q(str(Path(p).resolve()))}" for p in task_files)
-    tasks = q(",".join([DEMO_SUITE, *task_ids]))
+    selection = task_options(",".join([DEMO_SUITE, *task_ids]),
+                             [str(Path(p).resolve()) for p in task_files],
+                             [f"{DEMO_SUITE}={data_dir}"])
     control = probe.replace(control=CONTROL_TASK)
-    return [
-        f"estratos tasks build {DEMO_SUITE} --out {q(str(data_dir))} --seed {DEMO_DATA_SEED} "
-        f"--n-per-task {n_per_task}",
-        f"estratos encode {shlex.join(encode.to_argv())} --tasks {tasks} {data_opt} "
-        f"--out {q(str(cache))}",
-        f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} "
-        f"{shlex.join(probe.to_argv())} --out {q(str(results))}",
-        f"estratos probe --cache {q(str(cache))} --tasks {tasks} {data_opt} "
-        f"{shlex.join(control.to_argv())} --out {q(str(results))}",
-        f"estratos report {q(str(results))} --out {q(str(report_dir))} "
-        f"--format {DEMO_REPORT_FORMATS}" + (" --plot" if plot else ""),
+    report = [("--out", str(report_dir)), ("--format", DEMO_REPORT_FORMATS)]
+    commands = [
+        Command.of(["tasks", "build"], [("--out", str(data_dir)),
+                                        ("--seed", str(DEMO_DATA_SEED)),
+                                        ("--n-per-task", str(n_per_task))],
+                   positional=[DEMO_SUITE]),
+        Command.of("encode", encode.to_options(), selection, [("--out", str(cache))]),
+        *(Command.of("probe", [("--cache", str(cache))], selection, config.to_options(),
+                     [("--out", str(results))]) for config in (probe, control)),
+        Command.of("report", report + ([("--plot", None)] if plot else []),
+                   positional=[str(results)]),
     ]
+    return [command.shell() for command in commands]
 
 
 def _build_info(data_dir: Path) -> Dict[str, object]:

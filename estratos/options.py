@@ -1,21 +1,21 @@
 """Command-line forms shared by several commands, parsed and checked in one place.
 
-Why one module: ``--seeds``, ``--layers``, ``--shard``, ``--jobs``/``--threads`` and
-``--device`` are taken by encode, probe, baseline, slurm and the demo: one parser each, so
-they cannot drift apart. Everything here is standard library only (:func:`resolve_device`
-imports torch when called), so the CLI checks options before it imports numpy, torch or
-transformers (an option error answers at once). Each function raises
-:class:`~estratos.errors.OptionError` naming the option. Task selection (``--tasks``,
-``--task-file``, ``--data-dir``) is :func:`estratos.tasks.selection.select_specs`.
+Why one module: ``--seeds``, ``--layers``, ``--states``, ``--baseline``, ``--shard`` and
+``--jobs``/``--threads`` are taken by encode, probe, baseline, slurm and the demo: one parser
+each, so they cannot drift apart (the configurations' option tables name them as their
+checks, :mod:`estratos.optiontable`). Standard library only, so the CLI checks options before
+it imports numpy, torch or transformers (an option error answers at once). Each function
+raises :class:`~estratos.errors.OptionError` naming the option. ``--device`` is
+:mod:`estratos.devices`; output paths :mod:`estratos.outputs`; ``--model``'s identity
+:mod:`estratos.model_source`; task selection (``--tasks``, ``--task-file``, ``--data-dir``)
+:func:`estratos.tasks.selection.select_specs`.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import (
     Any,
-    Callable,
     Iterable,
     List,
     Literal,
@@ -44,14 +44,6 @@ DEFAULT_SEEDS_TEXT = str(DEFAULT_SEED)
 AUTO_SHARD = "auto"
 #: a shard as given: ``"I/N"``, ``(I, N)``, ``"auto"`` or None
 ShardSpec = Union[None, str, Tuple[int, int]]
-#: ``--device`` words besides ``cuda:N``
-DEVICE_WORDS = ("auto", "cpu", "cuda", "mps")
-#: the device types each stage runs on: encode's forward pass runs on Apple's MPS too; the
-#: probes do not (training and scoring use float64, which MPS lacks)
-ENCODE_DEVICES = ("cpu", "cuda", "mps")
-PROBE_DEVICES = ("cpu", "cuda")
-
-
 def parse_seeds(seeds: Union[str, int, Iterable[Any]]) -> Tuple[int, ...]:
     """``"1111,1,2"`` (or an int, or integers) -> (1111, 1, 2), duplicates dropped in order;
     bad values raise :class:`OptionError` naming ``--seeds``."""
@@ -256,173 +248,5 @@ def positive_int(option: str, value: Any, *, allow_none: bool = False) -> Option
     return int(value)
 
 
-#: files that exist where a GPU driver torch can use as ``cuda`` is installed (NVIDIA, the
-#: WSL2 GPU bridge, AMD ROCm)
-_GPU_DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
-
-
-def gpu_driver_present() -> bool:
-    """Whether this machine may have a CUDA device, known without importing torch: a GPU
-    driver's file, or ``nvidia-smi`` on the PATH (True off Linux, where this cannot tell)."""
-    import shutil
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return True
-    return any(os.path.exists(p) for p in _GPU_DRIVER_FILES) or bool(shutil.which("nvidia-smi"))
-
-
-def default_jobs(device: Optional[str]) -> int:
-    """``--jobs`` when not given: 1, or every usable core under ``--device auto`` on a
-    machine with a GPU driver, where the probe trains on the GPU and the cores at once (the
-    GPU's process is one of them)."""
-    if (device or "auto") == "auto" and gpu_driver_present():
-        return available_cores()
-    return 1
-
-
-def device_help(kinds: Sequence[str] = ENCODE_DEVICES) -> str:
-    """The ``--device`` values a stage running on ``kinds`` takes, for help and errors."""
-    words = ["auto", *kinds]
-    words.insert(words.index("cuda") + 1, "cuda:N")
-    return ", ".join(words)
-
-
-def check_device(text: Optional[str], option: str = "--device",
-                 kinds: Sequence[str] = ENCODE_DEVICES, *, driver: bool = True) -> str:
-    """The syntax of ``--device`` for a stage that runs on ``kinds`` (``auto``, a kind, or
-    ``cuda:N``), lower-cased, without importing torch; CUDA where no GPU driver is installed
-    (:func:`gpu_driver_present`; ``driver=False``: not looked for) is refused at once, since
-    torch takes seconds to load and say so; whether the device exists is
-    :func:`resolve_device`'s check."""
-    value = "auto" if text is None else str(text).strip().lower()
-    kind, colon, index = value.partition(":")
-    if (kind not in DEVICE_WORDS or (colon and (kind != "cuda" or not index.isdigit()))
-            or (kind != "auto" and kind not in kinds)):
-        raise OptionError(f"{option}: {text!r} is not a device here (use {device_help(kinds)})")
-    if driver and kind == "cuda" and not gpu_driver_present():  # known without torch
-        raise OptionError(f"{option}: {text!r} asks for a GPU but CUDA is not available on "
-                          "this machine (no GPU driver: no NVIDIA driver, nvidia-smi or "
-                          "ROCm; use cpu or auto)")
-    return value
-
-
-def resolve_device(text: Any, option: str = "--device",
-                   kinds: Sequence[str] = ENCODE_DEVICES) -> Any:
-    """The ``torch.device`` that ``--device`` names on this machine: ``auto`` is CUDA when
-    present, else the CPU. Asking for CUDA or MPS where there is none, or a GPU index the
-    machine lacks, is an :class:`OptionError` naming the option. The one device rule of
-    encode and probe (``kinds``: :data:`ENCODE_DEVICES`, :data:`PROBE_DEVICES`); imports
-    torch."""
-    import torch
-
-    value = check_device(str(text) if isinstance(text, torch.device) else text, option, kinds,
-                         driver=False)  # torch itself says whether CUDA is there
-    if value == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    kind, _, index = value.partition(":")
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise OptionError(f"{option}: {text!r} asks for a GPU but CUDA is not available "
-                              "on this machine (use cpu or auto)")
-        count = torch.cuda.device_count()
-        if index and int(index) >= count:
-            raise OptionError(f"{option}: {text!r}: this machine has {count} CUDA device(s) "
-                              f"(cuda:0..cuda:{count - 1})")
-    elif kind == "mps" and not (hasattr(torch.backends, "mps")
-                                and torch.backends.mps.is_available()):
-        raise OptionError(f"{option}: {text!r} asks for Apple's MPS but it is not available "
-                          "on this machine (use cpu or auto)")
-    return torch.device(value)
-
-
-def available_cores() -> int:
-    """CPU cores this process may use (affinity-aware: taskset, cgroups, SLURM)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def _creatable_below(target: str, fail: Callable[[str], OptionError]) -> str:
-    """The nearest existing folder at or above ``target``, checked to be a folder in which
-    files can be created (what ``os.access`` cannot tell too: a read-only file system, an
-    ACL, a full quota); raises ``fail(reason)``. Writes nothing that stays."""
-    import errno
-    import tempfile
-
-    parent = target
-    while not os.path.exists(parent):
-        up = os.path.dirname(parent)
-        if up == parent:
-            break
-        parent = up
-    if not os.path.isdir(parent):
-        raise fail(f"{os.strerror(errno.ENOTDIR)} ({parent} is a file)")
-    try:
-        with tempfile.TemporaryFile(dir=parent, prefix=".estratos-check-"):
-            pass
-    except OSError as exc:
-        raise fail(f"{exc.strerror or exc} (cannot create files in {parent})") from None
-    return parent
-
-
-def check_output_file(path: Union[str, os.PathLike], option: str = "--out") -> None:
-    """Check, before any work, that results can be written at ``path`` (a file created with
-    its parent folders as needed): an existing ``path`` must be a writable file, and the
-    nearest existing folder above it writable, with no file on the way ("Not a directory").
-    Raises :class:`OptionError` naming ``option``; writes nothing."""
-    import errno
-
-    target = os.path.abspath(os.path.expanduser(os.fspath(path)))
-    shown = os.fspath(path)
-
-    def fail(reason: str) -> OptionError:
-        return OptionError(f"{option} {shown}: {reason}")
-
-    if os.path.isdir(target):
-        raise fail("is a folder; give a results file such as run.jsonl")
-    if os.path.exists(target):  # appended to: its folder need not take new files
-        if not os.access(target, os.W_OK):
-            raise fail(f"{os.strerror(errno.EACCES)} (the file cannot be written)")
-        return
-    _creatable_below(os.path.dirname(target), fail)
-
-
-def check_output_folder(path: Union[str, os.PathLike], option: str = "--out") -> None:
-    """Check, before any work, that a folder of outputs can be made at ``path`` (created with
-    its parents as needed): an existing ``path`` must be a folder, and the nearest existing
-    folder at or above it must let files be created, with no file on the way ("Not a
-    directory"): a read-only folder, a path under a file, /proc. Raises
-    :class:`OptionError` naming ``option``; writes nothing."""
-    target = os.path.abspath(os.path.expanduser(os.fspath(path)))
-    shown = os.fspath(path)
-
-    def fail(reason: str) -> OptionError:
-        return OptionError(f"{option} {shown}: {reason}")
-
-    if os.path.exists(target) and not os.path.isdir(target):
-        raise fail("exists and is not a folder")
-    _creatable_below(target, fail)
-
-
-def is_local_model(model: Union[str, os.PathLike]) -> bool:
-    """Whether ``--model`` names a local folder rather than a hub id: a path written as one
-    (``/``, ``./``, ``../``, ``~``) or anything that exists on disk. The one rule: a hub id
-    (``org/name``) that is not also a path here is fetched from the hub."""
-    text = os.fspath(model)
-    return text.startswith(("/", "./", "../", "~")) or Path(text).exists()
-
-
-def model_identity(model: Union[str, os.PathLike]) -> str:
-    """What a cache records as its ``model``: a local folder by its absolute resolved path (a
-    rerun from another folder, or through a link, still matches), a hub id as given."""
-    text = os.fspath(model)
-    return str(Path(text).expanduser().resolve()) if is_local_model(text) else text
-
-
-__all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "DEVICE_WORDS", "ENCODE_DEVICES", "PROBE_DEVICES",
-           "ShardSpec", "available_cores", "check_device", "check_output_file", "default_jobs",
-           "device_help",
-           "gpu_driver_present", "parse_baselines", "parse_layers", "parse_seeds",
-           "parse_states", "positive_int", "resolve_device", "resolve_shard"]
+__all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "ShardSpec", "parse_baselines", "parse_layers",
+           "parse_seeds", "parse_states", "positive_int", "resolve_shard"]

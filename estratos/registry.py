@@ -16,6 +16,13 @@ same way:
   task selection uses too.
 - a name is registered once: registering another object under a taken name is a
   ``ValueError`` (a programming error, not user input).
+- a table whose names the vocabulary declares (``Registry(what, entries, names=...)``: the
+  poolings, the surface baselines, which the command line lists before numpy or torch is
+  imported) takes its names and their order from that one declaration: an entry under an
+  undeclared name, or a declared name left without an entry, is a ``ValueError`` when the
+  module that builds it is imported, so the two can never drift apart.
+- :meth:`Registry.check` is the check of a name that needs no object (a configuration's
+  value): the name back, or the one lookup error.
 
 This module is a shared leaf (standard library and :mod:`estratos.errors` only), so every part,
 :mod:`estratos.vocab` included, may import it (docs/contracts.md).
@@ -98,16 +105,39 @@ class Registry(Generic[T]):
     :meth:`values`, :meth:`find` (None when unknown).
     """
 
-    def __init__(self, what: str, entries: Optional[Mapping[str, T]] = None) -> None:
+    def __init__(self, what: str, entries: Optional[Mapping[str, T]] = None, *,
+                 names: Optional[Sequence[str]] = None) -> None:
+        """``entries``: name -> object, in listing order. ``names``: the declared names
+        (a tuple of :mod:`estratos.vocab`): the registry then holds exactly those, in that
+        order, whatever order ``entries`` has; a missing or undeclared one is a
+        ``ValueError``, and nothing may be registered or unregistered later."""
         self.what = what
+        self._declared: Optional[Tuple[str, ...]] = None if names is None else tuple(names)
         self._entries: Dict[str, T] = {}
-        for name, item in (entries or {}).items():
-            self.register(name, item)
+        given = dict(entries or {})
+        if self._declared is not None:
+            missing = [n for n in self._declared if n not in given]
+            if missing:
+                raise ValueError(f"{what} {', '.join(map(repr, missing))}: declared but not "
+                                 "given")
+            undeclared = [n for n in given if n not in self._declared]
+            if undeclared:
+                raise ValueError(f"{what} {', '.join(map(repr, undeclared))}: not declared "
+                                 f"(declared: {', '.join(self._declared)})")
+            given = {n: given[n] for n in self._declared}
+        for name, item in given.items():
+            self._add(name, item)
 
     def register(self, name: str, item: T) -> T:
         """Add ``item`` under ``name`` and return it. Registering the same object again is
         a no-op (a module imported twice); another object under a taken name, or an empty
-        name, is a ``ValueError``."""
+        name, is a ``ValueError``, as is a name a declared table does not declare."""
+        if self._declared is not None and name not in self._declared:
+            raise ValueError(f"{self.what} {name!r}: not declared (declared: "
+                             f"{', '.join(self._declared)})")
+        return self._add(name, item)
+
+    def _add(self, name: str, item: T) -> T:
         if not name:
             raise ValueError(f"a {self.what} needs a name")
         if name in self._entries and self._entries[name] is not item \
@@ -118,7 +148,10 @@ class Registry(Generic[T]):
 
     def unregister(self, name: str) -> None:
         """Remove ``name`` (unknown names are ignored): for code that registers entries for
-        a while, such as tests of a plugin estimator."""
+        a while, such as tests of a plugin estimator. A declared table keeps its names (a
+        ``ValueError``)."""
+        if self._declared is not None and name in self._declared:
+            raise ValueError(f"{self.what} {name!r} is declared: it cannot be unregistered")
         self._entries.pop(name, None)
 
     def get(self, name: str, option: Optional[str] = None) -> T:
@@ -133,6 +166,14 @@ class Registry(Generic[T]):
         """``reg[name]`` is :meth:`get` without an option (a :class:`TaskError` when unknown,
         not a ``KeyError``)."""
         return self.get(name)
+
+    def check(self, name: object, option: Optional[str] = None) -> str:
+        """``name`` when it is registered, else the lookup error :meth:`get` raises (an
+        :class:`OptionError` naming ``option`` when given): for a value that is checked now
+        and looked up later, e.g. ``CONTROLS.check(value, "--control")``."""
+        if isinstance(name, str) and name in self._entries:
+            return name
+        raise self.unknown(name, option)
 
     def find(self, name: str) -> Optional[T]:
         """The object registered as ``name``, or None."""

@@ -42,9 +42,11 @@ LayerSpec = Union[int, str]
 
 # ---- poolings --------------------------------------------------------------------------------
 #: poolings a transformers model's hidden states are reduced with (``last``: the last real
-#: token, the sentence vector of decoder-only models). A new pooling takes two places: its
-#: name here (CLI choices, slurm checks and docs read this tuple) and its computation in
-#: estratos.encode.models.pooling.pool
+#: token, the sentence vector of decoder-only models), in this order: the one declaration of
+#: their names (CLI choices, slurm checks and docs read this tuple, before torch is
+#: imported). Each one's computation is registered under its name in
+#: ``estratos.encode.models.pooling.POOLERS``, a registry declared with these names (a name
+#: here without a computation there, or the reverse, fails when that module is imported)
 POOLINGS: Tuple[str, ...] = ("cls", "mean", "last")
 #: what encode stores when ``--pooling`` is not given, by architecture (in this order: the
 #: first is what probe uses when ``--pooling`` is not given): an encoder's first position
@@ -125,8 +127,28 @@ CONTROL_TASK = "control-task"
 #: ``probe --control``: training and dev labels shuffled, tested on the true labels: a floor
 #: at the majority rate whatever the probe's capacity (not a measure of selectivity)
 LABEL_SHUFFLE = "label-shuffle"
-#: the control kinds a cell may be (``ResultRecord.control["kind"]``)
-CONTROL_KINDS: Tuple[str, ...] = (CONTROL_TASK, LABEL_SHUFFLE)
+
+
+@dataclass(frozen=True)
+class ControlKind:
+    """A kind of control cell (``probe --control``): its name and what it is, in one line
+    (help texts)."""
+
+    name: str
+    summary: str
+
+
+#: the control kinds a cell may be (``probe --control``, ``ResultRecord.control["kind"]``),
+#: in this order; ``CONTROLS.check(name, "--control")`` is the check of a typed name
+CONTROLS: Registry[ControlKind] = Registry("control", {c.name: c for c in (
+    ControlKind(CONTROL_TASK, "labels a fixed random function of each example's words, "
+                              "scored on them: selectivity = score - control (Hewitt & Liang "
+                              "2019)"),
+    ControlKind(LABEL_SHUFFLE, "shuffled training and dev labels, tested on the true ones: a "
+                               "majority-rate floor"),
+)})
+#: the names of :data:`CONTROLS`
+CONTROL_KINDS: Tuple[str, ...] = CONTROLS.names()
 #: ``probe --control-l2``: a control cell chooses its own L2 on its own dev labels (``own``,
 #: the same probe family and selection rule as its task cell), or reuses the L2 its task
 #: cell chose (``task``: the hyper-parameters fixed across the pair, as Hewitt & Liang do)
@@ -196,16 +218,22 @@ OVERRIDE_KEYS: Tuple[str, ...] = ("nhid", "dropout", "optim", "batch_size", "ten
                                   "epoch_size", "max_epoch", "l2_grid", "kfold")
 #: the ``optim`` values (what a results line's ``classifier`` object records) whose fits draw
 #: no random numbers: full-batch L-BFGS from a zero start gives the same model whatever the
-#: seed (``--classifier lbfgs``, whose ``deterministic`` tells the estimator registry so)
+#: seed. The one statement of it: a report reads it from a record's ``optim``
+#: (``estratos.results.record.seed_free_fit``) and an estimator's ``deterministic`` is
+#: derived from the ``optim`` it records (``RecordedEstimator.deterministic``)
 SEED_FREE_OPTIMIZERS: Tuple[str, ...] = ("lbfgs",)
 
 # ---- surface baselines (``estratos baseline --baseline``) -----------------------------------
-#: the baselines that read only a task's text, in the order ``all`` runs them
-#: (:mod:`estratos.probe.baseline`)
+#: the baselines that read only a task's text, in the order ``all`` runs them: the one
+#: declaration of their names (the CLI lists them before numpy is imported); each one's
+#: computation is registered under its name in ``estratos.probe.baseline.BASELINES``, a
+#: registry declared with these names
 SURFACE_BASELINES: Tuple[str, ...] = ("tfidf", "word-counts", "length-tokens", "length-chars",
                                       "char-ngrams", "word-bigrams", "word-position",
                                       "first-last-word", "function-words")
 #: ``--baseline`` when none is given: ODESIA's bag of words
+#: the benchmarks `estratos tasks download` fetches (estratos.tasks.download.DOWNLOADERS)
+DOWNLOADABLE: Tuple[str, ...] = ("es",)
 DEFAULT_BASELINE = "tfidf"
 #: ``--baseline`` word for every surface baseline
 ALL_BASELINES = "all"

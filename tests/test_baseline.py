@@ -11,22 +11,31 @@ from typing import Dict, Sequence, Tuple
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from probe_toys import write_toy_task
 
 from estratos.cli import cli
 from estratos.errors import OptionError
-from estratos.probe import baseline
 from estratos.options import parse_seeds
+from estratos.probe import baseline
 from estratos.probe.baseline import (
-    BASELINE_MODEL, BASELINES, char_ngram_matrix, evaluate_task, length_matrix, split_matrix,
-    tfidf_matrix, word_bigram_matrix, word_position_matrix)
+    BASELINE_MODEL,
+    BASELINES,
+    char_ngram_matrix,
+    evaluate_task,
+    length_matrix,
+    split_matrix,
+    tfidf_matrix,
+    word_bigram_matrix,
+    word_position_matrix,
+)
 from estratos.probe.command import baseline_tasks
+from estratos.probe.config import BaselineConfig
 from estratos.probe.grid.baselines import run_baseline
 from estratos.protocols import row_cosine
 from estratos.report import build_report
 from estratos.results import load_results, read_results
 from estratos.tasks.types import SlotRefs, Split, TaskData, TaskSpec
 from estratos.vocab import SURFACE_BASELINES
-from probe_toys import write_toy_task
 
 
 def _spec(name: str, combiner: str, protocol: str, metric: str = "accuracy",
@@ -98,7 +107,7 @@ def test_pair_features_follow_the_combiner_on_sparse_vectors():
     # vocabulary order (sorted): come, el, gato, perro, un
     u = np.array([0, common / n0, common / n0, 0, 0])
     v = np.array([0, common / n1, 0, rare / n1, 0])
-    assert X == pytest.approx(np.concatenate([np.abs(u - v), u * v]))
+    assert pytest.approx(np.concatenate([np.abs(u - v), u * v])) == X
 
 
 def test_tokens_are_whitespace_pieces_with_case_kept():
@@ -206,16 +215,18 @@ def test_run_baseline_appends_resumes_and_feeds_the_report(tmp_path: Path):
     cls = _sentiment_task("split", "S")
     load = _loader({"tiny:STS": sts, "tiny:S": cls})
     out = tmp_path / "baseline.jsonl"
-    written = run_baseline([cls.spec, sts.spec], None, out, seeds=(1, 2), loader=load)
+    two_seeds = BaselineConfig.build(seeds=(1, 2))
+    written = run_baseline([cls.spec, sts.spec], None, out, two_seeds, loader=load)
     assert [(r.task, r.seed) for r in written] == [
         ("tiny:S", 1), ("tiny:S", 2), ("tiny:STS", 1), ("tiny:STS", 2)]
     lines = out.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 4 and json.loads(lines[0])["schema"] == 2
     # a rerun skips every cell, loading each task once only to check its data is the same
-    assert run_baseline([cls.spec, sts.spec], None, out, seeds=(1, 2), loader=load) == []
+    assert run_baseline([cls.spec, sts.spec], None, out, two_seeds, loader=load) == []
     assert load.calls == ["tiny:S", "tiny:STS"] * 2
     # --overwrite appends again; the report keeps the last and says so
-    run_baseline([sts.spec], None, out, seeds=(1,), loader=load, overwrite=True)
+    run_baseline([sts.spec], None, out, BaselineConfig.build(seeds=(1,), overwrite=True),
+                 loader=load)
     loaded = load_results([out])
     assert len(loaded.records) == 4 and len(loaded.notices) == 1
     content = build_report([out], baseline=[out])
@@ -225,11 +236,12 @@ def test_run_baseline_appends_resumes_and_feeds_the_report(tmp_path: Path):
 
 def test_run_baseline_bad_options(tmp_path: Path):
     with pytest.raises(OptionError, match="seeds: give at least one seed"):
-        run_baseline([_sentiment_task("split").spec], None, tmp_path / "o.jsonl", seeds=())
+        run_baseline([_sentiment_task("split").spec], None, tmp_path / "o.jsonl",
+                     BaselineConfig.build(seeds=()))
     with pytest.raises(OptionError, match="tasks"):
-        run_baseline([], None, tmp_path / "o.jsonl")
+        run_baseline([], None, tmp_path / "o.jsonl", BaselineConfig.build())
     with pytest.raises(OptionError, match="tasks"):
-        baseline_tasks("", tmp_path / "o.jsonl")
+        baseline_tasks("", tmp_path / "o.jsonl", BaselineConfig.build())
     assert not (tmp_path / "o.jsonl").exists()
 
 
@@ -578,7 +590,8 @@ def test_an_interrupted_run_keeps_its_cells_and_a_rerun_does_the_rest(tmp_path: 
     tasks = {"tiny:S": _sentiment_task("split", "S"), "tiny:K": _sentiment_task("kfold", "K")}
     specs = [t.spec for t in tasks.values()]
     whole = tmp_path / "whole.jsonl"
-    run_baseline(specs, None, whole, seeds=(1, 2), loader=_loader(tasks))
+    config = BaselineConfig.build(seeds=(1, 2))
+    run_baseline(specs, None, whole, config, loader=_loader(tasks))
     real = baseline.evaluate_cell
     calls = []
 
@@ -592,10 +605,10 @@ def test_an_interrupted_run_keeps_its_cells_and_a_rerun_does_the_rest(tmp_path: 
     out = tmp_path / "b.jsonl"
     with pytest.raises(Interrupted, match=r"2 new cell\(s\) of this run are kept in .*, 2 "
                                           r"still to do; run the same command again"):
-        run_baseline(specs, None, out, seeds=(1, 2), loader=_loader(tasks))
+        run_baseline(specs, None, out, config, loader=_loader(tasks))
     assert len(read_results(out)) == 2
     monkeypatch.setattr(baseline, "evaluate_cell", real)
-    rest = run_baseline(specs, None, out, seeds=(1, 2), loader=_loader(tasks))
+    rest = run_baseline(specs, None, out, config, loader=_loader(tasks))
     assert len(rest) == 2 and rest.already_done == 2
     assert _cells(out) == _cells(whole)
 

@@ -67,12 +67,12 @@ def test_cuda_without_a_gpu_driver_fails_at_once(tmp_path, monkeypatch):
     (checked by what is called, not timed, so a loaded machine cannot make it flaky)."""
     import torch
 
-    import estratos.options as options
+    import estratos.devices as devices
 
     sentences = tmp_path / "s.txt"
     sentences.write_text("hola\n", encoding="utf-8")
     runner = CliRunner()
-    monkeypatch.setattr(options, "gpu_driver_present", lambda: False)
+    monkeypatch.setattr(devices, "gpu_driver_present", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("torch was asked"))
     for command in (["encode", "--model", str(tmp_path), "--sentences", str(sentences),
                      "--out", str(tmp_path / "c.h5")],
@@ -86,8 +86,8 @@ def test_cuda_without_a_gpu_driver_fails_at_once(tmp_path, monkeypatch):
 
 def test_one_rule_for_a_local_model_folder(tmp_path, monkeypatch):
     """encode, the cache's --expect-model check, the demo and the SLURM plans share one rule
-    (estratos.options.is_local_model) and record a folder by its resolved path."""
-    from estratos.options import is_local_model, model_identity
+    (estratos.model_source.is_local_model) and record a folder by its resolved path."""
+    from estratos.model_source import is_local_model, model_identity
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))

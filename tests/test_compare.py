@@ -7,15 +7,14 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from stats_toys import classification_cell, toy_run, write_cells
 
 from estratos.cli import cli
 from estratos.report import build_report
 from estratos.report.intervals import StatsOptions
 from estratos.results import ResultsStore
 from estratos.results.predictions import predictions_dir, write_predictions
-from estratos.results.record import CONTROL_KINDS
-
-from stats_toys import classification_cell, toy_run, write_cells
+from estratos.vocab import CONTROL_KINDS
 
 
 @pytest.fixture()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from test_probe_realdata import SliceLoader, encoded_tass_slice
 
 pytestmark = [pytest.mark.realdata, pytest.mark.slow]
@@ -30,18 +29,22 @@ def test_both_probes_read_their_task_better_than_its_control(tass, tmp_path):
     Liang's capacity effect). On this 1,500-sentence slice, with the control's length signal
     removed, both stay within about 2.5 points of the majority rate (measured: linear 46.3,
     MLP 45.9, majority 44.0), so the order of the two is noise."""
+    from estratos.probe.config import ProbeConfig
     from estratos.probe.estimators.classifiers import SentEvalClassifier
     from estratos.probe.grid.runner import run_probe
 
     task, cache = tass
     for nhid in (0, 256):
-        kw = dict(loader=SliceLoader(task), layers="6", pooling="mean", seeds=(1, 2, 3),
+        kw = dict(layers="6", pooling="mean", seeds=(1, 2, 3),
                   classifier=SentEvalClassifier(nhid=nhid), features="standardized",
                   threads=1)
         out = tmp_path / f"r{nhid}.jsonl"
-        control = run_probe(cache, [task.spec], None, out, control="control-task", **kw)
+        control = run_probe(cache, [task.spec], None, out,
+                            ProbeConfig.build(control="control-task", **kw),
+                            loader=SliceLoader(task))
         assert all(r.control["kind"] == "control-task" for r in control)
-        real = run_probe(cache, [task.spec], None, out, **kw)
+        real = run_probe(cache, [task.spec], None, out, ProbeConfig.build(**kw),
+                         loader=SliceLoader(task))
         c, t = np.mean([r.score for r in control]), np.mean([r.score for r in real])
         majority = control[0].chance["majority"]
         assert t > c > majority - 5, (nhid, t, c, majority)

@@ -19,7 +19,7 @@ from estratos.options import resolve_shard
 from estratos.encode.models.token_batches import length_order, token_budget_batches
 from estratos.encode.models.devices import autocast_dtype, compute_label
 from estratos.errors import CacheError, InputError, OptionError, SettingsMismatch
-from estratos.options import PROBE_DEVICES, resolve_device
+from estratos.devices import PROBE_DEVICES, resolve_device
 
 pytestmark = pytest.mark.usefixtures("hub_offline")
 
@@ -402,7 +402,7 @@ def test_cpu_threads(monkeypatch):
 
 
 def test_device_selection_cpu(monkeypatch):
-    """encode and probe share one device rule (estratos.options.resolve_device); MPS is an
+    """encode and probe share one device rule (estratos.devices.resolve_device); MPS is an
     encode device only, and each refusal names --device and the values it takes."""
     assert resolve_device(None).type in ("cpu", "cuda")
     cpu = resolve_device("cpu")

@@ -242,7 +242,7 @@ def test_task_inputs_read_beside_the_imports_fail_first_and_as_themselves(tmp_pa
     them in this process."""
     from estratos.encode import inputs
 
-    monkeypatch.setattr("estratos.options.available_cores", lambda: 4)
+    monkeypatch.setattr("estratos.devices.available_cores", lambda: 4)
     out = tmp_path / "c.h5"
     result = CliRunner().invoke(cli, ["encode", "--model", str(tmp_path / "no-model"),
                                       "--tasks", "es-senteval:TASS1", "--data-dir",
@@ -256,7 +256,7 @@ def test_task_inputs_read_beside_the_imports_fail_first_and_as_themselves(tmp_pa
     assert build.exit_code == 0, build.output
     alone = inputs.gather_sentences(None, "synthetic-es", [f"synthetic-es={tmp_path / 'synth'}"])
     for cores in (4, 16):  # three helper processes; nine, one per task
-        monkeypatch.setattr("estratos.options.available_cores", lambda cores=cores: cores)
+        monkeypatch.setattr("estratos.devices.available_cores", lambda cores=cores: cores)
         steps = []
         both = inputs.gather_sentences_meanwhile(
             [lambda: steps.append(1)], None, "synthetic-es",

@@ -53,7 +53,7 @@ def test_replace_checks_again():
 @pytest.mark.parametrize("options, message", [
     ({}, "--model: required"),
     ({"model": "m", "encoder": "a:b"}, "--encoder and --model: give one of them"),
-    ({"model": "m", "dtype": "float8"}, "--dtype: 'float8' is not one of"),
+    ({"model": "m", "dtype": "float8"}, "--dtype: unknown dtype 'float8'"),
     ({"model": "m", "max_length": 1}, "--max-length: must be an integer >= 2"),
     ({"model": "m", "batch_tokens": "lots"}, "--batch-tokens"),
     ({"model": "m", "states": "every:0"}, "--states"),

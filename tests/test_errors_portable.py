@@ -7,11 +7,11 @@ import os
 import pickle
 
 import pytest
+from probe_toys import WorkerFailingLoader, spec, toy_split_task, write_cache
 
 from estratos import errors
+from estratos.probe.config import ProbeConfig
 from estratos.probe.grid.runner import run_probe
-
-from probe_toys import WorkerFailingLoader, spec, toy_split_task, write_cache
 
 EXAMPLES = [
     errors.InputError("bad label 'x'", "train.tsv", 3),
@@ -51,8 +51,8 @@ def test_an_error_raised_in_a_worker_arrives_with_its_fields(tmp_path, error):
     marker = tmp_path / "worker-reached-B"
     loader = WorkerFailingLoader("toy:B", error, os.getpid(), marker)
     with pytest.raises(type(error)) as caught:
-        run_probe(cache, specs, None, tmp_path / "r.jsonl", layers="0", jobs=2, threads=1,
-                  loader=loader)
+        run_probe(cache, specs, None, tmp_path / "r.jsonl",
+                  ProbeConfig.build(layers="0", jobs=2, threads=1), loader=loader)
     got = caught.value
     assert type(got) is type(error)
     assert str(got) == f"toy:B: {error}"

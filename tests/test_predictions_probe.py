@@ -4,13 +4,20 @@ line (all five protocols), with the line's bootstrap interval."""
 from __future__ import annotations
 
 import numpy as np
+from probe_toys import (
+    MemoryLoader,
+    single_task,
+    spec,
+    toy_classification,
+    toy_similarity_tasks,
+    toy_split_task,
+    write_cache,
+)
+from stats_toys import reproduced as _reproduced
 
+from estratos.probe.config import ProbeConfig
 from estratos.probe.grid.runner import run_probe
 from estratos.results.predictions import PredictionsReader, predictions_dir
-
-from stats_toys import reproduced as _reproduced
-from probe_toys import (MemoryLoader, single_task, spec, toy_classification,
-                        toy_similarity_tasks, toy_split_task, write_cache)
 
 
 def test_every_protocol_stores_predictions_that_reproduce_the_line(tmp_path):
@@ -18,7 +25,7 @@ def test_every_protocol_stores_predictions_that_reproduce_the_line(tmp_path):
     sts_spec, sick_spec = sts.spec, sick.spec
     out = tmp_path / "r.jsonl"
     run_probe(write_cache(tmp_path / "pairs.h5", sentences, pair_vec), [sts_spec, sick_spec],
-              None, out, layers="1,avg", threads=1,
+              None, out, ProbeConfig.build(layers="1,avg", threads=1),
               loader=MemoryLoader({sts_spec.id: sts, sick_spec.id: sick}))
 
     sentences, vec, y = toy_classification(200, n_states=2, informative=(1,))
@@ -34,9 +41,9 @@ def test_every_protocol_stores_predictions_that_reproduce_the_line(tmp_path):
     single = tmp_path / "single.h5"
     write_cache(single, sentences + [s for s in split_sentences if s not in set(sentences)],
                 np.concatenate([vec, split_vec[200:, :2]]))
-    run_probe(single, [kf_spec, ik_spec, split.spec], None, out, layers="0,1", threads=1,
-              seeds=(1111, 2), loader=MemoryLoader({kf_spec.id: kf, ik_spec.id: ik,
-                                                     split.spec.id: split}))
+    run_probe(single, [kf_spec, ik_spec, split.spec], None, out,
+              ProbeConfig.build(layers="0,1", threads=1, seeds=(1111, 2)),
+              loader=MemoryLoader({kf_spec.id: kf, ik_spec.id: ik, split.spec.id: split}))
     records = _reproduced(out)
     assert {r.task for r in records} == {"toy:STS", "toy:SICKR", "toy:KF", "toy:IK",
                                          "toy:SPLIT"}
@@ -53,23 +60,25 @@ def test_resume_and_overwrite_keep_predictions_matched(tmp_path):
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
     loader = MemoryLoader({task.spec.id: task})
     out = tmp_path / "r.jsonl"
-    run_probe(cache, [task.spec], None, out, layers="0,1", threads=1, loader=loader)
+    config = ProbeConfig.build(layers="0,1", threads=1)
+    run_probe(cache, [task.spec], None, out, config, loader=loader)
     folder = predictions_dir(out)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    assert run_probe(cache, [task.spec], None, out, layers="0,1", threads=1,
-                     loader=loader) == []
+    assert run_probe(cache, [task.spec], None, out, config, loader=loader) == []
     # nothing redone, nothing rewritten
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
-    run_probe(cache, [task.spec], None, out, layers="1", threads=1, loader=loader,
-              overwrite=True)
+    run_probe(cache, [task.spec], None, out,
+              ProbeConfig.build(layers="1", threads=1, overwrite=True), loader=loader)
     assert len(_reproduced(out)) == 2
 
 
 def test_baseline_stores_predictions(tmp_path):
+    from estratos.probe.config import BaselineConfig
     from estratos.probe.grid.baselines import run_baseline
 
     task, _, _ = toy_split_task(120)
     out = tmp_path / "b.jsonl"
-    run_baseline([task.spec], None, out, loader=MemoryLoader({task.spec.id: task}))
+    run_baseline([task.spec], None, out, BaselineConfig.build(),
+                 loader=MemoryLoader({task.spec.id: task}))
     [record] = _reproduced(out)
     assert record.kind == "baseline" and record.ci["resamples"] == 1000

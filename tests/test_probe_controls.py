@@ -9,17 +9,24 @@ import math
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from probe_toys import (
+    MemoryLoader,
+    single_task,
+    spec,
+    toy_classification,
+    toy_similarity_tasks,
+    write_cache,
+    write_toml_task,
+)
 
 from estratos.cli import cli
 from estratos.errors import OptionError
-from estratos.probe.estimators.classifiers import SentEvalClassifier
+from estratos.probe.config import ProbeConfig
 from estratos.probe.controls import DEV_PART, ShuffledLabels, permuted
-from estratos.probe.mdl import BLOCK_FRACTIONS, block_ends, code_order, online_code, online_codes
+from estratos.probe.estimators.classifiers import SentEvalClassifier
 from estratos.probe.grid.runner import run_probe
+from estratos.probe.mdl import BLOCK_FRACTIONS, block_ends, code_order, online_code, online_codes
 from estratos.results import read_results
-
-from probe_toys import (MemoryLoader, single_task, spec, toy_classification,
-                        toy_similarity_tasks, write_cache, write_toml_task)
 
 
 def blobs(n, groups, informative, seed=0, dim=6):
@@ -76,10 +83,10 @@ def test_control_labels_sit_at_the_majority_rate(tmp_path, share):
     seeds = tuple(range(1, 9))
     task, cache, loader = _toy(tmp_path, majority_share=share)
     out = tmp_path / "r.jsonl"
-    normal = run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
-                       seeds=seeds, threads=1)
-    control = run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
-                        seeds=seeds, threads=1, control="label-shuffle")
+    normal = run_probe(cache, [task.spec], None, out,
+                       ProbeConfig.build(layers="1", seeds=seeds, threads=1), loader=loader)
+    shuffled = ProbeConfig.build(layers="1", seeds=seeds, threads=1, control="label-shuffle")
+    control = run_probe(cache, [task.spec], None, out, shuffled, loader=loader)
     assert len(control) == 8 and len(read_results(out)) == 16  # both kinds kept
     assert [r.control for r in control] == [{"kind": "label-shuffle", "seed": s}
                                             for s in seeds]
@@ -87,8 +94,7 @@ def test_control_labels_sit_at_the_majority_rate(tmp_path, share):
     mean_control = np.mean([r.score for r in control])
     assert abs(mean_control - majority) < 6.0, (mean_control, majority)
     assert min(r.score for r in normal) >= 88
-    again = run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
-                      seeds=seeds, threads=1, control="label-shuffle")
+    again = run_probe(cache, [task.spec], None, out, shuffled, loader=loader)
     assert len(again) == 0  # done: control cells resume like any other
 
 
@@ -96,12 +102,12 @@ def test_control_labels_leave_out_untrained_tasks(tmp_path):
     sentences, vec, (sts, sick) = toy_similarity_tasks(120)
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
     loader = MemoryLoader({sts.spec.id: sts, sick.spec.id: sick})
-    records = run_probe(cache, [sts.spec, sick.spec], None, tmp_path / "r.jsonl",
-                        loader=loader, layers="1", threads=1, control="label-shuffle")
+    config = ProbeConfig.build(layers="1", threads=1, control="label-shuffle")
+    records = run_probe(cache, [sts.spec, sick.spec], None, tmp_path / "r.jsonl", config,
+                        loader=loader)
     assert {r.task for r in records} == {sick.spec.id}
     with pytest.raises(OptionError, match="control: no selected task trains"):
-        run_probe(cache, [sts.spec], None, tmp_path / "r2.jsonl", loader=loader,
-                  layers="1", threads=1, control="label-shuffle")
+        run_probe(cache, [sts.spec], None, tmp_path / "r2.jsonl", config, loader=loader)
 
 
 # ---- MDL ---------------------------------------------------------------------------------
@@ -223,15 +229,16 @@ def test_mdl_separable_is_far_below_uniform_and_random_labels_near_it():
 def test_probe_mdl_records_and_cli(tmp_path):
     task, cache, loader = _toy(tmp_path)
     out = tmp_path / "r.jsonl"
-    records = run_probe(cache, [task.spec], None, out, loader=loader, layers="0,1", seeds=(1,),
-                        threads=1, mdl=True)
+    records = run_probe(cache, [task.spec], None, out,
+                        ProbeConfig.build(layers="0,1", seeds=(1,), threads=1, mdl=True),
+                        loader=loader)
     code = {r.layer: r.mdl for r in records}
     assert code[1]["compression"] > 3 > code[0]["compression"]
     assert code[1]["uniform_bits"] == pytest.approx(360.0)  # 360 training labels, 1 bit
     assert read_results(out) == list(records)
     with pytest.raises(OptionError, match="mdl: the lbfgs classifier"):
-        run_probe(cache, [task.spec], None, tmp_path / "x.jsonl", loader=loader,
-                  classifier="lbfgs", mdl=True)
+        run_probe(cache, [task.spec], None, tmp_path / "x.jsonl",
+                  ProbeConfig.build(classifier="lbfgs", mdl=True), loader=loader)
     assert not (tmp_path / "x.jsonl").exists()
 
 
@@ -240,8 +247,8 @@ def test_probe_mdl_records_and_cli(tmp_path):
 def test_a_cell_that_predicts_one_class_is_marked(tmp_path):
     """Layer 0 is one vector for every sentence: the probe never leaves the majority."""
     task, cache, loader = _toy(tmp_path, majority_share=0.9, constant_states=(0,))
-    records = run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", loader=loader,
-                        layers="0,1", threads=1)
+    records = run_probe(cache, [task.spec], None, tmp_path / "r.jsonl",
+                        ProbeConfig.build(layers="0,1", threads=1), loader=loader)
     by_layer = {r.layer: r for r in records}
     assert by_layer[0].degenerate == {"class": "pos", "share": 1.0}
     assert by_layer[0].score == by_layer[0].chance["majority"]
@@ -283,10 +290,12 @@ def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
     model per layer with a paired interval, and marks the one-class cells."""
     task, cache, loader = _toy(tmp_path, majority_share=0.75, constant_states=(0,))
     out = tmp_path / "r.jsonl"
-    kw = dict(loader=loader, layers="0,1", seeds=(1, 2), threads=1)
-    run_probe(cache, [task.spec], None, out, mdl=True, **kw)
-    run_probe(cache, [task.spec], None, out, control="label-shuffle", **kw)
-    run_probe(cache, [task.spec], None, out, control="control-task", **kw)
+    kw = dict(layers="0,1", seeds=(1, 2), threads=1)
+    run_probe(cache, [task.spec], None, out, ProbeConfig.build(mdl=True, **kw), loader=loader)
+    run_probe(cache, [task.spec], None, out, ProbeConfig.build(control="label-shuffle", **kw),
+              loader=loader)
+    run_probe(cache, [task.spec], None, out, ProbeConfig.build(control="control-task", **kw),
+              loader=loader)
     sentences = list(task.sentences)
     noise = np.random.default_rng(5).normal(size=(len(sentences), 3, 8)).astype(np.float32)
     noise[:, 0] = 1.0  # layer 0 says nothing: every prediction is one class
@@ -296,7 +305,8 @@ def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
     with h5py.File(random_cache, "r+") as f:  # what encode --random-init 7 records
         f.attrs["revision"] = "random-init:7"
     control_out = tmp_path / "random.jsonl"
-    run_probe(random_cache, [task.spec], None, control_out, **kw)
+    run_probe(random_cache, [task.spec], None, control_out, ProbeConfig.build(**kw),
+              loader=loader)
     report = tmp_path / "report"
     plot = ["--plot"] if importlib.util.find_spec("matplotlib") else []  # the plot extra
     res = CliRunner().invoke(cli, ["report", str(out), "--out", str(report), "--control",
@@ -336,7 +346,7 @@ def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
     # a control file of another model, not a random-init one: the report says so
     plain = write_cache(tmp_path / "plain.h5", sentences, noise, model="org/other")
     plain_out = tmp_path / "plain.jsonl"
-    run_probe(plain, [task.spec], None, plain_out, **kw)
+    run_probe(plain, [task.spec], None, plain_out, ProbeConfig.build(**kw), loader=loader)
     res = CliRunner().invoke(cli, ["report", str(out), "--out", str(tmp_path / "r3"),
                                    "--control", str(plain_out), "--format", "md"])
     assert res.exit_code == 0, res.output  # (the warning goes to the log, on stderr)
@@ -365,15 +375,14 @@ def test_control_task_is_a_fixed_function_of_the_words_with_the_task_distributio
     sums, counts = word_scores(["el perro come", "COME el Perro", "la casa"], seed=3)
     assert sums[0] == pytest.approx(sums[1]) and counts[0] == counts[1] == 3
     out = tmp_path / "r.jsonl"
-    records = run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
-                        seeds=(1,), threads=1, control="control-task")
-    normal = run_probe(cache, [task.spec], None, out, loader=loader, layers="1", seeds=(1,),
-                       threads=1)
+    control = ProbeConfig.build(layers="1", seeds=(1,), threads=1, control="control-task")
+    records = run_probe(cache, [task.spec], None, out, control, loader=loader)
+    normal = run_probe(cache, [task.spec], None, out,
+                       ProbeConfig.build(layers="1", seeds=(1,), threads=1), loader=loader)
     assert records[0].control == {"kind": "control-task", "seed": 1}
     assert records[0].data_digest == normal[0].data_digest == task.digest
     # resuming the control run finds its cells done (not refused as other data)
-    assert len(run_probe(cache, [task.spec], None, out, loader=loader, layers="1",
-                         seeds=(1,), threads=1, control="control-task")) == 0
+    assert len(run_probe(cache, [task.spec], None, out, control, loader=loader)) == 0
     del example_scores
 
 
@@ -420,9 +429,10 @@ def test_standardized_features_read_what_raw_ones_miss(tmp_path):
             v[:, 1, :] = 100.0 + 0.01 * v[:, 1, :]
             f["vectors"][name][...] = v
     out = tmp_path / "r.jsonl"
-    kw = dict(loader=loader, layers="1", seeds=(1, 2), threads=1)
-    raw = run_probe(cache, [task.spec], None, out, **kw)
-    std = run_probe(cache, [task.spec], None, out, features="standardized", **kw)
+    kw = dict(layers="1", seeds=(1, 2), threads=1)
+    raw = run_probe(cache, [task.spec], None, out, ProbeConfig.build(**kw), loader=loader)
+    std = run_probe(cache, [task.spec], None, out,
+                    ProbeConfig.build(features="standardized", **kw), loader=loader)
     assert {r.features for r in raw} == {"raw"} and {r.features for r in std} == {"standardized"}
     assert len(read_results(out)) == 4
     assert min(r.score for r in std) > max(r.score for r in raw) + 10
@@ -452,13 +462,15 @@ def test_a_decoder_cache_read_raw_is_told_to_read_standardized_too(tmp_path, cap
     task, cache, loader = _toy(tmp_path)
     with h5py.File(cache, "r+") as f:
         f.attrs["architecture"] = DECODER
-    kw = dict(loader=loader, layers="1", pooling="mean", threads=1)
+    kw = dict(layers="1", pooling="mean", threads=1)
     with caplog.at_level(logging.WARNING, logger="estratos"):
-        run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", **kw)
+        run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", ProbeConfig.build(**kw),
+                  loader=loader)
     assert "decoder-only model's cache" in caplog.text and "--features standardized" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="estratos"):
-        run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", features="standardized", **kw)
+        run_probe(cache, [task.spec], None, tmp_path / "r.jsonl",
+                  ProbeConfig.build(features="standardized", **kw), loader=loader)
     assert "decoder-only model's cache" not in caplog.text
 
 
@@ -494,9 +506,10 @@ def test_cli_summary_gives_the_standardized_command_for_one_class_raw_cells(tmp_
 def test_compare_pairs_the_raw_and_standardized_readings_of_a_cell(tmp_path):
     task, cache, loader = _toy(tmp_path, majority_share=0.75)
     out = tmp_path / "r.jsonl"
-    kw = dict(loader=loader, layers="1", seeds=(1, 2), threads=1)
-    run_probe(cache, [task.spec], None, out, **kw)
-    run_probe(cache, [task.spec], None, out, features="standardized", **kw)
+    kw = dict(layers="1", seeds=(1, 2), threads=1)
+    run_probe(cache, [task.spec], None, out, ProbeConfig.build(**kw), loader=loader)
+    run_probe(cache, [task.spec], None, out, ProbeConfig.build(features="standardized", **kw),
+              loader=loader)
     runner = CliRunner()
     res = runner.invoke(cli, ["compare", str(out), "--task", task.spec.id, "--a", "layer=1"
                               ",features=raw", "--b", "layer=1,features=standardized"])
@@ -522,12 +535,12 @@ def test_a_prompted_cache_gives_cells_of_their_own(tmp_path):
         f.attrs["prompt"] = template
         f.attrs["prompt_kind"] = "text"
     out = tmp_path / "r.jsonl"
-    kw = dict(loader=loader, layers="1", seeds=(1,), threads=1)
-    plain = run_probe(cache, [task.spec], None, out, **kw)
-    with_prompt = run_probe(prompted, [task.spec], None, out, **kw)
+    config = ProbeConfig.build(layers="1", seeds=(1,), threads=1)
+    plain = run_probe(cache, [task.spec], None, out, config, loader=loader)
+    with_prompt = run_probe(prompted, [task.spec], None, out, config, loader=loader)
     assert len(plain) == len(with_prompt) == 1  # not taken for the plain cell
     assert plain[0].prompt is None and with_prompt[0].prompt == template
-    assert read_results(out)[1].key[-1] == ("prompt", template)
+    assert read_results(out)[1].key.prompt == template
     res = CliRunner().invoke(cli, ["report", str(out), "--out", str(tmp_path / "rep"),
                                    "--format", "md"])
     assert res.exit_code == 0, res.output

@@ -7,16 +7,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from probe_toys import spec, toy_classification, toy_split_task, write_cache, write_toml_task
 
 from estratos.cli import cli
 from estratos.errors import CacheError, OptionError
-from estratos.probe.grid.plan import (TaskShape, WorkUnit, cell_cost, makespan, plan_units,
-                                 shard_cells, shard_path, unit_cost)
-from estratos.probe.grid.runner import run_probe
+from estratos.probe.config import ProbeConfig
 from estratos.probe.estimators.settings import resolve_classifier
+from estratos.probe.grid.plan import (
+    TaskShape,
+    WorkUnit,
+    cell_cost,
+    makespan,
+    plan_units,
+    shard_cells,
+    shard_path,
+    unit_cost,
+)
+from estratos.probe.grid.runner import run_probe
 from estratos.results import read_results
-
-from probe_toys import spec, toy_classification, toy_split_task, write_cache, write_toml_task
 
 # ---- toy grid: three tasks of different sizes over one cache --------------------------------
 
@@ -55,11 +63,12 @@ def grid(tmp_path):
     return _grid_cache(tmp_path / "c.h5"), [spec(name) for name in SIZES]
 
 
-def _run(cache, specs, out, **kw):
+def _run(cache, specs, out, resume_from=(), **kw):
     kw.setdefault("threads", 1)
     kw.setdefault("layers", "0,2,avg")
     kw.setdefault("seeds", (1, 2))
-    return run_probe(cache, specs, None, out, loader=GridLoader(), **kw)
+    return run_probe(cache, specs, None, out, ProbeConfig.build(**kw), loader=GridLoader(),
+                     resume_from=resume_from)
 
 
 def _numbers(records):
@@ -306,7 +315,7 @@ def _custom_grid(root, n=600):
     line falls mid-run)."""
     sentences, vec, y = toy_classification(n, n_states=3, dim=32, informative=(1, 2))
     names = ("neg", "pos")
-    cut = {"train": range(0, int(0.6 * n)), "dev": range(int(0.6 * n), int(0.8 * n)),
+    cut = {"train": range(int(0.6 * n)), "dev": range(int(0.6 * n), int(0.8 * n)),
            "test": range(int(0.8 * n), n)}
     files = []
     for task in ("Slow", "Slower"):

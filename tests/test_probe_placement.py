@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from probe_toys import spec, toy_split_task, write_cache
 
+from estratos.probe.config import ProbeConfig
 from estratos.probe.estimators.classifiers import SentEvalClassifier
 from estratos.probe.grid import placement, runner
 from estratos.probe.grid.placement import (
@@ -20,8 +22,6 @@ from estratos.probe.grid.placement import (
 )
 from estratos.probe.grid.plan import TaskShape
 from estratos.probe.grid.runner import run_probe
-
-from probe_toys import spec, toy_split_task, write_cache
 
 CPU_SPEED = DeviceSpeed("cpu", 1e-3, 40e9)
 GPU_SPEED = DeviceSpeed("cuda", 1.5e-3, 10e12)
@@ -108,8 +108,9 @@ def test_a_run_on_both_devices_equals_a_cpu_run(tmp_path, monkeypatch, caplog, j
     the accelerator's units run in the process that drives it, the others in the workers,
     and every cell equals the CPU-only run's, each recording its device."""
     cache, specs, loader = _tasks(tmp_path)
-    kw = dict(layers="0,1,avg", seeds=(1, 2), threads=1, loader=loader)
-    plain = run_probe(cache, specs, None, tmp_path / "cpu.jsonl", device="cpu", jobs=jobs, **kw)
+    kw = dict(layers="0,1,avg", seeds=(1, 2), threads=1, jobs=jobs)
+    plain = run_probe(cache, specs, None, tmp_path / "cpu.jsonl",
+                      ProbeConfig.build(device="cpu", **kw), loader=loader)
 
     monkeypatch.setattr(runner, "ACCELERATOR_DEVICES", ("cpu",))
     monkeypatch.setattr(runner, "measure_speed", lambda device, repeats=2: (
@@ -117,8 +118,8 @@ def test_a_run_on_both_devices_equals_a_cpu_run(tmp_path, monkeypatch, caplog, j
     monkeypatch.setattr(runner, "task_work", lambda shape, est: placement.TaskWork(
         10.0, 10.0, 1e12 if shape.task.endswith("Wide") else 1.0, False, True))
     with caplog.at_level(logging.INFO, logger="estratos"):
-        both = run_probe(cache, specs, None, tmp_path / "both.jsonl", device="auto",
-                         jobs=jobs, **kw)
+        both = run_probe(cache, specs, None, tmp_path / "both.jsonl",
+                         ProbeConfig.build(device="auto", **kw), loader=loader)
     placed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("placed")]
     assert any(m.startswith("placed toy:Wide on cpu (") for m in placed), placed
     assert any(m.startswith("placed toy:Small on the CPU workers") for m in placed), placed

@@ -57,13 +57,18 @@ def tass_slice(es_data_dir, minilm_dir, tmp_path_factory):
 
 
 def test_batched_equals_sequential_on_real_tass1(tass_slice, tmp_path):
+    from estratos.probe.config import ProbeConfig
     from estratos.probe.grid.runner import run_probe
 
     task, cache, dirs = tass_slice
-    kw = dict(layers="0,3,6,avg", seeds=(1111,), threads=1, loader=SliceLoader(task))
-    batched = run_probe(cache, [task.spec], dirs, tmp_path / "b.jsonl", **kw)
-    again = run_probe(cache, [task.spec], dirs, tmp_path / "b2.jsonl", **kw)
-    alone = run_probe(cache, [task.spec], dirs, tmp_path / "s.jsonl", sequential=True, **kw)
+    kw = dict(layers="0,3,6,avg", seeds=(1111,), threads=1)
+    loader = SliceLoader(task)
+    batched = run_probe(cache, [task.spec], dirs, tmp_path / "b.jsonl", ProbeConfig.build(**kw),
+                        loader=loader)
+    again = run_probe(cache, [task.spec], dirs, tmp_path / "b2.jsonl", ProbeConfig.build(**kw),
+                      loader=loader)
+    alone = run_probe(cache, [task.spec], dirs, tmp_path / "s.jsonl",
+                      ProbeConfig.build(sequential=True, **kw), loader=loader)
 
     def pick(rs):
         return [(r.layer, r.l2, r.dev, r.test, r.epochs) for r in rs]
@@ -86,6 +91,6 @@ def test_cli_probe_on_real_task_ids(tass_slice, tmp_path):
     # the full TASS1 is not in this small cache: a clear error naming the encode command
     assert res.exit_code == 1, res.output
     assert "not in the cache" in res.output
-    assert f"--out {cache} --tasks es-senteval:TASS1 --data-dir {data}" in res.output
+    assert f"--tasks es-senteval:TASS1 --data-dir {data} --out {cache}" in res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "r.jsonl").exists()

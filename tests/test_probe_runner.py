@@ -3,19 +3,27 @@ bad input (each with a clear message and nothing written), and the CLI."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from probe_toys import (
+    MODEL,
+    MemoryLoader,
+    WorkerFailingLoader,
+    single_task,
+    spec,
+    toy_classification,
+    toy_similarity_tasks,
+    toy_split_task,
+    write_cache,
+    write_toy_task,
+)
 
 from estratos.cli import cli
 from estratos.errors import CacheError, MissingSentences, OptionError, SettingsMismatch
-from estratos.results import read_results
+from estratos.probe.config import ProbeConfig
 from estratos.probe.grid.runner import run_probe
-
-from probe_toys import (MODEL, MemoryLoader, WorkerFailingLoader, single_task, spec,
-                        toy_classification, toy_similarity_tasks, toy_split_task, write_cache,
-                        write_toy_task)
+from estratos.results import read_results
 
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
                  "pooling", "features", "seed", "protocol", "fallback", "classifier", "metric", "score",
@@ -32,7 +40,7 @@ def toy(tmp_path):
 
 def run(cache, task, loader, out, **kw):
     kw.setdefault("threads", 1)
-    return run_probe(cache, [task.spec], None, out, loader=loader, **kw)
+    return run_probe(cache, [task.spec], None, out, ProbeConfig.build(**kw), loader=loader)
 
 
 def test_records_follow_the_contract(toy, tmp_path):
@@ -107,7 +115,7 @@ def test_jobs_run_tasks_in_processes(tmp_path):
     cache = write_cache(tmp_path / "c.h5", sentences[:160], vectors[0])
     loader = MemoryLoaderPickle(sorted(tasks))
     records = run_probe(cache, [t.spec for t in tasks.values()], None, tmp_path / "r.jsonl",
-                        layers="0,avg", jobs=2, threads=1, loader=loader)
+                        ProbeConfig.build(layers="0,avg", jobs=2, threads=1), loader=loader)
     assert sorted((r.task, str(r.layer)) for r in records) == [
         ("toy:A", "0"), ("toy:A", "avg"), ("toy:B", "0"), ("toy:B", "avg")]
     assert len(read_results(tmp_path / "r.jsonl")) == 4
@@ -150,11 +158,12 @@ def test_workers_start_before_the_parent_imports_torch_and_log_like_it(tmp_path,
 BRACE_LOGGING = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, format="{levelname}|{name}|{message}", style="{")
+from estratos.probe.config import ProbeConfig
 from estratos.probe.grid.runner import run_probe
 from estratos.tasks import load_task_file
 cache, task_file, out = sys.argv[1:]
-run = run_probe(cache, [load_task_file(task_file)], None, out, layers="all", seeds=(1, 2),
-                jobs=2, threads=1)
+run = run_probe(cache, [load_task_file(task_file)], None, out,
+                ProbeConfig.build(layers="all", seeds=(1, 2), jobs=2, threads=1))
 print("CELLS", len(run), run.processes)
 """
 
@@ -185,8 +194,9 @@ def test_a_loader_that_cannot_go_to_the_workers_fails_before_any_training(tmp_pa
         return task
 
     with pytest.raises(Exception, match="pickle"):
-        run_probe(cache, [task.spec], None, tmp_path / "r.jsonl", layers="0,1", seeds=(1, 2),
-                  jobs=2, threads=1, loader=local_loader)
+        run_probe(cache, [task.spec], None, tmp_path / "r.jsonl",
+                  ProbeConfig.build(layers="0,1", seeds=(1, 2), jobs=2, threads=1),
+                  loader=local_loader)
     assert not (tmp_path / "r.jsonl").exists()
 
 
@@ -208,8 +218,8 @@ def test_cosine_and_relatedness_tasks(tmp_path):
     sts_spec, sick_spec = sts.spec, sick.spec
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
     loader = MemoryLoader({sts_spec.id: sts, sick_spec.id: sick})
-    records = run_probe(cache, [sts_spec, sick_spec], None, tmp_path / "r.jsonl", layers="1",
-                        threads=1, loader=loader)
+    records = run_probe(cache, [sts_spec, sick_spec], None, tmp_path / "r.jsonl",
+                        ProbeConfig.build(layers="1", threads=1), loader=loader)
     by = {r.task: r for r in records}
     s = by["toy:STS"]
     assert s.l2 is None and s.dev is None and s.epochs is None
@@ -232,8 +242,9 @@ def test_kfold_inner_kfold_and_f1(tmp_path):
     ik_spec = spec("IK", protocol="inner-kfold", classifier={"kfold": 3, "max_epoch": 4})
     ik = single_task(ik_spec, sentences, {"all": (ids, y)}, ("neg", "pos"))
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
-    records = run_probe(cache, [kf_spec, ik_spec], None, tmp_path / "r.jsonl", layers="1",
-                        threads=1, loader=MemoryLoader({kf_spec.id: kf, ik_spec.id: ik}))
+    records = run_probe(cache, [kf_spec, ik_spec], None, tmp_path / "r.jsonl",
+                        ProbeConfig.build(layers="1", threads=1),
+                        loader=MemoryLoader({kf_spec.id: kf, ik_spec.id: ik}))
     by = {r.task: r for r in records}
     assert set(by["toy:KF"].test) == {"accuracy", "f1"}
     assert by["toy:KF"].protocol == "kfold" and "accuracy" in by["toy:KF"].dev
@@ -255,8 +266,8 @@ def test_missing_sentences_name_the_count_and_the_encode_command(toy, tmp_path):
         run(cache, task, loader, out)
     msg = str(info.value)
     assert "40 sentence(s)" in msg and info.value.missing == 40
-    assert (f"estratos encode --model {MODEL} --dtype float32 --max-length 128 --out {cache} "
-            "--tasks toy:Toy") in msg
+    assert (f"estratos encode --model {MODEL} --dtype float32 --max-length 128 --tasks toy:Toy "
+            f"--data-dir DIR --out {cache}") in msg
     assert not out.exists()
 
 
@@ -336,7 +347,7 @@ def toml_task(tmp_path):
     """A custom task (TOML + TSV files) over toy sentences, and a cache holding them."""
     sentences, vec, y = toy_classification(300, informative=(1, 2))
     names = ("neg", "pos")
-    parts = {"train": range(0, 180), "dev": range(180, 240), "test": range(240, 300)}
+    parts = {"train": range(180), "dev": range(180, 240), "test": range(240, 300)}
     task_file = write_toy_task(tmp_path, {split: [(names[y[i]], sentences[i]) for i in rows]
                                           for split, rows in parts.items()})
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
@@ -379,7 +390,8 @@ def test_a_user_error_in_a_worker_reaches_the_caller(tmp_path):
     specs = [spec("A"), spec("B")]
     marker = tmp_path / "worker-reached-B"
     with pytest.raises(InputError, match=r"^toy:B: train\.tsv:3: bad label"):
-        run_probe(cache, specs, None, tmp_path / "r.jsonl", layers="0", jobs=2, threads=1,
+        run_probe(cache, specs, None, tmp_path / "r.jsonl",
+                  ProbeConfig.build(layers="0", jobs=2, threads=1),
                   loader=WorkerFailingLoader("toy:B", InputError("bad label 'x'", "train.tsv", 3),
                                              os.getpid(), marker))
     assert marker.exists()  # the worker's error, not the parent's
@@ -392,14 +404,14 @@ def test_probe_tasks_and_summarize(toml_task, tmp_path):
 
     task_file, cache = toml_task
     out = tmp_path / "r.jsonl"
-    records = probe_tasks(cache, "", out, task_files=[str(task_file)], layers="2",
-                          seeds="3, 4", threads=1)
+    records = probe_tasks(cache, "", out, ProbeConfig.build(layers="2", seeds="3, 4", threads=1),
+                          task_files=[str(task_file)])
     assert [r.seed for r in records] == [3, 4]
     text = summarize(records, out)
     assert "wrote 2 cell(s)" in text and "custom:Toy: best layer 2" in text
     assert "nothing to do" in summarize([], out)
     with pytest.raises(OptionError, match="tasks"):
-        probe_tasks(cache, "", out)
+        probe_tasks(cache, "", out, ProbeConfig.build())
 
 
 def test_probe_cli_survives_an_undefined_score(tmp_path):
@@ -497,7 +509,7 @@ def test_resume_refuses_cells_of_a_cache_with_other_encode_settings(tmp_path, se
     # in --out hold other vectors' scores and are never kept as this cache's
     sentences, vec, y = toy_classification(300, informative=(1, 2))
     names = ("neg", "pos")
-    parts = {"train": range(0, 180), "dev": range(180, 240), "test": range(240, 300)}
+    parts = {"train": range(180), "dev": range(180, 240), "test": range(240, 300)}
     task_file = write_toy_task(tmp_path, {split: [(names[y[i]], sentences[i]) for i in rows]
                                           for split, rows in parts.items()})
     first = {"model_dtype": "float32", "mean_first_token": "skip"}
@@ -538,8 +550,8 @@ def test_an_avg_cell_records_what_its_mean_averaged(tmp_path):
     # a cache without the stored mean over every state: the probe averages the states it
     # stores, so a cache of other --states holds another avg vector, and only the avg cell
     # says so (layer 1's vector is the same whatever else is stored)
-    from estratos.results.provenance import cell_encoding, encoding_diff
     from estratos.cache import open_cache
+    from estratos.results.provenance import cell_encoding, encoding_diff
 
     sentences, vec, y = toy_classification(60, informative=(1, 2))
     cache = write_cache(tmp_path / "a.h5", sentences, vec)

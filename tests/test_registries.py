@@ -73,6 +73,24 @@ def test_every_registry_answers_an_unknown_name_the_same_way(lookup, message):
         control="label-shufle"),
      "--control: unknown control 'label-shufle' (closest: label-shuffle); choose from "
      "control-task, label-shuffle"),
+    (lambda: __import__("estratos.probe.estimators.registry", fromlist=["x"])
+     .check_features("standardised"),
+     "--features: unknown features 'standardised' (closest: standardized); choose from raw, "
+     "standardized"),
+    (lambda: __import__("estratos.report.compare", fromlist=["x"]).parse_selector(
+        "layr=3", "--a"), "--a: unknown key 'layr' (closest: layer); choose from layer, "),
+    (lambda: __import__("estratos.report.intervals", fromlist=["x"]).StatsOptions(
+        significance="holmes"),
+     "--significance: unknown correction 'holmes' (closest: holm); choose from "),
+    (lambda: __import__("estratos.report.build", fromlist=["x"]).parse_formats("mdd"),
+     "--format: unknown format 'mdd' (closest: md); choose from "),
+    (lambda: __import__("estratos.tasks.describe", fromlist=["x"]).render_task_list([], "jsn"),
+     "--format: unknown format 'jsn' (closest: json); choose from table, json"),
+    (lambda: __import__("estratos.similarity.config", fromlist=["x"]).parse_choices(
+        "--measures", "ckaa", ("cka", "rsa"), "measure"),
+     "--measures: unknown measure 'ckaa' (closest: cka); choose from cka, rsa"),
+    (lambda: __import__("estratos.tasks.synthetic", fromlist=["x"]).task_labels("Lenght"),
+     "unknown synthetic-es task 'Lenght' (closest: Length); choose from "),
 ])
 def test_option_lookups_name_their_option_with_the_same_hint(lookup, message):
     with pytest.raises(OptionError) as caught:
@@ -131,15 +149,69 @@ def test_each_name_table_is_keyed_like_its_vocabulary():
     assert tuple(METRIC_FUNCTIONS) == METRICS
 
 
-def test_poolings_and_baselines_are_computed_under_their_vocabulary_names():
-    """Each pooling encode offers and each surface baseline baseline offers has its
-    computation registered under the same name, in the same order."""
+def test_a_declared_registry_takes_its_names_and_order_from_the_declaration():
+    """The poolings and the surface baselines are named once, in the vocabulary (what the
+    CLI lists before numpy or torch loads); their computations' registries are declared with
+    those names, so a name on one side only fails at import, not in a test."""
+    reg = Registry("thing", {"b": 2, "a": 1}, names=("a", "b"))
+    assert reg.names() == ("a", "b")  # the declaration's order, not the entries'
+    with pytest.raises(ValueError, match="thing 'c': declared but not given"):
+        Registry("thing", {"a": 1, "b": 2}, names=("a", "b", "c"))
+    with pytest.raises(ValueError, match="thing 'z': not declared"):
+        Registry("thing", {"a": 1, "b": 2, "z": 3}, names=("a", "b"))
+    with pytest.raises(ValueError, match="not declared"):
+        reg.register("c", 3)
+    with pytest.raises(ValueError, match="declared"):
+        reg.unregister("a")
+    assert reg.register("a", 1) == 1  # the same entry again is still harmless
+
+
+def test_poolings_and_baselines_are_named_once_in_the_vocabulary():
     from estratos.encode.models.pooling import POOLERS
     from estratos.probe.baseline import BASELINES
-    from estratos.vocab import POOLINGS, SURFACE_BASELINES
+    from estratos.vocab import CACHE_POOLINGS, ENCODER_POOLING, POOLINGS, SURFACE_BASELINES
 
-    assert POOLERS.names() == POOLINGS
-    assert BASELINES.names() == SURFACE_BASELINES
+    for registry, names in ((POOLERS, POOLINGS), (BASELINES, SURFACE_BASELINES)):
+        assert registry.names() == names
+        with pytest.raises(ValueError, match="not declared"):
+            registry.register("made-up", registry[names[0]])
+    assert CACHE_POOLINGS == POOLINGS + (ENCODER_POOLING,)
+
+
+def test_control_kinds_are_a_registry_and_their_tuple_its_names():
+    from estratos.probe.controls import control_record
+    from estratos.vocab import CONTROL_KINDS, CONTROLS
+
+    assert CONTROL_KINDS == CONTROLS.names() == ("control-task", "label-shuffle")
+    assert all(CONTROLS[name].summary for name in CONTROLS)
+    assert CONTROLS.check("label-shuffle", "--control") == "label-shuffle"
+    for check in (lambda: CONTROLS.check("label-shufle", "--control"),
+                  lambda: control_record("label-shufle", 1)):
+        with pytest.raises(OptionError) as caught:
+            check()
+        assert caught.value.cli_text() == (
+            "--control: unknown control 'label-shufle' (closest: label-shuffle); choose from "
+            "control-task, label-shuffle")
+
+
+def test_an_estimators_determinism_follows_from_the_optim_it_records():
+    """``deterministic`` is derived from the recorded ``optim``
+    (:data:`estratos.vocab.SEED_FREE_OPTIMIZERS`, what a report reads from a results line),
+    never set by hand, so probe and report cannot disagree."""
+    from estratos.probe.estimators.registry import RecordedEstimator
+    from estratos.results.record import seed_free_fit
+
+    class SeedFree(RecordedEstimator):
+        _facts = {"optim": "lbfgs"}
+
+    class Drawn(RecordedEstimator):
+        _facts = {"optim": "adam"}
+
+    assert SeedFree.deterministic and seed_free_fit({"optim": "lbfgs"})
+    assert not Drawn.deterministic and not seed_free_fit({"optim": "adam"})
+    with pytest.raises(TypeError, match="follows from the optim"):
+        class Claimed(RecordedEstimator):
+            deterministic = True
 
 
 PLUGIN = '''

@@ -3,6 +3,7 @@ writers, globs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from estratos.errors import InputError, ResultsError
-from estratos.results import ResultRecord, ResultsStore, load_results, read_results
+from estratos.results import CellKey, ResultRecord, ResultsStore, load_results, read_results
 
 
 def rec(layer, seed=1111, score=50.0, task="toy:A", classifier="senteval", kind="probe",
@@ -221,7 +222,8 @@ def test_new_results_files_respect_the_umask(tmp_path):
 def test_a_control_cell_coexists_with_its_ordinary_cell(tmp_path):
     control = rec(0).replace(control={"kind": "label-shuffle", "seed": 1111})
     assert cell_key(control) != cell_key(rec(0))
-    assert cell_key(rec(0)) == ("toy:A", 0, "cls", 1111, "senteval", None, "m", "r")
+    assert cell_key(rec(0)) == CellKey(task="toy:A", layer=0, pooling="cls", seed=1111,
+                                       classifier="senteval", model="m", revision="r")
     store = ResultsStore(tmp_path / "r.jsonl")
     assert len(store.append([rec(0), control])) == 2
     assert store.append([control]) == []  # done: the control's identity includes its kind
@@ -255,8 +257,10 @@ def test_a_results_line_written_before_the_new_fields_loads(tmp_path):
     (r,) = read_results(path)
     assert r.control is None and r.mdl is None and r.degenerate is None
     assert r.features == "raw"
-    assert r.key == ("es-senteval:TASS1", 3, "cls", 1111, "senteval", "raw", "m", "r")
-    assert r.predictions_key == ("es-senteval:TASS1", 3, "cls", 1111, "senteval", "m", "r")
+    assert r.key == CellKey(task="es-senteval:TASS1", layer=3, pooling="cls", seed=1111,
+                            classifier="senteval", features="raw", model="m", revision="r")
+    # its predictions were filed under version 1's key form (no features)
+    assert r.predictions_key == ["es-senteval:TASS1", 3, "cls", 1111, "senteval", "m", "r"]
 
 
 def test_schema_1_lines_are_migrated(tmp_path):
@@ -287,25 +291,29 @@ def test_where_predictions_are_filed_comes_from_the_migration_alone():
     current = rec(0).to_json()
     assert "filed_under" not in current
     forged = ResultRecord.from_json({**current, "filed_under": ["elsewhere"]})
-    assert forged.predictions_key == forged.key == rec(0).key
+    assert forged.key == rec(0).key
+    assert forged.predictions_key == forged.key.to_json() == rec(0).key.to_json()
     old = {**current, "schema": 1, "control": {"kind": "permuted-labels", "seed": 3}}
     del old["features"]
     migrated = ResultRecord.from_json(old)
-    assert migrated.predictions_key == migrated.key[:5] + migrated.key[6:8] + (
-        "permuted-labels",)
+    k = migrated.key
+    assert migrated.predictions_key == [k.task, k.layer, k.pooling, k.seed, k.classifier,
+                                        k.model, k.revision, "permuted-labels"]
     assert migrated.replace(ci=None).predictions_key == migrated.predictions_key
     assert "filed_under" not in migrated.to_json() and migrated == migrated.replace(
         filed_under=None)
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("control", {"kind": "shuffled"}, "unknown kind 'shuffled'"),
+    ("control", {"kind": "shuffled"}, "'control': unknown control 'shuffled' .*; choose from "
+                                      "control-task, label-shuffle"),
     ("control", "yes", "'control' must be an object"),
     ("mdl", {"online_bits": 1.0, "uniform_bits": 2.0}, "'compression' must be a finite"),
     ("mdl", {"online_bits": 1.0, "uniform_bits": 2.0, "compression": "inf"},
      "'compression' must be a finite"),
     ("degenerate", True, "'degenerate' must be an object"),
-    ("features", "whitened", "'features': unknown value 'whitened'"),
+    ("features", "whitened", "'features': unknown features 'whitened'; choose from raw, "
+                             "standardized"),
 ])
 def test_bad_new_fields_name_file_and_line(tmp_path, field, value, message):
     obj = rec(0).to_json()
@@ -314,3 +322,69 @@ def test_bad_new_fields_name_file_and_line(tmp_path, field, value, message):
     path.write_text(json.dumps(obj) + "\n")
     with pytest.raises(InputError, match=rf"r\.jsonl:1: .*{message}"):
         read_results(path)
+
+
+# ---- a cell's identity: one record with named fields --------------------------------------
+
+PROMPTED_CONTROL = {"task": "toy:A", "layer": 0, "pooling": "cls", "seed": 1111,
+                    "classifier": "senteval", "features": "raw", "model": "org/m",
+                    "revision": "r", "control": "control-task/task-l2", "prompt": "Q: {}"}
+BASELINE = {"task": "toy:A", "layer": None, "pooling": None, "seed": 1111,
+            "classifier": "tfidf", "model": "baseline:tfidf", "revision": "tfidf-v1"}
+
+
+@pytest.mark.parametrize("fields, text, digest", [
+    (PROMPTED_CONTROL,
+     '["toy:A", 0, "cls", 1111, "senteval", "raw", "org/m", "r", "control-task/task-l2", '
+     '["prompt", "Q: {}"]]', "1b866ccbc49a571fbef35709d6b7e23538d843ef"),
+    (BASELINE, '["toy:A", null, null, 1111, "tfidf", null, "baseline:tfidf", "tfidf-v1"]',
+     "99e297739a20371cffcfb9887f5853d438797890"),
+])
+def test_a_cell_key_round_trips_through_its_json_form_unchanged_on_disk(fields, text, digest):
+    """The JSON form (a predictions file's ``key`` attribute, what its cell id hashes) is
+    the one earlier versions wrote, byte for byte: stored predictions are still found."""
+    from estratos.results.predictions import cell_id
+    key = CellKey(**fields)
+    assert json.dumps(key.to_json()) == text
+    assert cell_id(key.to_json()) == digest
+    assert CellKey.from_json(json.loads(text)) == key
+    assert hash(CellKey.from_json(json.loads(text))) == hash(key)
+    for only in ({"control": None}, {"prompt": None}, {"control": None, "prompt": None}):
+        other = dataclasses.replace(key, **only)
+        assert CellKey.from_json(json.loads(json.dumps(other.to_json()))) == other
+
+
+@pytest.mark.parametrize("bad", [["toy:A"], "toy:A", ["a", 0, "cls", 1, "s", None, "m", "r",
+                                                     ["tag", "x"]],
+                                 ["a", 0, "cls", 1, "s", None, "m", "r", "c", ["prompt", "x"],
+                                  "more"]])
+def test_anything_but_a_keys_json_form_is_refused(bad):
+    with pytest.raises(ValueError, match="not a cell key"):
+        CellKey.from_json(bad)
+
+
+def test_the_key_a_record_gives_is_the_key_built_by_field_names():
+    from estratos.probe.records import CellSource
+    record = rec(0).replace(model="org/m", features="raw", prompt="Q: {}",
+                            control={"kind": "control-task", "seed": 3, "l2": "task"})
+    assert record.key == CellKey(**PROMPTED_CONTROL)
+    assert record.identity == CellKey(**PROMPTED_CONTROL).as_dict()
+    system = CellSource(kind="probe", model="org/m", revision="r", prompt="Q: {}")
+    assert system.key(task="toy:A", layer=0, pooling="cls", seed=1111, classifier="senteval",
+                      features="raw", control="control-task/task-l2") == record.key
+    baseline = rec(None, kind="baseline", classifier="tfidf").replace(
+        pooling=None, model="baseline:tfidf", revision="tfidf-v1")
+    assert baseline.key == CellKey(**BASELINE)
+
+
+def test_no_caller_relies_on_a_keys_positional_order():
+    """A key is built by field name and read by field name: it takes no positional
+    argument and is no sequence, so a caller that indexed or unpacked one would fail."""
+    with pytest.raises(TypeError):
+        CellKey("toy:A", 0, "cls", 1111, "senteval", None, "m", "r")
+    key = CellKey(**BASELINE)
+    assert not isinstance(key, tuple)
+    with pytest.raises(TypeError):
+        key[0]
+    with pytest.raises(TypeError):
+        tuple(key)

@@ -353,7 +353,7 @@ def test_geometry_and_report_draw_the_records(caches, tmp_path):
     (["--layers", "7"], "--layers: layer index 7 is out of range", 2),
     (["--pooling", "last"], "has no pooling 'last'", 2),
     (["--max-sentences", "0"], "--max-sentences", 2),
-    (["--measures", "cca"], "--measures: unknown 'cca'", 2),
+    (["--measures", "cca"], "--measures: unknown measure 'cca'", 2),
 ])
 def test_bad_options_are_one_error_line_and_write_nothing(caches, tmp_path, extra, message,
                                                           code):
@@ -380,8 +380,8 @@ def test_a_cache_lacking_sentences_is_refused_with_the_count_and_the_encode_comm
         assert result.exit_code == 1, result.output
         errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and "30 of the 100 sentences are not in this cache" in errors[0]
-        assert (f"estratos encode --model test/c --dtype float32 --max-length 128 --out {c} "
-                f"--sentences {listed}") in errors[0]
+        assert (f"estratos encode --model test/c --dtype float32 --max-length 128 "
+                f"--sentences {listed} --out {c}") in errors[0]
         assert not out.exists()
 
 

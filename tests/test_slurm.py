@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from estratos.cli import cli
 from estratos.errors import OptionError
 from estratos.slurm import model_slugs, plan_pipeline, submit, write_scripts
+from estratos.slurm.plan import Resources
 from estratos.tasks.synthetic import build_synthetic_es
 
 TASKS = "synthetic-es:Tense,synthetic-es:Depth"
@@ -69,8 +70,8 @@ def test_dry_run_writes_readable_scripts_and_submit_sh(synth, tmp_path):
         assert line in encode.splitlines(), line
     merge = (out / "model-a.merge.sbatch").read_text()
     assert "--gres" not in merge and "--array" not in merge and "--account=proj" in merge
-    assert f"cache merge --out {out}/model-a.h5 \\\n      {out}/model-a.shard-*-of-4.h5\n" \
-        in merge
+    assert (f"cache merge \\\n      {out}/model-a.shard-*-of-4.h5 \\\n"
+            f"      --out {out}/model-a.h5\n") in merge
     probe = (out / "model-b.probe.sbatch").read_text()
     for line in ["#SBATCH --array=0-2", '    --shard "$SLURM_ARRAY_TASK_ID/3" \\',
                  "    --layers 0,2,avg \\", "    --pooling mean \\", "    --seeds 1111,1 \\",
@@ -90,7 +91,7 @@ def test_single_jobs_write_the_final_files_directly(synth, tmp_path):
     plan = plan_pipeline(["m"], TASKS, [f"synthetic-es={synth}"], tmp_path)
     encode, merge, probe, report = (j.text for j in plan.jobs)
     assert "--array" not in encode + merge + probe and "--shard" not in encode + probe
-    assert "cache merge" not in merge and f"cache verify {tmp_path}/m.h5" in merge
+    assert "cache merge" not in merge and f"cache verify \\\n    {tmp_path}/m.h5" in merge
     assert f"--out {tmp_path}/m.jsonl" in probe and f"    {tmp_path}/m.jsonl \\" in report
 
 
@@ -126,8 +127,9 @@ def test_paths_and_values_are_quoted_for_bash(synth, tmp_path):
     model = tmp_path / "my model"
     model.mkdir()
     python, log = echo_python(tmp_path)
-    plan = plan_pipeline([str(model)], TASKS, [f"synthetic-es={data}"], odd, encode_array=2,
-                         probe_array=2, python=str(python))
+    plan = plan_pipeline([str(model)], TASKS, [f"synthetic-es={data}"], odd,
+                         resources=Resources.build(encode_array=2, probe_array=2),
+                         python=str(python))
     write_scripts(plan)
     env = dict(os.environ, SLURM_ARRAY_TASK_ID="1", PATH=broken_estratos(tmp_path))
     for job in plan.jobs:
@@ -139,8 +141,8 @@ def test_paths_and_values_are_quoted_for_bash(synth, tmp_path):
     assert calls[0] == ["encode", "--model", str(model), "--tasks", TASKS, "--data-dir",
                         f"synthetic-es={data}", "--shard", "1/2", "--out",
                         str(odd / "my-model.h5")]
-    assert calls[1] == ["cache", "merge", "--out", str(odd / "my-model.h5"),
-                        str(odd / "my-model.shard-*-of-2.h5")]  # no shard files: glob kept
+    assert calls[1] == ["cache", "merge", str(odd / "my-model.shard-*-of-2.h5"),  # glob kept:
+                        "--out", str(odd / "my-model.h5")]  # no shard files
     assert calls[2][:2] == ["cache", "verify"] and calls[3][0] == "probe"
     assert calls[3][calls[3].index("--shard") + 1] == "1/2"
     assert calls[4] == ["report", str(odd / "my-model.shard-*-of-2.jsonl"), "--out",
@@ -160,7 +162,8 @@ def test_a_failing_step_says_how_to_resubmit_and_the_rest_is_cancelled(synth, tm
     """The jobs after a failed one end (``--kill-on-invalid-dep=yes`` on every job that
     waits), and the failed job's log says which task failed and the command that resumes."""
     out = tmp_path / "o"
-    plan = plan_pipeline(["m"], TASKS, [f"synthetic-es={synth}"], out, encode_array=2,
+    plan = plan_pipeline(["m"], TASKS, [f"synthetic-es={synth}"], out,
+                         resources=Resources.build(encode_array=2),
                          python=str(tmp_path / "no-such-python"))
     write_scripts(plan)
     for job in plan.jobs:

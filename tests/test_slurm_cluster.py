@@ -22,10 +22,10 @@ from typing import Dict, List, Tuple
 
 import pytest
 from click.testing import CliRunner
+from slurmcluster import LocalSlurm, missing_binaries
 
 from estratos.cli import cli
 from estratos.tasks.synthetic import build_synthetic_es
-from slurmcluster import LocalSlurm, missing_binaries
 
 pytestmark = pytest.mark.slurm
 
@@ -258,3 +258,67 @@ def test_a_failed_step_ends_the_chain_and_its_log_says_how_to_resume(slurm_env, 
     assert "shard 1/2" in resumed and "resumed" in resumed
     assert "already cached" in (out / "logs" / f"estratos-encode-{slug}-{again[0]}_0.out").read_text()
     assert_same_report(out / "report", workload.reference)
+
+
+#: a SentEval-style batcher of three states that reads only the words (for ``--encoder``)
+BATCHER = '''
+import numpy as np
+
+def batcher(params, batch):
+    out = np.zeros((len(batch), 3, 5), dtype=np.float32)
+    for i, words in enumerate(batch):
+        codes = np.frombuffer(" ".join(words).encode("utf-8"), dtype=np.uint8).astype(np.float32)
+        for state in range(3):
+            out[i, state] = [codes.sum() % 89, len(words), codes[0] * state, codes[-1], state]
+    return out
+'''
+
+
+@pytest.fixture(scope="module")
+def other_sources(tmp_path_factory):
+    """A tiny decoder-only model (GPT-2, no BOS) and a batcher file."""
+    from test_encode_models import build_model, sentences
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    root = tmp_path_factory.mktemp("sources")
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.train_from_iterator(sentences(300, seed=1), trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(root / "tokenizer.json"))
+    decoder = build_model(root / "tokenizer.json", "gpt2", root / "gpt2")
+    (root / "wordenc.py").write_text(BATCHER, encoding="utf-8")
+    return SimpleNamespace(decoder=decoder, batcher=f"{root / 'wordenc.py'}:batcher")
+
+
+@pytest.mark.parametrize("source", ["decoder", "batcher"])
+def test_a_decoder_read_at_its_last_token_and_a_batcher_give_the_cells_of_the_local_run(
+        slurm_env, workload, other_sources, tmp_path, source):
+    """``estratos slurm DECODER --pooling last`` (the encode jobs store last, which the probe
+    jobs read) and ``estratos slurm --encoder FILE:FUNC`` (the batcher runs as the model of
+    every job) give the cells of encode + probe run here with the same options."""
+    common = ["--tasks", TASKS, "--data-dir", workload.data_dir]
+    if source == "decoder":
+        model, chain_args = str(other_sources.decoder), [str(other_sources.decoder)]
+        encode_args, probe_args = ["--model", model], ["--pooling", "last"]
+    else:
+        model, chain_args = other_sources.batcher, ["--encoder", other_sources.batcher]
+        encode_args, probe_args = ["--encoder", model], []
+    local = tmp_path / "local"
+    invoke(["encode", *encode_args, *common, "--threads", "1", "--out", f"{local}.h5"])
+    invoke(["probe", "--cache", f"{local}.h5", *common, "--seeds", "1", "--classifier",
+            "lbfgs", *probe_args, "--out", f"{local}.jsonl"])
+    want = cells([f"{local}.jsonl"])
+    out = tmp_path / "chain"
+    printed = invoke(["slurm", *chain_args, *common, "--out", str(out), "--encode-array", "2",
+                      "--probe-array", "2", "--seeds", "1", "--classifier", "lbfgs",
+                      "--cpus-per-task", "1", *probe_args])
+    ids = re.search(r"--jobs=([\d,]+)", printed).group(1).split(",")
+    slurm_env.wait_for(ids, finished(ids[-1], out))
+    got = cells(sorted(out.glob("*.shard-*.jsonl")))
+    assert want and sorted(got, key=repr) == sorted(want, key=repr)
+    for key, line in want.items():
+        assert got[key] == line, key
+    if source == "decoder":
+        assert {line["pooling"] for line in got.values()} == {"last"}

@@ -44,6 +44,7 @@ class _Loader:
 def real_run(es_data_dir, minilm_dir, tmp_path_factory):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from estratos.encode import encode_sentences
+    from estratos.probe.config import ProbeConfig
     from estratos.probe.grid.runner import run_probe
     from estratos.tasks import DataDirs, get_spec, load_task
 
@@ -55,8 +56,8 @@ def real_run(es_data_dir, minilm_dir, tmp_path_factory):
     encode_sentences(sorted(set(tass.sentences) | set(sts.sentences)), str(minilm_dir), cache,
                      device="cpu", progress=False)
     out = folder / "minilm.jsonl"
-    run_probe(cache, [tass.spec, sts.spec], dirs, out, layers="3,6,avg", pooling="mean",
-              seeds=(1111, 1), threads=1,
+    run_probe(cache, [tass.spec, sts.spec], dirs, out,
+              ProbeConfig.build(layers="3,6,avg", pooling="mean", seeds=(1111, 1), threads=1),
               loader=_Loader({tass.spec.id: tass, sts.spec.id: sts}))
     return out
 

@@ -15,8 +15,9 @@ import h5py
 import numpy as np
 
 from estratos.cache import schema
+from estratos.commandline import Command
 from estratos.errors import CacheError, MissingSentences, SettingsMismatch
-from estratos.options import model_identity
+from estratos.model_source import model_identity
 from estratos.text import normalize_sentence, sentence_key
 from estratos.vocab import AVG
 
@@ -276,8 +277,8 @@ def _unfinished(path: Path, partial: Path) -> str:
             model = schema.to_python(f.attrs.get("model"))
     except (CacheError, OSError, ValueError, TypeError):
         pass
-    how = (f"estratos encode --model {model} --out {path} ..." if model
-           else f"estratos encode ... --out {path}")
+    source = [("--model", str(model))] if model else []
+    how = Command.of("encode", source, [("--out", str(path))]).shell() + " ..."
     return (f"{path}: not finished: only {partial} exists ({rows} rows), so the encode that "
             f"writes it was interrupted (or is still running). Run the same command again "
             f"(`{how}` with the same sentences and options) to finish it; it resumes from "

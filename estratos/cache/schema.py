@@ -19,13 +19,14 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import h5py
 import numpy as np
 
 from estratos.cache.architecture import DECODER, ENCODER, decoder_only_type
 from estratos.errors import CacheError, DamagedCache
+from estratos.registry import unknown_message
 from estratos.text import KEY_BYTES
 from estratos.vocab import AVG_OF_ALL, VECTOR_DTYPES, VECTOR_SETTINGS
 
@@ -86,11 +87,17 @@ def partial_path(path: os.PathLike | str) -> Path:
     return path.with_name(path.name + PARTIAL_SUFFIX)
 
 
-def shard_path(path: os.PathLike | str, index: int, count: int) -> Path:
+#: the name of shard I of N of a file ``<stem><suffix>`` (caches and results alike)
+SHARD_NAME = "{stem}.shard-{index}-of-{count}{suffix}"
+
+
+def shard_path(path: os.PathLike | str, index: Union[int, str], count: int) -> Path:
     """The file of shard ``index`` (0-based) of ``count``:
-    ``cache.h5`` -> ``cache.shard-1-of-3.h5``."""
+    ``cache.h5`` -> ``cache.shard-1-of-3.h5``; an ``index`` of ``"*"`` gives the glob of
+    every shard (what ``cache merge`` and ``report`` read in a job script)."""
     path = Path(path)
-    return path.with_name(f"{path.stem}.shard-{index}-of-{count}{path.suffix}")
+    return path.with_name(SHARD_NAME.format(stem=path.stem, index=index, count=count,
+                                            suffix=path.suffix))
 
 
 def storage_dtype(dtype: str) -> np.dtype:
@@ -98,8 +105,7 @@ def storage_dtype(dtype: str) -> np.dtype:
     try:
         return STORAGE_DTYPES[dtype]
     except KeyError:
-        raise CacheError(f"unknown vector dtype {dtype!r} (known: {', '.join(VECTOR_DTYPES)})"
-                         ) from None
+        raise CacheError(unknown_message("vector dtype", dtype, VECTOR_DTYPES)) from None
 
 
 def to_storage(values: np.ndarray, dtype: str) -> np.ndarray:

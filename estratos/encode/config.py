@@ -22,18 +22,15 @@ import dataclasses
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from estratos.clitypes import int_at_least, integer
+from estratos.devices import ENCODE_DEVICES, check_device, device_help
 from estratos.errors import OptionError
-from estratos.options import (
-    ENCODE_DEVICES,
-    ShardSpec,
-    check_device,
-    is_local_model,
-    parse_states,
-    positive_int,
-    resolve_shard,
-)
+from estratos.model_source import is_local_model
+from estratos.options import AUTO_SHARD, parse_states, positive_int, resolve_shard
+from estratos.optiontable import OptionPair, Role, check_fields, flatten, option, to_options
+from estratos.registry import unknown_name
 from estratos.vocab import (
     ALL_LAYERS,
     CHAT_TEMPLATE_KIND,
@@ -59,76 +56,221 @@ ACCELERATE_HINT = 'pip install "estratos[accelerate]"'
 MIN_MAX_LENGTH = 2
 
 
+def _check_poolings(poolings: Optional[Sequence[str]], *,
+                    batcher: bool) -> Optional[Tuple[str, ...]]:
+    """``--pooling``: known names, each once in the order given (None: the default); a
+    batcher's one kind (:data:`~estratos.vocab.ENCODER_POOLING`) only with ``--encoder``."""
+    if not poolings:
+        return None
+    chosen = tuple(dict.fromkeys(str(p) for p in poolings))
+    if batcher and chosen == (ENCODER_POOLING,):
+        return None  # the only kind a batcher gives: the default, written nowhere
+    bad = [p for p in chosen if p not in POOLINGS + ((ENCODER_POOLING,) if batcher else ())]
+    if bad:
+        raise unknown_name("pooling", bad[0], POOLINGS, "--pooling")
+    return chosen
+
+
+def _states(states: Union[str, Sequence[Union[int, str]], None]) -> str:
+    """``--states`` with its syntax checked (the indices are checked against the model), as
+    the option's text (items of a sequence joined by commas, ``all`` when it means every
+    state): one form per choice, so a configuration equals the one its words build."""
+    parse_states(states)
+    text = ALL_LAYERS if states is None else (
+        states.strip() if isinstance(states, str) else ",".join(str(s).strip() for s in states))
+    return ALL_LAYERS if text.lower() == ALL_LAYERS else text
+
+
+def _max_length(value: Optional[int]) -> Optional[int]:
+    """``--max-length``: None (the model's limit) or at least :data:`MIN_MAX_LENGTH`."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (
+            value < MIN_MAX_LENGTH):
+        raise OptionError(f"--max-length: must be an integer >= {MIN_MAX_LENGTH}, "
+                          f"got {value!r}")
+    return int(value)
+
+
+def _seed(random_init: Optional[int]) -> Optional[int]:
+    if random_init is not None and (isinstance(random_init, bool)
+                                    or not isinstance(random_init, numbers.Integral)
+                                    or random_init < 0):
+        raise OptionError(f"--random-init: the seed must be an integer >= 0, got "
+                          f"{random_init!r}")
+    return None if random_init is None else int(random_init)
+
+
+def parse_batch_tokens(value: BatchTokens) -> BatchTokens:
+    """``--batch-tokens``: a positive integer (also as text) or ``"auto"``."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return "auto"
+        try:
+            value = int(value)
+        except ValueError:
+            raise OptionError(f"--batch-tokens: expected a positive integer or auto, got "
+                              f"{value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise OptionError(f"--batch-tokens: must be >= 1 or auto, got {value!r}")
+    return int(value)
+
+
+def parse_prompt(template: Optional[str]) -> Optional[Tuple[str, str]]:
+    """``--prompt TEMPLATE``: ``(prefix, suffix)`` around the one ``{}`` where the sentence
+    goes (None without a template). Other braces are kept as written."""
+    if template is None:
+        return None
+    if template.count(PROMPT_SLOT) != 1:
+        raise OptionError(f"--prompt: the template must hold {PROMPT_SLOT} exactly once (where "
+                          f"the sentence goes), got {template!r}")
+    prefix, suffix = template.split(PROMPT_SLOT)
+    return prefix, suffix
+
+
+def check_accelerate() -> None:
+    """``--device-map`` needs accelerate, an optional extra: say how to get it."""
+    try:
+        import accelerate  # noqa: F401 - only whether it is installed
+    except ImportError as exc:
+        raise OptionError(f"--device-map auto needs the accelerate package, which is not "
+                          f"installed: {ACCELERATE_HINT}") from exc
+
+
+def check_model_folder(model: Optional[str]) -> None:
+    """A local ``--model`` must be a folder with a ``config.json``: say so, naming the folder
+    (instead of the tokenizer backend's unrelated complaint about sentencepiece), before
+    torch and transformers are imported. Hub ids and ``None`` (``--encoder``) pass."""
+    if model is None or not is_local_model(model):
+        return
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        raise OptionError(f"--model: {str(folder)!r} is not a model folder (no such directory)")
+    if (folder / "config.json").is_file():
+        return
+    inside = sorted(p.parent for p in folder.glob("*/config.json"))
+    hint = (f"; a model folder inside it: {inside[0]}" if len(inside) == 1 else
+            f"; model folders inside it: {', '.join(map(str, inside[:3]))}" if inside else
+            "; point --model at the folder that holds config.json and the weights")
+    raise OptionError(f"--model: {folder} has no config.json, so it is not a Hugging Face "
+                      f"model folder{hint}")
+
+
+def _encode_device(value: str) -> str:
+    return check_device(value, kinds=ENCODE_DEVICES)
+
+
+def _threads(value: Any) -> int:
+    return positive_int("--threads", value)
+
+
+def _prompt(value: str) -> str:
+    parse_prompt(value)
+    return value
+
+
 @dataclass(frozen=True)
 class EncodeConfig:
-    """Every choice of an encode run, checked (:meth:`build`).
+    """Every choice of an encode run, checked (:meth:`build`); each field is one option of
+    ``estratos encode`` (and of ``estratos slurm``), declared here once
+    (:mod:`estratos.optiontable`): its flag, check, help and role.
 
     - ``model``: a Hugging Face id or local folder, or ``encoder``: a SentEval-style
       ``MODULE:FUNCTION`` batcher (exactly one of them).
-    - What is stored: ``poolings`` (None: the architecture's default), ``states``
-      (``--states``: ``all``, ``0,8,16``, ``every:4``, ``last:8``), ``dtype`` (the vectors'
-      precision), ``max_length`` (None: the model's limit, at most 512), ``lowercase``,
-      ``prompt`` (a template whose ``{}`` is the sentence), ``chat_template``,
-      ``mean_first_token`` (``auto``, ``skip``, ``keep``).
-    - How the model is loaded: ``model_dtype``, ``device_map``, ``trust_remote_code``,
+    - What is stored (:attr:`~estratos.optiontable.Role.IDENTITY`): ``poolings`` (None: the
+      architecture's default), ``states`` (``--states``: ``all``, ``0,8,16``, ``every:4``,
+      ``last:8``), ``dtype`` (the vectors' precision), ``max_length`` (None: the model's
+      limit, at most 512), ``lowercase``, ``prompt`` (a template whose ``{}`` is the
+      sentence), ``chat_template``, ``mean_first_token`` (``auto``, ``skip``, ``keep``); how
+      the model is loaded: ``model_dtype``, ``device_map``, ``trust_remote_code``,
       ``random_init`` (a control model's seed).
-    - Where and how it runs: ``device`` (``auto``, ``cpu``, ``cuda[:N]``, ``mps``),
-      ``batch_tokens`` (a token budget or ``auto``), ``threads`` (None: ``OMP_NUM_THREADS``
-      if set, else every core), ``shard`` (``(I, N)`` or None).
+    - How it runs (``EXECUTION``): ``device`` (``auto``, ``cpu``, ``cuda[:N]``, ``mps``),
+      ``batch_tokens`` (a token budget or ``auto``); where (``PLACEMENT``): ``threads``
+      (None: ``OMP_NUM_THREADS`` if set, else every core), ``shard`` (``(I, N)`` or None).
     """
 
-    model: Optional[str] = None
-    encoder: Optional[str] = None
-    poolings: Optional[Tuple[str, ...]] = None
-    states: str = ALL_LAYERS
-    dtype: str = "float16"
-    max_length: Optional[int] = None
-    lowercase: bool = False
-    prompt: Optional[str] = None
-    chat_template: bool = False
-    mean_first_token: str = "auto"
-    model_dtype: str = "auto"
-    device_map: Optional[str] = None
-    trust_remote_code: bool = False
-    random_init: Optional[int] = None
-    device: str = "auto"
-    batch_tokens: BatchTokens = "auto"
-    threads: Optional[int] = None
-    shard: Optional[Tuple[int, int]] = None
+    model: Optional[str] = option(
+        None, "--model", "Hugging Face model id or local folder (AutoModel).",
+        check=lambda value: str(value) or None)
+    encoder: Optional[str] = option(
+        None, "--encoder", "Or: a SentEval-style batcher, MODULE:FUNCTION (a function from a "
+        "list of sentences to vectors, or to a list of per-state arrays).",
+        metavar="MODULE:FUNCTION", check=lambda value: str(value) or None)
+    poolings: Optional[Tuple[str, ...]] = option(
+        None, "--pooling", "Poolings to store (repeatable) [default: cls and mean for "
+        "encoders, last and mean for decoder-only models].", choices=POOLINGS, multiple=True,
+        check=lambda value: tuple(dict.fromkeys(str(p) for p in value)) or None)
+    states: str = option(
+        ALL_LAYERS, "--states", "Hidden states to store: all, indices (0,8,16), every:K (and "
+        "the last), last:N; the mean over all states (avg) is stored whatever is picked.",
+        check=_states, metavar="SPEC")
+    dtype: str = option(
+        "float16", "--dtype", "Stored vector precision (readers always give float32); "
+        "bfloat16 has float32's range, for models whose hidden states overflow float16.",
+        choices=VECTOR_DTYPES)
+    max_length: Optional[int] = option(
+        None, "--max-length", "Truncate inputs to this many tokens [default: model limit, max "
+        "512].", check=_max_length, click_type=integer)
+    lowercase: bool = option(
+        False, "--lowercase", "Lower-case sentences before tokenizing.", is_flag=True)
+    prompt: Optional[str] = option(
+        None, "--prompt", "Wrap each sentence in TEMPLATE, {} being the sentence (e.g. 'This "
+        "sentence : \"{}\" means in one word:\"'); the cache stays keyed by the sentence, "
+        "last reads the prompt's last token, mean the sentence's tokens.", check=_prompt,
+        metavar="TEMPLATE")
+    chat_template: bool = option(
+        False, "--chat-template", "Wrap each sentence (or --prompt's text) in the tokenizer's "
+        "chat template as a user turn, the assistant's turn opened.", is_flag=True)
+    mean_first_token: str = option(
+        "auto", "--mean-first-token", "Whether a decoder's mean leaves out each input's first "
+        "token (the attention sink: BOS, or the first word without one); auto: skip for "
+        "decoders, keep for encoders.", choices=MEAN_FIRST_CHOICES)
+    model_dtype: str = option(
+        "auto", "--model-dtype", "Dtype of the model's weights; auto: the checkpoint's own on "
+        "a GPU, float32 on CPU.", choices=MODEL_DTYPES)
+    device_map: Optional[str] = option(
+        None, "--device-map", "auto: spread a model too large for one GPU over the GPUs "
+        'present (needs pip install "estratos[accelerate]").', choices=DEVICE_MAPS)
+    trust_remote_code: bool = option(
+        False, "--trust-remote-code", "Run the model's own Python code from its folder or hub "
+        "repo (off by default; only for models you trust).", is_flag=True)
+    random_init: Optional[int] = option(
+        None, "--random-init", "Control model: same architecture and tokenizer, weights "
+        "freshly initialised with this seed (the trained weights are never read).",
+        check=_seed, metavar="SEED",
+        click_type=lambda: int_at_least(0))
+    device: str = option(
+        "auto", "--device", f"Where the model runs: {device_help(ENCODE_DEVICES)}.",
+        role=Role.EXECUTION, check=_encode_device)
+    batch_tokens: BatchTokens = option(
+        "auto", "--batch-tokens", "Token budget per batch (batch size x padded length); auto: "
+        "fill the GPU's free memory; on CPU at most 8192, less for deep, wide models.",
+        role=Role.EXECUTION, check=parse_batch_tokens, metavar="N|auto")
+    threads: Optional[int] = option(
+        None, "--threads", "Torch threads [default: OMP_NUM_THREADS if set, else every "
+        "core].", role=Role.PLACEMENT, check=_threads, click_type=integer)
+    shard: Optional[Tuple[int, int]] = option(
+        None, "--shard", "Encode shard I (0-based) of N of the sentences, written to "
+        "CACHE.shard-I-of-N.h5 (auto: the SLURM array variables if set); merge with "
+        "`estratos cache merge`.", role=Role.PLACEMENT, check=resolve_shard, metavar="I/N",
+        cli_default=AUTO_SHARD)
 
     @classmethod
-    def build(cls, *, model: Optional[str] = None, encoder: Optional[str] = None,
-              poolings: Optional[Sequence[str]] = None,
-              states: Union[str, Sequence[int], None] = ALL_LAYERS, dtype: str = "float16",
-              max_length: Optional[int] = None, lowercase: bool = False,
-              prompt: Optional[str] = None, chat_template: bool = False,
-              mean_first_token: str = "auto", model_dtype: str = "auto",
-              device_map: Optional[str] = None, trust_remote_code: bool = False,
-              random_init: Optional[int] = None, device: Optional[str] = "auto",
-              batch_tokens: BatchTokens = "auto", threads: Optional[int] = None,
-              shard: ShardSpec = None) -> "EncodeConfig":
-        """Check every option that needs neither the model nor torch (an
-        :class:`OptionError` names the first bad one) and return the configuration.
-        ``shard`` ``"auto"``: the SLURM array's task, if any. A local ``model`` folder is
-        checked separately (:meth:`check_model`): the CLI names a wrong data folder first."""
-        parse_prompt(prompt)
-        config = cls(
-            model=None if model is None else str(model), encoder=encoder or None,
-            poolings=_check_poolings(poolings, batcher=bool(encoder)), states=_states(states),
-            dtype=_choice("--dtype", dtype, VECTOR_DTYPES),
-            max_length=max_length, lowercase=bool(lowercase), prompt=prompt,
-            chat_template=bool(chat_template),
-            mean_first_token=_choice("--mean-first-token", mean_first_token,
-                                     MEAN_FIRST_CHOICES),
-            model_dtype=_choice("--model-dtype", model_dtype, MODEL_DTYPES),
-            device_map=(None if device_map is None
-                        else _choice("--device-map", device_map, DEVICE_MAPS)),
-            trust_remote_code=bool(trust_remote_code), random_init=_seed(random_init),
-            device=check_device(device, kinds=ENCODE_DEVICES),
-            batch_tokens=parse_batch_tokens(batch_tokens),
-            threads=positive_int("--threads", threads, allow_none=True),
-            shard=resolve_shard(shard))
-        config._check_source()  # before --max-length's bound: a batcher takes none at all
+    def build(cls, **given: Any) -> "EncodeConfig":
+        """Check every option that needs neither the model nor torch, given by field name
+        (an :class:`OptionError` names the first bad one; None or absent: the default), and
+        return the configuration. ``shard`` ``"auto"``: the SLURM array's task, if any. A
+        local ``model`` folder is checked separately (:meth:`check_model`): the CLI names a
+        wrong data folder first. ``--max-length``'s bound is checked after the source: a
+        batcher takes none at all."""
+        max_length = given.pop("max_length", None)
+        values = check_fields(cls, given)
+        values["poolings"] = _check_poolings(values["poolings"],
+                                             batcher=values["encoder"] is not None)
+        config = cls(**{**values, "max_length": max_length})
+        config._check_source()
         return dataclasses.replace(config, max_length=_max_length(max_length))
 
     def _check_source(self) -> None:
@@ -224,157 +366,32 @@ class EncodeConfig:
         """A copy with ``changes``, checked again."""
         return type(self).build(**{**self._fields(), **changes})
 
-    def _fields(self) -> dict:
+    def _fields(self) -> Dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def to_options(self) -> List[Tuple[str, Optional[str]]]:
+    def to_options(self) -> List[OptionPair]:
         """The ``estratos encode`` options of this configuration that differ from the
         defaults, ``--model`` or ``--encoder`` first, as ``(option, value)`` pairs (a flag's
-        value is None; ``--pooling`` repeats); the run's spread (``--threads``, ``--shard``)
-        is left to the command that runs it. The one writer of encode options: parsed back
-        by :meth:`build`, they give the same configuration."""
-        pairs: List[Tuple[str, Optional[str]]] = [
-            ("--encoder", self.encoder) if self.encoder is not None
-            else ("--model", str(self.model))]
-        default = type(self)()
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("model", "encoder", "threads", "shard") or value == getattr(
-                    default, f.name):
-                continue
-            option = "--" + f.name.replace("_", "-")
-            if f.name == "poolings":
-                pairs += [("--pooling", pooling) for pooling in value]
-            elif isinstance(value, bool):
-                pairs.append((option, None))
-            else:
-                pairs.append((option, str(value)))
-        return pairs
+        value is None; ``--pooling`` repeats); the run's placement (``--threads``,
+        ``--shard``) is left to the command that runs it. The one writer of encode options
+        (:func:`estratos.optiontable.to_options`): parsed back by :meth:`build`, they give
+        the same configuration."""
+        return to_options(self)
 
     def to_argv(self) -> List[str]:
         """:meth:`to_options` as command-line words."""
-        return [word for option, value in self.to_options()
-                for word in ((option,) if value is None else (option, value))]
+        return flatten(self.to_options())
 
 
-def argv_for_cache(attrs: Mapping[str, Any]) -> List[str]:
+def options_for_cache(attrs: Mapping[str, Any]) -> List[OptionPair]:
     """The ``estratos encode`` options that add rows to the cache whose root attributes are
     ``attrs`` (:meth:`EncodeConfig.for_cache`), or its model alone where the attributes are
     not a whole configuration (a cache written by other means)."""
     try:
-        return EncodeConfig.for_cache(attrs).to_argv()
+        return EncodeConfig.for_cache(attrs).to_options()
     except (OptionError, TypeError, ValueError):
-        return ["--model", str(attrs.get("model") or "MODEL")]
+        return [("--model", str(attrs.get("model") or "MODEL"))]
 
 
-def _choice(option: str, value: Any, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise OptionError(f"{option}: {value!r} is not one of {', '.join(choices)}")
-    return str(value)
-
-
-def _check_poolings(poolings: Optional[Sequence[str]], *,
-                    batcher: bool) -> Optional[Tuple[str, ...]]:
-    """``--pooling``: known names, each once in the order given (None: the default); a
-    batcher's one kind (:data:`~estratos.vocab.ENCODER_POOLING`) only with ``--encoder``."""
-    if not poolings:
-        return None
-    chosen = tuple(dict.fromkeys(str(p) for p in poolings))
-    if batcher and chosen == (ENCODER_POOLING,):
-        return None  # the only kind a batcher gives: the default, written nowhere
-    bad = [p for p in chosen if p not in POOLINGS + ((ENCODER_POOLING,) if batcher else ())]
-    if bad:
-        raise OptionError(f"--pooling: unknown pooling {', '.join(map(repr, bad))}; choose from "
-                          f"{', '.join(POOLINGS)}")
-    return chosen
-
-
-def _states(states: Union[str, Sequence[Union[int, str]], None]) -> str:
-    """``--states`` with its syntax checked (the indices are checked against the model), as
-    the option's text (items of a sequence joined by commas, ``all`` when it means every
-    state): one form per choice, so a configuration equals the one its words build."""
-    parse_states(states)
-    text = ALL_LAYERS if states is None else (
-        states.strip() if isinstance(states, str) else ",".join(str(s).strip() for s in states))
-    return ALL_LAYERS if text.lower() == ALL_LAYERS else text
-
-
-def _max_length(value: Optional[int]) -> Optional[int]:
-    """``--max-length``: None (the model's limit) or at least :data:`MIN_MAX_LENGTH`."""
-    if value is None:
-        return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (
-            value < MIN_MAX_LENGTH):
-        raise OptionError(f"--max-length: must be an integer >= {MIN_MAX_LENGTH}, "
-                          f"got {value!r}")
-    return int(value)
-
-
-def _seed(random_init: Optional[int]) -> Optional[int]:
-    if random_init is not None and (isinstance(random_init, bool)
-                                    or not isinstance(random_init, numbers.Integral)
-                                    or random_init < 0):
-        raise OptionError(f"--random-init: the seed must be an integer >= 0, got "
-                          f"{random_init!r}")
-    return None if random_init is None else int(random_init)
-
-
-def parse_batch_tokens(value: BatchTokens) -> BatchTokens:
-    """``--batch-tokens``: a positive integer (also as text) or ``"auto"``."""
-    if isinstance(value, str):
-        if value.strip().lower() == "auto":
-            return "auto"
-        try:
-            value = int(value)
-        except ValueError:
-            raise OptionError(f"--batch-tokens: expected a positive integer or auto, got "
-                              f"{value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise OptionError(f"--batch-tokens: must be >= 1 or auto, got {value!r}")
-    return int(value)
-
-
-def parse_prompt(template: Optional[str]) -> Optional[Tuple[str, str]]:
-    """``--prompt TEMPLATE``: ``(prefix, suffix)`` around the one ``{}`` where the sentence
-    goes (None without a template). Other braces are kept as written."""
-    if template is None:
-        return None
-    if template.count(PROMPT_SLOT) != 1:
-        raise OptionError(f"--prompt: the template must hold {PROMPT_SLOT} exactly once (where "
-                          f"the sentence goes), got {template!r}")
-    prefix, suffix = template.split(PROMPT_SLOT)
-    return prefix, suffix
-
-
-def check_accelerate() -> None:
-    """``--device-map`` needs accelerate, an optional extra: say how to get it."""
-    try:
-        import accelerate  # noqa: F401 - only whether it is installed
-    except ImportError as exc:
-        raise OptionError(f"--device-map auto needs the accelerate package, which is not "
-                          f"installed: {ACCELERATE_HINT}") from exc
-
-
-def check_model_folder(model: Optional[str]) -> None:
-    """A local ``--model`` must be a folder with a ``config.json``: say so, naming the folder
-    (instead of the tokenizer backend's unrelated complaint about sentencepiece), before
-    torch and transformers are imported. Hub ids and ``None`` (``--encoder``) pass."""
-    if model is None or not is_local_model(model):
-        return
-    folder = Path(model).expanduser()
-    if not folder.is_dir():
-        raise OptionError(f"--model: {str(folder)!r} is not a model folder (no such directory)")
-    if (folder / "config.json").is_file():
-        return
-    inside = sorted(p.parent for p in folder.glob("*/config.json"))
-    hint = (f"; a model folder inside it: {inside[0]}" if len(inside) == 1 else
-            f"; model folders inside it: {', '.join(map(str, inside[:3]))}" if inside else
-            "; point --model at the folder that holds config.json and the weights")
-    raise OptionError(f"--model: {folder} has no config.json, so it is not a Hugging Face "
-                      f"model folder{hint}")
-
-
-__all__ = ["BatchTokens", "EncodeConfig", "MODEL_DTYPES", "argv_for_cache", "check_model_folder",
+__all__ = ["BatchTokens", "EncodeConfig", "MODEL_DTYPES", "options_for_cache", "check_model_folder",
            "parse_batch_tokens", "parse_prompt"]

@@ -128,7 +128,7 @@ def gather_sentences_meanwhile(meanwhile: Sequence[Callable[[], None]],
     read here and the steps are left to the caller's own later imports."""
     import multiprocessing
 
-    from estratos.options import available_cores
+    from estratos.devices import available_cores
 
     by_tasks = tasks is not None or bool(task_files)
     if sentences_file is not None or not by_tasks or available_cores() < HELPERS_FROM_CORES \

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional, Tuple
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,6 @@ class EncodeSummary:
         if not self.n_encoded or not self.encode_seconds or self.encode_seconds <= 0:
             return None
         return self.n_encoded / self.encode_seconds
-
-    def as_dict(self) -> Dict[str, Any]:
-        return asdict(self)
 
     def headline(self) -> str:
         """What was encoded, in one line (or that everything was already cached)."""

@@ -1,6 +1,7 @@
 """Stage two: probes for every task x layer x seed from the cache alone.
 
-Public API: :func:`run_probe` (the grid runner), :func:`probe_tasks` (the same from
+Public API: :class:`ProbeConfig` / :class:`BaselineConfig` (a run's options, checked once),
+:func:`run_probe` (the grid runner), :func:`probe_tasks` (the same from
 command-line forms), :func:`run_baseline` / :func:`baseline_tasks` (the surface baselines'
 grid, and the same from command-line forms), :func:`evaluate_cells` /
 :func:`classifier_record` (one task's cells through its protocol,
@@ -18,7 +19,7 @@ from typing import Any
 _EXPORTS = {
     "run_probe": "grid.runner", "probe_tasks": "command", "summarize": "grid.outcome",
     "run_baseline": "grid.baselines", "baseline_tasks": "command",
-    "ProbeConfig": "config",
+    "ProbeConfig": "config", "BaselineConfig": "config",
     "resolve_classifier": "estimators.settings", "evaluate_cells": "cells",
     "classifier_record": "cells", "resolve_probe_device": "cells",
     "SentEvalClassifier": "estimators.classifiers",

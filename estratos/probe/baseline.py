@@ -104,6 +104,7 @@ from estratos.vocab import (
     DEFAULT_KFOLD,
     DEFAULT_L2_GRID,
     DEFAULT_SEED,
+    SURFACE_BASELINES,
     VALIDATION_SPLIT,
 )
 
@@ -339,8 +340,10 @@ def _lengths_of(count: Callable[[Sequence[str]], np.ndarray]
     return matrix
 
 
-#: every surface baseline by name, in :data:`estratos.vocab.SURFACE_BASELINES` order (the
-#: names the CLI offers before numpy loads; a test checks the two agree)
+#: every surface baseline by name, under the names and in the order
+#: :data:`estratos.vocab.SURFACE_BASELINES` declares (the names the CLI offers before numpy
+#: loads; a declared registry: a baseline named there without its computation here, or the
+#: reverse, fails when this module is imported)
 BASELINES: Registry[SurfaceBaseline] = Registry("baseline", {b.name: b for b in (
     SurfaceBaseline("tfidf", tfidf_matrix, TfidfLogReg),
     SurfaceBaseline("word-counts", word_count_matrix, _surface_estimator(
@@ -363,7 +366,7 @@ BASELINES: Registry[SurfaceBaseline] = Registry("baseline", {b.name: b for b in 
         "function-words", "counts of each Spanish function word (lower-cased), of tokens "
                           "ending in -s and of each punctuation mark: scaled count + one "
                           "indicator per count")),
-)})
+)}, names=SURFACE_BASELINES)
 
 def get_baseline(name: str) -> SurfaceBaseline:
     """The baseline called ``name``; an unknown name is an :class:`OptionError` naming

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 import numpy as np
 
-from estratos.options import PROBE_DEVICES, resolve_device
+from estratos.devices import PROBE_DEVICES, resolve_device
 from estratos.probe.config import Classifier, ProbeConfig
 from estratos.probe.controls import DEV_PART, permuted, shuffled_labels_factory
 from estratos.probe.estimators.registry import RecordedEstimator
@@ -47,8 +47,8 @@ ACCELERATOR_DEVICES = ("cuda",)
 
 
 def resolve_probe_device(text: Union[str, "torch.device", None]) -> "torch.device":
-    """``--device`` for probes: :func:`estratos.options.resolve_device` on the devices probes
-    train on (:data:`~estratos.options.PROBE_DEVICES`)."""
+    """``--device`` for probes: :func:`estratos.devices.resolve_device` on the devices probes
+    train on (:data:`~estratos.devices.PROBE_DEVICES`)."""
     device = resolve_device(text, kinds=PROBE_DEVICES)
     if device.type == "cuda":
         # cuBLAS is deterministic only with a fixed workspace (torch refuses otherwise under

@@ -15,32 +15,36 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
-from estratos.errors import OptionError
+from estratos.clitypes import integer
+from estratos.devices import PROBE_DEVICES, check_device, default_jobs, device_help
 from estratos.options import (
-    PROBE_DEVICES,
-    ShardSpec,
-    check_device,
-    default_jobs,
+    AUTO_SHARD,
+    parse_baselines,
     parse_layers,
     parse_seeds,
     positive_int,
     resolve_shard,
 )
+from estratos.optiontable import OptionPair, Role, check_fields, flatten, option, reject, to_options
 from estratos.probe.estimators.registry import (
     DEFAULT_CLASSIFIER,
     RecordedEstimator,
     check_features,
 )
-from estratos.registry import unknown_name
 from estratos.vocab import (
+    ALL_BASELINES,
+    ALL_LAYERS,
     CACHE_POOLINGS,
     CONTROL_KINDS,
     CONTROL_L2,
     CONTROL_L2_OWN,
     CONTROL_L2_TASK,
+    DEFAULT_BASELINE,
     DEFAULT_POOLING,
     DEFAULT_SEED,
+    FEATURES,
     RAW_FEATURES,
+    SURFACE_BASELINES,
     LayerSpec,
 )
 
@@ -48,91 +52,156 @@ from estratos.vocab import (
 Classifier = Union[str, RecordedEstimator]
 
 
+def _layers(value: Union[str, Sequence[LayerSpec]]) -> Union[str, Tuple[LayerSpec, ...]]:
+    parse_layers(value)  # syntax (indices are checked against the cache by the runner)
+    return value if isinstance(value, str) else tuple(value)
+
+
+def _layers_text(value: Union[str, Sequence[LayerSpec]]) -> str:
+    return value if isinstance(value, str) else ",".join(str(layer) for layer in value)
+
+
+def _seeds_text(value: Sequence[int]) -> str:
+    return ",".join(str(seed) for seed in value)
+
+
+def _names_text(value: Sequence[str]) -> str:
+    return ",".join(value)
+
+
+def _classifier_text(value: Classifier) -> str:
+    return value if isinstance(value, str) else value.name
+
+
+def _probe_device(value: str) -> str:
+    return check_device(value, kinds=PROBE_DEVICES)
+
+
+def _positive(flag: str) -> Any:
+    def check(value: Any) -> int:
+        return positive_int(flag, value)
+    return check
+
+
+def _one_pooling() -> Any:
+    from estratos.clitypes import one_of
+
+    return one_of(CACHE_POOLINGS, one_per_run=(
+        "probe takes one pooling per run; run it once with --pooling cls and once with "
+        "--pooling mean (same --out: the cells of both go in one results file)"))
+
+
+def _classifier_names() -> Sequence[str]:
+    from estratos.probe.estimators.classifiers import estimator_names
+
+    return estimator_names("classifier")
+
+
+def _classifier_choice() -> Any:
+    from estratos.clitypes import lazy_choice
+
+    return lazy_choice(_classifier_names)
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
-    """Every choice of a probe run, checked (:meth:`build`).
+    """Every choice of a probe run, checked (:meth:`build`); each field is one option of
+    ``estratos probe`` (and of ``estratos slurm``), declared here once
+    (:mod:`estratos.optiontable`): its flag, check, help and role.
 
-    - ``layers``: ``"all"`` or layer specs (indices and ``"avg"``; checked against the
-      cache by the runner); ``pooling``: the cached vectors (None: the cache's first);
-      ``seeds``: one cell per seed.
-    - ``classifier``: a registered estimator name or an estimator; ``features``: ``raw`` or
-      ``standardized`` (:mod:`estratos.probe.estimators.scaling`), resolved from the
-      classifier's own default when not given (``senteval``: raw, ``lbfgs``: standardized).
-    - ``control``: None (ordinary cells), ``"control-task"`` or ``"label-shuffle"``
-      (:mod:`estratos.probe.controls`); ``control_l2``: ``"own"`` (a control cell chooses
-      its L2 on its own dev labels) or ``"task"`` (it reuses its task cell's, which must be
-      in the results); ``mdl``: also record online code lengths.
-    - ``sequential``: train every model alone; ``device``: ``auto``, ``cpu``, ``cuda[:N]``;
-      ``jobs``: processes (None: :func:`estratos.options.default_jobs`); ``threads``: torch
-      threads per process (None: 1); ``shard``: ``(I, N)`` or None; ``overwrite``: redo cells
-      already stored.
+    What names a cell (:attr:`~estratos.optiontable.Role.IDENTITY`): ``layers`` (``"all"``
+    or layer specs, checked against the cache by the runner), ``pooling`` (None: the
+    cache's first), ``seeds``, ``classifier`` (a registered name or an estimator),
+    ``features`` (``raw`` or ``standardized``; None resolves to the classifier's own),
+    ``control`` and ``control_l2`` (:mod:`estratos.probe.controls`), ``mdl``. How the same
+    numbers are computed (``EXECUTION``): ``sequential``, ``device``. How one run is placed
+    (``PLACEMENT``): ``jobs`` (None: :func:`estratos.devices.default_jobs`), ``threads``,
+    ``shard``, ``overwrite``, ``expect_model`` (refuse a cache of another model).
     """
 
-    layers: Union[str, Tuple[LayerSpec, ...]] = "all"
-    pooling: Optional[str] = DEFAULT_POOLING
-    seeds: Tuple[int, ...] = (DEFAULT_SEED,)
-    classifier: Classifier = DEFAULT_CLASSIFIER
-    features: str = RAW_FEATURES
-    control: Optional[str] = None
-    control_l2: str = CONTROL_L2_OWN
-    mdl: bool = False
-    sequential: bool = False
-    device: str = "auto"
-    jobs: int = 1
-    threads: Optional[int] = None
-    shard: Optional[Tuple[int, int]] = None
-    overwrite: bool = False
+    layers: Union[str, Tuple[LayerSpec, ...]] = option(
+        ALL_LAYERS, "--layers", "all, or hidden-state indices and avg, comma-separated "
+        "(e.g. 0,3,6,avg).", check=_layers, text=_layers_text, always=True)
+    pooling: Optional[str] = option(
+        DEFAULT_POOLING, "--pooling", "Cached vectors to probe; one pooling per run (run again "
+        "with the same --out for the other).", choices=CACHE_POOLINGS,
+        click_type=_one_pooling, default_help="the cache's first: cls for encoders, last for "
+        "decoder-only models")
+    seeds: Tuple[int, ...] = option(
+        (DEFAULT_SEED,), "--seeds", "Comma-separated seeds.", check=parse_seeds,
+        text=_seeds_text, always=True)
+    classifier: Classifier = option(
+        DEFAULT_CLASSIFIER, "--classifier", "The probe: senteval (SentEval's, faithful to "
+        "published numbers) or another registered estimator (lbfgs: fast exploration).",
+        text=_classifier_text, click_type=_classifier_choice, always=True)
+    features: Optional[str] = option(
+        None, "--features", "How the probe reads the cached vectors: raw (SentEval's "
+        "protocol, paper parity) or standardized with the training data's mean and std "
+        "(both readings live in one results file).", choices=FEATURES, always=True,
+        check=check_features, default_help="the classifier's own: raw for senteval, "
+        "standardized for lbfgs")
+    control: Optional[str] = option(
+        None, "--control", "Control cells beside the ordinary ones: control-task (labels a "
+        "fixed random function of each example's words, scored on them: selectivity = "
+        "score - control; Hewitt & Liang 2019) or label-shuffle (shuffled training labels, "
+        "tested on the true ones: a majority-rate floor).", choices=CONTROL_KINDS)
+    control_l2: str = option(
+        CONTROL_L2_OWN, "--control-l2", "With --control: own (a control cell chooses its L2 "
+        "on its own dev labels) or task (it reuses the L2 its task cell chose, which must be "
+        "in --out; Hewitt & Liang fix the hyper-parameters across the pair).",
+        choices=CONTROL_L2)
+    mdl: bool = option(
+        False, "--mdl", "Also record each classification cell's online code length, its "
+        "compression against the uniform code and against a code of the labels alone "
+        "(Voita & Titov 2020).", is_flag=True)
+    sequential: bool = option(
+        False, "--sequential", "Train one cell at a time (parity checks, timing).",
+        role=Role.EXECUTION, is_flag=True)
+    device: str = option(
+        "auto", "--device", f"Where the probes train: {device_help(PROBE_DEVICES)} (auto: a "
+        "GPU when there is one, else cpu).", role=Role.EXECUTION, check=_probe_device,
+        always=True)
+    jobs: Optional[int] = option(
+        None, "--jobs", "Processes kept busy with work units (task x layer specs x seeds), "
+        "longest first.", role=Role.PLACEMENT, check=_positive("--jobs"), click_type=integer,
+        default_help="1; with --device auto on a machine with a GPU, every core: the GPU and "
+        "the cores train at once")
+    threads: Optional[int] = option(
+        None, "--threads", "Torch threads per process [default: 1; use --jobs for more "
+        "cores].", role=Role.PLACEMENT, check=_positive("--threads"), click_type=integer)
+    shard: Optional[Tuple[int, int]] = option(
+        None, "--shard", "Run shard I (0-based) of N of the grid, written to "
+        "RESULTS.shard-I-of-N.jsonl (auto: the SLURM array variables if set).",
+        role=Role.PLACEMENT, check=resolve_shard, metavar="I/N", cli_default=AUTO_SHARD)
+    overwrite: bool = option(
+        False, "--overwrite", "Redo cells already in --out.", role=Role.PLACEMENT,
+        is_flag=True)
+    expect_model: Optional[str] = option(
+        None, "--expect-model", "Fail unless the cache was made with this model.",
+        role=Role.PLACEMENT)
 
     @classmethod
-    def build(cls, *, layers: Union[str, Sequence[LayerSpec]] = "all",
-              pooling: Optional[str] = DEFAULT_POOLING,
-              seeds: Union[str, int, Sequence[int]] = (DEFAULT_SEED,),
-              classifier: Optional[Classifier] = None, features: Optional[str] = None,
-              control: Optional[str] = None, control_l2: Optional[str] = None,
-              mdl: bool = False, sequential: bool = False,
-              device: Optional[str] = "auto", jobs: Optional[int] = None,
-              threads: Optional[int] = None,
-              shard: ShardSpec = None, overwrite: bool = False) -> "ProbeConfig":
-        """Check every option (an :class:`OptionError` names the first bad one) and return
-        the configuration. Needs neither torch nor the cache."""
-        seeds_t = parse_seeds(seeds)
-        jobs_n = (default_jobs(device) if jobs is None else
-                  int(positive_int("--jobs", jobs) or 1))
-        threads_n = positive_int("--threads", threads, allow_none=True)
-        parse_layers(layers)  # syntax (indices are checked against the cache by the runner)
-        if pooling is not None and pooling not in CACHE_POOLINGS:
-            raise OptionError(f"--pooling: {pooling!r} is not one of "
-                              f"{', '.join(CACHE_POOLINGS)}")
-        if features is not None:
-            check_features(features)
-        if control is not None and control not in CONTROL_KINDS:
-            raise unknown_name("control", control, CONTROL_KINDS, "--control")
-        control_l2 = control_l2 or CONTROL_L2_OWN
-        if control_l2 not in CONTROL_L2:
-            raise OptionError(f"--control-l2: {control_l2!r} is not one of "
-                              f"{', '.join(CONTROL_L2)}")
-        if control_l2 == CONTROL_L2_TASK and control is None:
-            raise OptionError("--control-l2 task: only with --control (it fixes a control "
-                              "cell's L2 to its task cell's)")
-        device_t = check_device(device, kinds=PROBE_DEVICES)
-        shard_t = resolve_shard(shard)
+    def build(cls, **given: Any) -> "ProbeConfig":
+        """Check every option given by field name (an :class:`OptionError` names the first
+        bad one; None or an absent key: the default) and return the configuration. Needs
+        neither torch nor the cache."""
+        values = check_fields(cls, given)
+        if values["control_l2"] == CONTROL_L2_TASK and values["control"] is None:
+            raise reject("--control-l2", "task: only with --control (it fixes a control "
+                         "cell's L2 to its task cell's)")
+        if values["jobs"] is None:
+            values["jobs"] = default_jobs(values["device"])
         # the estimator registry imports numpy: after the checks that need none
         from estratos.probe.estimators.classifiers import get_estimator
 
-        if classifier is None:
-            classifier = DEFAULT_CLASSIFIER
+        classifier = values["classifier"]
         estimator = get_estimator(classifier) if isinstance(classifier, str) else classifier
-        if features is None:
-            features = _default_features(estimator)
-        if mdl and not hasattr(estimator, "fit_subsets"):
-            raise OptionError(f"--mdl: the {estimator.name} classifier cannot train MDL's "
-                              "block models; use --classifier senteval")
-        return cls(layers=layers if isinstance(layers, str) else tuple(layers),
-                   pooling=pooling, seeds=seeds_t, classifier=classifier, features=features,
-                   control=control, control_l2=control_l2, mdl=bool(mdl),
-                   sequential=bool(sequential),
-                   device=device_t, jobs=jobs_n, threads=threads_n, shard=shard_t,
-                   overwrite=bool(overwrite))
+        if values["features"] is None:
+            values["features"] = _default_features(estimator)
+        if values["mdl"] and not hasattr(estimator, "fit_subsets"):
+            raise reject("--mdl", f"the {estimator.name} classifier cannot train MDL's block "
+                         "models; use --classifier senteval")
+        return cls(**values)
 
     @property
     def control_identity(self) -> Optional[str]:
@@ -148,29 +217,57 @@ class ProbeConfig:
         return self.classifier if isinstance(self.classifier, str) else self.classifier.name
 
     def replace(self, **changes: Any) -> "ProbeConfig":
+        """A copy with ``changes`` (field values, not checked again)."""
         return dataclasses.replace(self, **changes)
 
-    def to_argv(self) -> List[str]:
+    def to_options(self) -> List[OptionPair]:
         """The ``estratos probe`` options that select this configuration's cells and how
-        they are computed (``--layers`` ... ``--device``), as command-line words; what only
-        says how a run is spread (``--jobs``, ``--threads``, ``--shard``) or whether it
-        redoes cells (``--overwrite``, ``--sequential``) is left to the command that runs it.
-        The one writer of these words (SLURM job scripts use it): parsed back by
-        :meth:`build`, they give the same configuration."""
-        layers = self.layers if isinstance(self.layers, str) else ",".join(
-            str(layer) for layer in self.layers)
-        words = ["--layers", layers]
-        if self.pooling is not None:
-            words += ["--pooling", self.pooling]
-        words += ["--seeds", ",".join(str(s) for s in self.seeds),
-                  "--classifier", self.classifier_name, "--features", self.features]
-        if self.control is not None:
-            words += ["--control", self.control]
-        if self.control_l2 != CONTROL_L2_OWN:
-            words += ["--control-l2", self.control_l2]
-        if self.mdl:
-            words.append("--mdl")
-        return words + ["--device", self.device]
+        they are computed, as ``(flag, value)`` pairs (:func:`estratos.optiontable.to_options`:
+        what names a cell always, the rest when not the default); how one run is placed
+        (``--jobs``, ``--threads``, ``--shard``, ``--overwrite``, ``--expect-model``) is left to
+        the command that runs it. Parsed back by :meth:`build`, they give the same
+        configuration."""
+        return to_options(self)
+
+    def to_argv(self) -> List[str]:
+        """:meth:`to_options` as command-line words."""
+        return flatten(self.to_options())
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """Every choice of an ``estratos baseline`` run, checked (:meth:`build`), each field one
+    option declared once (:mod:`estratos.optiontable`): which surface baselines
+    (:data:`~estratos.vocab.SURFACE_BASELINES`) and seeds name the cells; ``jobs``,
+    ``shard`` and ``overwrite`` place the run."""
+
+    baselines: Tuple[str, ...] = option(
+        (DEFAULT_BASELINE,), "--baseline", f"Which baselines: "
+        f"{', '.join(SURFACE_BASELINES)}, or {ALL_BASELINES}.", check=parse_baselines,
+        text=_names_text, metavar="NAME[,NAME...]", always=True)
+    seeds: Tuple[int, ...] = option(
+        (DEFAULT_SEED,), "--seeds", "Comma-separated seeds (folds and held-out parts).",
+        check=parse_seeds, text=_seeds_text, always=True)
+    jobs: int = option(
+        1, "--jobs", "Processes kept busy with work units (task x baselines x seeds), "
+        "longest first.", role=Role.PLACEMENT, check=_positive("--jobs"), click_type=integer)
+    shard: Optional[Tuple[int, int]] = option(
+        None, "--shard", "Run shard I (0-based) of N of the grid, written to "
+        "RESULTS.shard-I-of-N.jsonl (auto: the SLURM array variables if set).",
+        role=Role.PLACEMENT, check=resolve_shard, metavar="I/N", cli_default=AUTO_SHARD)
+    overwrite: bool = option(
+        False, "--overwrite", "Redo cells already in --out.", role=Role.PLACEMENT,
+        is_flag=True)
+
+    @classmethod
+    def build(cls, **given: Any) -> "BaselineConfig":
+        """Check every option given by field name (an :class:`OptionError` names the first
+        bad one) and return the configuration; imports neither numpy nor scikit-learn."""
+        return cls(**check_fields(cls, given))
+
+    def to_options(self) -> List[OptionPair]:
+        """The ``estratos baseline`` options naming this configuration's cells."""
+        return to_options(self)
 
 
 def _default_features(estimator: Any) -> str:
@@ -181,4 +278,4 @@ def _default_features(estimator: Any) -> str:
     return str(getattr(instance, "features", RAW_FEATURES))
 
 
-__all__ = ["Classifier", "ProbeConfig"]
+__all__ = ["BaselineConfig", "Classifier", "ProbeConfig"]

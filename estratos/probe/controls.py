@@ -69,13 +69,12 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from estratos.protocols import EstimatorFactory
-from estratos.registry import unknown_name
 from estratos.tasks.types import Split, TaskData
 from estratos.vocab import (
-    CONTROL_KINDS,
     CONTROL_L2_OWN,
     CONTROL_L2_TASK,
     CONTROL_TASK,
+    CONTROLS,
     LABEL_SHUFFLE,
 )
 
@@ -96,9 +95,7 @@ def control_record(kind: Optional[str], seed: int,
     recorded as ``"l2": "task"``."""
     if kind is None:
         return None
-    if kind not in CONTROL_KINDS:
-        raise unknown_name("control", kind, CONTROL_KINDS, "--control")
-    out: Dict[str, Any] = {"kind": kind, "seed": int(seed)}
+    out: Dict[str, Any] = {"kind": CONTROLS.check(kind, "--control"), "seed": int(seed)}
     if l2 == CONTROL_L2_TASK:
         out["l2"] = CONTROL_L2_TASK
     return out

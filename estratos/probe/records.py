@@ -3,7 +3,7 @@
 Why a module of its own: the probe runner (cached vectors) and the surface baselines evaluate
 cells the same way and must write them the same way: the same record fields from a
 protocol's :class:`~estratos.protocols.CellOutcome`, the same cell identity
-(:func:`estratos.results.record.cell_key`), and predictions stored *before* the results lines
+(:class:`estratos.results.record.CellKey`), and predictions stored *before* the results lines
 (with each record's ``ci``), so a line never lacks its predictions, paired with the gold
 labels of the split(s) they predict (:func:`outcome_predictions`), and one rule for a
 one-class cell (:func:`degenerate`). What differs between them is only what produced the
@@ -24,7 +24,7 @@ from estratos.protocols import CellOutcome, get_protocol
 from estratos.results import ResultRecord, ResultsStore, primary_score
 from estratos.results.predictions import CellPredictions, write_predictions
 from estratos.results.provenance import cell_encoding
-from estratos.results.record import CellKey, Layer, cell_key
+from estratos.results.record import CellKey, Layer
 from estratos.tasks.types import TaskData
 from estratos.vocab import ONE_CLASS_SHARE, utc_now
 
@@ -61,14 +61,15 @@ class CellSource:
                    random_init=identity.get("random_init"), prompt=identity.get("prompt"),
                    encoding=identity.get("encoding"))
 
-    def key(self, task: str, layer: Layer, pooling: Optional[str], seed: int,
-            classifier: Optional[str], control: Optional[str] = None,
-            features: Optional[str] = None) -> CellKey:
-        """The identity of one of this system's cells (``classifier``: its name;
-        ``control``: the control kind of a control cell; ``features``: how a probe read
-        them)."""
-        return cell_key(task, layer, pooling, seed, classifier, self.model, self.revision,
-                        control, features, self.prompt)
+    def key(self, *, task: str, layer: Layer, pooling: Optional[str], seed: int,
+            classifier: Optional[str], features: Optional[str] = None,
+            control: Optional[str] = None) -> CellKey:
+        """The identity of one of this system's cells (:class:`CellKey` with this system's
+        model, revision and prompt; ``classifier``: its name; ``features``: how a probe read
+        them; ``control``: the control part of a control cell)."""
+        return CellKey(task=task, layer=layer, pooling=pooling, seed=seed,
+                       classifier=classifier, features=features, model=self.model,
+                       revision=self.revision, control=control, prompt=self.prompt)
 
 
 def outcome_predictions(task: TaskData, outcome: CellOutcome) -> Optional[CellPredictions]:

@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from estratos.errors import OptionError, ResultsError
 from estratos.files import write_atomic
-from estratos.options import check_output_folder
+from estratos.outputs import check_output_folder
+from estratos.registry import unknown_name
 from estratos.report import odesia
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.html import to_html
@@ -52,8 +53,7 @@ def parse_formats(formats: Union[str, Sequence[str]]) -> Tuple[str, ...]:
     names = [f.strip().lower() for f in items if f.strip()]
     unknown = [n for n in names if n not in FORMATS]
     if unknown or not names:
-        raise OptionError(f"--format: unknown format {', '.join(map(repr, unknown)) or '(none)'}"
-                          f"; choose from {', '.join(FORMATS)}")
+        raise unknown_name("format", unknown[0] if unknown else "", FORMATS, "--format")
     return tuple(dict.fromkeys(names))
 
 

@@ -15,7 +15,7 @@ arguments. ``last_wins`` (``--last-wins``) takes the copy of the file given last
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -25,7 +25,7 @@ from estratos.registry import unknown_name
 from estratos.report.aggregate import Row, layer_label, revision_tag, row_of, short_model_name
 from estratos.report.intervals import RowSample, Samples
 from estratos.results import LoadedResults, Located, ResultRecord, load_results
-from estratos.results.record import cell_key
+from estratos.results.record import CellKey
 from estratos.stats import (
     BOOTSTRAP_SEED,
     DEFAULT_LEVEL,
@@ -41,9 +41,9 @@ from estratos.vocab import CONTROL_TASK, METRICS, RANDOM_INIT_PREFIX
 
 PathLike = Union[str, os.PathLike]
 #: selector keys: every part of a cell's identity (:attr:`ResultRecord.identity`, the
-#: arguments of :func:`cell_key`) but the task (``--task``), and what produced it (``kind``)
-SELECTOR_KEYS = tuple(name for name in inspect.signature(cell_key).parameters
-                      if name != "task") + ("kind",)
+#: fields of :class:`CellKey`) but the task (``--task``), and what produced it (``kind``)
+SELECTOR_KEYS = tuple(f.name for f in dataclasses.fields(CellKey)
+                      if f.name != "task") + ("kind",)
 #: how a selector names a missing value (a record's null)
 NONE_VALUES = ("none", "null")
 
@@ -60,7 +60,7 @@ def parse_selector(text: str, option: str) -> Dict[str, str]:
             raise OptionError(f"{option}: {part!r} is not KEY=VALUE (e.g. {option} "
                               "\"layer=8\" or \"model=org/name,layer=avg\")")
         if key not in SELECTOR_KEYS:
-            raise OptionError(f"{option}: unknown key {key!r}; use {', '.join(SELECTOR_KEYS)}")
+            raise unknown_name("key", key, SELECTOR_KEYS, option)
         if key in out:
             raise OptionError(f"{option}: {key!r} given twice")
         out[key] = value

@@ -208,11 +208,11 @@ class StatsOptions:
 
     def __post_init__(self) -> None:
         from estratos.errors import OptionError
+        from estratos.registry import unknown_name
         from estratos.stats import CORRECTIONS
 
         if self.significance is not None and self.significance not in CORRECTIONS:
-            raise OptionError(f"--significance: unknown correction {self.significance!r}; "
-                              f"choose from {', '.join(CORRECTIONS)}")
+            raise unknown_name("correction", self.significance, CORRECTIONS, "--significance")
         if not 0.0 < self.alpha < 1.0:
             raise OptionError(f"--alpha: must be between 0 and 1, got {self.alpha!r}")
         if not 0.0 < self.level < 1.0:

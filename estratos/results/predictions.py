@@ -65,7 +65,7 @@ import numpy as np
 from estratos.errors import ResultsError
 from estratos.faultpoints import fault_point
 from estratos.files import create_beside, fsync_file, fsync_folder, locked, write_all
-from estratos.results.record import CellKey, ResultRecord
+from estratos.results.record import KeyJson, ResultRecord
 from estratos.stats import BOOTSTRAP_SEED, DEFAULT_LEVEL, DEFAULT_RESAMPLES, Sample, bootstrap_cis
 
 log = logging.getLogger(__name__)
@@ -165,8 +165,9 @@ def predictions_path(results_path: PathLike) -> Path:
     return stem.with_name(stem.name + SUFFIX)
 
 
-def cell_id(key: CellKey) -> str:
-    """The group name of a cell: sha1 of its JSON key (keys hold '/' in model paths)."""
+def cell_id(key: KeyJson) -> str:
+    """The group name of a cell: sha1 of its key's JSON form (keys hold '/' in model paths;
+    :attr:`ResultRecord.predictions_key`)."""
     return hashlib.sha1(json.dumps(list(key)).encode("utf-8")).hexdigest()
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from estratos.errors import ResultsFileError
+from estratos.registry import unknown_message
 from estratos.vocab import (
-    CONTROL_KINDS,
     CONTROL_L2_TASK,
+    CONTROLS,
     FEATURES,
     LABEL_SHUFFLE,
     METRIC_INFO,
@@ -37,9 +38,82 @@ READABLE_SCHEMAS: Tuple[int, ...] = (1, SCHEMA_VERSION)
 KINDS = ("probe", "baseline")
 
 Layer = Union[int, str, None]
-#: (task, layer, pooling, seed, classifier name, features, model, revision), plus the
-#: control kind for a control cell (:func:`control_kind`)
-CellKey = Tuple[Any, ...]
+#: the tag of a prompted cell's last part in a key's JSON form (``["prompt", TEMPLATE]``)
+PROMPT_TAG = "prompt"
+#: how many parts every key's JSON form starts with (task .. revision)
+_BASE_PARTS = 8
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CellKey:
+    """The identity of a cell: what resume, sharding, de-duplication and the predictions
+    store compare. Built by field name only (``CellKey(task=..., layer=..., ...)``), by
+    :attr:`ResultRecord.key` and by writers that skip done cells before building a record;
+    hashable, equal field by field.
+
+    ``classifier``: its name (a baseline's: the baseline's); ``features``: how the probe
+    read them (None: no probe features, the baseline); ``control``: the control part
+    (:func:`control_identity`; None: an ordinary cell); ``prompt``: the template the
+    cache's sentences were encoded in (None: the sentence alone).
+
+    Its one JSON form (:meth:`to_json`, the ``key`` attribute of a predictions file and the
+    text its cell id hashes) is the list ``[task, layer, pooling, seed, classifier,
+    features, model, revision]``, then the control part when set, then ``["prompt",
+    TEMPLATE]`` when set."""
+
+    task: str
+    layer: Layer
+    pooling: Optional[str]
+    seed: int
+    classifier: Optional[str]
+    features: Optional[str] = None
+    model: str
+    revision: Optional[str]
+    control: Optional[str] = None
+    prompt: Optional[str] = None
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The fields by name, in field order (what ``compare`` selects on)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_json(self) -> List[Any]:
+        """The key's JSON form (see the class docstring)."""
+        out: List[Any] = [self.task, self.layer, self.pooling, self.seed, self.classifier,
+                          self.features, self.model, self.revision]
+        if self.control is not None:
+            out.append(self.control)
+        if self.prompt is not None:
+            out.append([PROMPT_TAG, self.prompt])
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "CellKey":
+        """The key whose :meth:`to_json` is ``obj`` (a decoded list); anything else is a
+        ``ValueError``."""
+        if not isinstance(obj, (list, tuple)) or not _BASE_PARTS <= len(obj) <= _BASE_PARTS + 2:
+            raise ValueError(f"not a cell key: {obj!r}")
+        task, layer, pooling, seed, classifier, features, model, revision = obj[:_BASE_PARTS]
+        control: Optional[str] = None
+        prompt: Optional[str] = None
+        rest = list(obj[_BASE_PARTS:])
+        if rest and isinstance(rest[0], str):
+            control = rest.pop(0)
+        if rest:
+            tagged = rest.pop(0)
+            if not (isinstance(tagged, (list, tuple)) and len(tagged) == 2
+                    and tagged[0] == PROMPT_TAG and isinstance(tagged[1], str)):
+                raise ValueError(f"not a cell key: {obj!r}")
+            prompt = tagged[1]
+        if rest:
+            raise ValueError(f"not a cell key: {obj!r}")
+        return cls(task=task, layer=layer, pooling=pooling, seed=seed, classifier=classifier,
+                   features=features, model=model, revision=revision, control=control,
+                   prompt=prompt)
+
+
+#: the JSON form of a key as it is in a predictions file: :meth:`CellKey.to_json`, or for a
+#: line of schema version 1 the form its predictions were filed under then (:func:`migrate`)
+KeyJson = Sequence[Any]
 
 
 def primary_score(metric: str, test: Mapping[str, Any]) -> Optional[float]:
@@ -70,21 +144,6 @@ def classifier_name(classifier: Any) -> Optional[str]:
     return None if classifier is None else str(classifier)
 
 
-def cell_key(task: str, layer: Layer, pooling: Optional[str], seed: int,
-             classifier: Optional[str], model: str, revision: Optional[str],
-             control: Optional[str] = None, features: Optional[str] = None,
-             prompt: Optional[str] = None) -> CellKey:
-    """The identity of a cell (what resume, sharding, de-duplication and the predictions
-    store compare), from its parts: the one definition, used by :attr:`ResultRecord.key`
-    and by writers that skip done cells before building a record. ``classifier``: its name;
-    ``features``: how the probe read them (None: no probe features, the baseline);
-    ``control``: the control kind (None: an ordinary cell); ``prompt``: the template the
-    cache's sentences were encoded in (None: the sentence alone), a tagged last part."""
-    base = (task, layer, pooling, seed, classifier, features, model, revision)
-    key = base if control is None else base + (control,)
-    return key if prompt is None else key + (("prompt", prompt),)
-
-
 #: the vector settings (``encoding``) a probe line's ``cache`` object has always recorded
 _ENCODING_IN_CACHE = ("dtype", "max_length")
 #: control kinds of schema version 1 -> their names now
@@ -106,6 +165,7 @@ def migrate(obj: Dict[str, Any]) -> Dict[str, Any]:
     recorded (``dtype``, ``max_length``); the others are unknown and match any."""
     obj = {k: v for k, v in obj.items() if k != FILED_UNDER}
     if obj.get("schema") == 1:
+        # version 1's key form: no ``features``, the control kind as then named
         filed = (obj.get("task"), obj.get("layer"), obj.get("pooling"), obj.get("seed"),
                  classifier_name(obj.get("classifier")), obj.get("model"), obj.get("revision"))
         control_part = control_kind(obj.get("control"))
@@ -228,34 +288,34 @@ class ResultRecord:
     data_digest: Optional[str] = None
     encoding: Optional[Mapping[str, Any]] = None
     schema: int = SCHEMA_VERSION
-    #: the key an older line's predictions were filed under (:func:`migrate`; None: its
-    #: :attr:`key`); never written to a line, not part of the record's value
-    filed_under: Optional[CellKey] = dataclasses.field(default=None, compare=False,
-                                                        repr=False)
+    #: the JSON form of the key an older line's predictions were filed under
+    #: (:func:`migrate`; None: its :attr:`key`'s); never written to a line, not part of the
+    #: record's value
+    filed_under: Optional[Tuple[Any, ...]] = dataclasses.field(default=None, compare=False,
+                                                                repr=False)
 
     # ------------------------------------------------------------------ identity
     @property
-    def identity(self) -> Dict[str, Any]:
-        """The named parts of :attr:`key` (:func:`cell_key`'s arguments), what tells two
-        cells apart: ``compare`` offers each one as a selector and names the ones in which
-        two matching cells differ."""
-        return {"task": self.task, "layer": self.layer, "pooling": self.pooling,
-                "seed": self.seed, "classifier": classifier_name(self.classifier),
-                "model": self.model, "revision": self.revision,
-                "control": control_kind(self.control), "features": self.features,
-                "prompt": self.prompt}
-
-    @property
     def key(self) -> CellKey:
         """The identity of a cell: what resume, sharding and de-duplication compare."""
-        return cell_key(**self.identity)
+        return CellKey(task=self.task, layer=self.layer, pooling=self.pooling, seed=self.seed,
+                       classifier=classifier_name(self.classifier), features=self.features,
+                       model=self.model, revision=self.revision,
+                       control=control_kind(self.control), prompt=self.prompt)
 
     @property
-    def predictions_key(self) -> CellKey:
-        """The key this cell's predictions are filed under: :attr:`key`, or the key an older
-        line had when its predictions were written (:attr:`filed_under`, from
-        :func:`migrate`)."""
-        return self.key if self.filed_under is None else self.filed_under
+    def identity(self) -> Dict[str, Any]:
+        """The named parts of :attr:`key` (:meth:`CellKey.as_dict`), what tells two cells
+        apart: ``compare`` offers each one as a selector and names the ones in which two
+        matching cells differ."""
+        return self.key.as_dict()
+
+    @property
+    def predictions_key(self) -> KeyJson:
+        """The JSON form of the key this cell's predictions are filed under: its
+        :attr:`key`'s (:meth:`CellKey.to_json`), or the form an older line's key had when
+        its predictions were written (:attr:`filed_under`, from :func:`migrate`)."""
+        return self.key.to_json() if self.filed_under is None else list(self.filed_under)
 
     @property
     def control_kind(self) -> Optional[str]:
@@ -305,8 +365,7 @@ class ResultRecord:
             raise ResultsFileError(f"field 'random_init' must be an integer seed or null, got "
                                    f"{seed!r}", path, line)
         if obj["kind"] not in KINDS:
-            raise ResultsFileError(f"unknown kind {obj['kind']!r} (expected one of "
-                             f"{', '.join(KINDS)})", path, line)
+            raise ResultsFileError(unknown_message("kind", obj["kind"], KINDS), path, line)
         if "layer" not in obj:
             raise ResultsFileError("missing field 'layer'", path, line)
         layer = obj["layer"]
@@ -330,12 +389,12 @@ class ResultRecord:
             if obj.get(key) is not None and not isinstance(obj[key], dict):
                 raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
         if obj.get("features") is not None and obj["features"] not in FEATURES:
-            raise ResultsFileError(f"field 'features': unknown value {obj['features']!r} "
-                                   f"(expected one of {', '.join(FEATURES)})", path, line)
+            raise ResultsFileError("field 'features': " + unknown_message(
+                "features", obj["features"], FEATURES), path, line)
         control = obj.get("control")
-        if control is not None and control.get("kind") not in CONTROL_KINDS:
-            raise ResultsFileError(f"field 'control': unknown kind {control.get('kind')!r} "
-                                   f"(expected one of {', '.join(CONTROL_KINDS)})", path, line)
+        if control is not None and control.get("kind") not in CONTROLS:
+            raise ResultsFileError("field 'control': " + unknown_message(
+                CONTROLS.what, control.get("kind"), CONTROLS.names()), path, line)
         mdl = obj.get("mdl")
         if mdl is not None:
             for key in ("online_bits", "uniform_bits", "compression"):

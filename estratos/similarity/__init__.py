@@ -16,8 +16,8 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {"similarity_maps": "run", "geometry_maps": "run", "MapRun": "run",
-            "SIMILARITY_MEASURES": "run", "GEOMETRY_MEASURES": "geometry",
-            "DEFAULT_MAX_SENTENCES": "run", "DEFAULT_K": "run"}
+            "SIMILARITY_MEASURES": "config", "GEOMETRY_MEASURES": "geometry",
+            "DEFAULT_MAX_SENTENCES": "config", "DEFAULT_K": "config", "MapConfig": "config"}
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy exports' one table
 
 

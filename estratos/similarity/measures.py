@@ -37,8 +37,6 @@ import numpy as np
 from estratos.probe.estimators.scaling import FeatureScale
 from estratos.stats.metrics import average_ranks_1d, pearson_matrix, pearson_rows
 
-#: a squared Frobenius norm at most this share of its largest possible size is a zero layer
-ZERO_RELATIVE = 1e-24
 #: a Procrustes similarity (cosine) above this is recomputed from an SVD when it came from
 #: a Gram's eigenvalues (angles under 0.045 rad, where arccos magnifies rounding)
 NEAR_ZERO_ANGLE = 0.999

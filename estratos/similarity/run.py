@@ -22,8 +22,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 import numpy as np
 
 from estratos import __version__
+from estratos.devices import available_cores
 from estratos.errors import OptionError
-from estratos.options import available_cores, check_output_file, parse_layers, positive_int
+from estratos.options import parse_layers
+from estratos.outputs import check_output_file
 from estratos.results.similarity import (
     Layer,
     MapRecord,
@@ -32,23 +34,18 @@ from estratos.results.similarity import (
     done_map_keys,
 )
 from estratos.similarity import measures as M
+from estratos.similarity.config import MapConfig
 from estratos.similarity.geometry import GEOMETRY_MEASURES, GeometryAccumulator
 from estratos.similarity.sentences import SentenceSet, cache_rows, select_sentences
-from estratos.similarity.streaming import PRODUCTS, CrossProducts, Moments, layer_moments
-from estratos.vocab import AVG, DEFAULT_SEED, FEATURES, STANDARDIZED_FEATURES, LayerSpec, utc_now
+from estratos.similarity.streaming import CrossProducts, Moments, layer_moments
+from estratos.vocab import AVG, STANDARDIZED_FEATURES, LayerSpec, utc_now
 
 log = logging.getLogger(__name__)
 
-#: every similarity measure, in the order records and the report show them
-SIMILARITY_MEASURES = ("linear-cka", "debiased-cka", "procrustes", "rsa", "mutual-knn")
 #: measures computed from streamed d x d cross-products over every sentence
 STREAMED = ("linear-cka", "debiased-cka", "procrustes")
 #: measures computed on the seeded subsample (sentence x sentence matrices)
 SAMPLED = ("rsa", "mutual-knn")
-#: ``--max-sentences``: the subsample RSA, mutual k-NN, the median activation and TwoNN read
-DEFAULT_MAX_SENTENCES = 2000
-#: ``--k``: neighbours of mutual k-NN (Huh et al. 2024 use 10)
-DEFAULT_K = 10
 #: sentences per chunk of the streamed passes (the memory of a chunk: rows x layers x dim)
 CHUNK_ROWS = 4096
 #: the most working memory :func:`_each` gives items running at once (a subsample's RDM
@@ -56,20 +53,6 @@ CHUNK_ROWS = 4096
 PARALLEL_BYTES = 1 << 30
 
 PathLike = Union[str, os.PathLike]
-
-
-def parse_choices(option: str, given: Union[str, Sequence[str], None],
-                  allowed: Sequence[str]) -> Tuple[str, ...]:
-    """A comma list (or sequence) of names among ``allowed``; None or empty: all of them."""
-    if given is None:
-        return tuple(allowed)
-    items = given.split(",") if isinstance(given, str) else list(given)
-    names = [str(x).strip().lower() for x in items if str(x).strip()]
-    unknown = [n for n in names if n not in allowed]
-    if unknown:
-        raise OptionError(f"{option}: unknown {', '.join(map(repr, unknown))}; choose from "
-                          f"{', '.join(allowed)}")
-    return tuple(n for n in allowed if n in names) or tuple(allowed)
 
 
 @dataclass
@@ -238,36 +221,22 @@ class _Records:
                          estratos_version=__version__, created=self.created)
 
 
-def _check_common(out: PathLike, features: Union[str, Sequence[str], None],
-                  max_sentences: int, seed: int, products: str
-                  ) -> Tuple[Tuple[str, ...], int, int]:
-    if products not in PRODUCTS:
-        raise OptionError(f"--products: {products!r}; choose from {', '.join(PRODUCTS)}")
-    feats = parse_choices("--features", features, FEATURES)
-    size = positive_int("--max-sentences", max_sentences)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise OptionError(f"--seed: {seed!r} is not an integer")
-    check_output_file(out)
-    return feats, size, seed
-
-
-def similarity_maps(cache: PathLike, out: PathLike, *, other: Optional[PathLike] = None,
-                    tasks: Optional[str] = None, sentences_file: Optional[PathLike] = None,
-                    data_dirs: Sequence[str] = (), task_files: Sequence[str] = (),
-                    layers: str = "all", other_layers: Optional[str] = None,
-                    pooling: Optional[str] = None,
-                    measures: Union[str, Sequence[str], None] = None,
-                    features: Union[str, Sequence[str], None] = None,
-                    max_sentences: int = DEFAULT_MAX_SENTENCES, seed: int = DEFAULT_SEED,
-                    k: int = DEFAULT_K, products: str = "float32",
-                    overwrite: bool = False) -> MapRun:
+def similarity_maps(cache: PathLike, out: PathLike, config: Optional[MapConfig] = None, *,
+                    other: Optional[PathLike] = None, tasks: Optional[str] = None,
+                    sentences_file: Optional[PathLike] = None, data_dirs: Sequence[str] = (),
+                    task_files: Sequence[str] = ()) -> MapRun:
     """``estratos similarity``: every layer x layer map of ``cache`` with itself, or with
-    ``other`` (layers ``other_layers``, default ``layers``), over the sentences of
-    ``tasks``/``task_files`` or ``sentences_file``; records appended to ``out``."""
+    ``other`` (layers ``config.other_layers``, default ``config.layers``), over the
+    sentences of ``tasks``/``task_files`` or ``sentences_file``; records appended to
+    ``out``. ``config``: :class:`~estratos.similarity.config.MapConfig` (None: the
+    defaults)."""
     started = time.perf_counter()
-    chosen = parse_choices("--measures", measures, SIMILARITY_MEASURES)
-    feats, size, seed = _check_common(out, features, max_sentences, seed, products)
-    k = positive_int("--k", k)
+    config = config or MapConfig()
+    check_output_file(out)
+    chosen, feats, k = config.measures, config.features, config.k
+    size, seed, products, overwrite = (config.max_sentences, config.seed, config.products,
+                                       config.overwrite)
+    layers, other_layers, pooling = config.layers, config.other_layers, config.pooling
     sentences = select_sentences(sentences_file, tasks, data_dirs, task_files)
     paths = [cache] if other is None else [cache, other]
     with _open_all(paths) as readers:
@@ -501,18 +470,19 @@ def _finish(run: MapRun, out: PathLike, records: List[MapRecord], overwrite: boo
     return run
 
 
-def geometry_maps(cache: PathLike, out: PathLike, *, tasks: Optional[str] = None,
-                  sentences_file: Optional[PathLike] = None, data_dirs: Sequence[str] = (),
-                  task_files: Sequence[str] = (), layers: str = "all",
-                  pooling: Optional[str] = None,
-                  features: Union[str, Sequence[str], None] = None,
-                  max_sentences: int = DEFAULT_MAX_SENTENCES, seed: int = DEFAULT_SEED,
-                  products: str = "float32", overwrite: bool = False) -> MapRun:
+def geometry_maps(cache: PathLike, out: PathLike, config: Optional[MapConfig] = None, *,
+                  tasks: Optional[str] = None, sentences_file: Optional[PathLike] = None,
+                  data_dirs: Sequence[str] = (), task_files: Sequence[str] = ()) -> MapRun:
     """``estratos geometry``: each layer's shape (:mod:`estratos.similarity.geometry`) over
     the sentences of ``tasks``/``task_files`` or ``sentences_file``, raw and standardized;
-    records appended to ``out``."""
+    records appended to ``out``. ``config``: :class:`~estratos.similarity.config.MapConfig`
+    (its similarity-only fields unused; None: the defaults)."""
     started = time.perf_counter()
-    feats, size, seed = _check_common(out, features, max_sentences, seed, products)
+    config = config or MapConfig()
+    check_output_file(out)
+    feats, size, seed, products, overwrite = (config.features, config.max_sentences,
+                                              config.seed, config.products, config.overwrite)
+    layers, pooling = config.layers, config.pooling
     sentences = select_sentences(sentences_file, tasks, data_dirs, task_files)
     with _open_all([cache]) as readers:
         pool = _pooling(readers, pooling)
@@ -557,5 +527,4 @@ def geometry_maps(cache: PathLike, out: PathLike, *, tasks: Optional[str] = None
     return _finish(run, out, records, overwrite, started, len(plan()))
 
 
-__all__ = ["CHUNK_ROWS", "DEFAULT_K", "DEFAULT_MAX_SENTENCES", "SAMPLED", "SIMILARITY_MEASURES",
-           "STREAMED", "MapRun", "geometry_maps", "parse_choices", "similarity_maps"]
+__all__ = ["CHUNK_ROWS", "SAMPLED", "STREAMED", "MapRun", "geometry_maps", "similarity_maps"]

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shlex
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from estratos.encode.config import argv_for_cache
+from estratos.commandline import Command, task_options
+from estratos.encode.config import options_for_cache
 from estratos.errors import MissingSentences, OptionError
+from estratos.optiontable import OptionPair
 from estratos.text import normalize_sentence, sentence_key
 
 PathLike = Union[str, os.PathLike]
@@ -27,11 +28,11 @@ PathLike = Union[str, os.PathLike]
 @dataclass(frozen=True)
 class SentenceSet:
     """Unique normalized sentences sorted by key, their digest and the words that name them
-    on a command line (for the ``encode`` hint)."""
+    on a command line as options (for the ``encode`` hint)."""
 
     sentences: List[str]
     digest: str
-    source_words: str
+    source: Tuple[OptionPair, ...]
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -62,14 +63,9 @@ def select_sentences(sentences_file: Optional[PathLike] = None, tasks: Optional[
         raise OptionError(f"{which}: no sentences to compare")
     keys = sorted(keyed)
     digest = hashlib.sha256(b"".join(keys)).hexdigest()[:16]
-    if sentences_file is not None:
-        words = f"--sentences {shlex.quote(os.fspath(sentences_file))}"
-    else:
-        parts = [f"--tasks {shlex.quote(tasks)}" if tasks else ""]
-        parts += [f"--task-file {shlex.quote(os.fspath(f))}" for f in task_files]
-        parts += [f"--data-dir {shlex.quote(d)}" for d in data_dirs]
-        words = " ".join(p for p in parts if p)
-    return SentenceSet([keyed[k] for k in keys], digest, words)
+    source = ([("--sentences", os.fspath(sentences_file))] if sentences_file is not None
+              else task_options(tasks, task_files, data_dirs))
+    return SentenceSet([keyed[k] for k in keys], digest, tuple(source))
 
 
 def cache_rows(reader: Any, sentences: SentenceSet) -> np.ndarray:
@@ -79,11 +75,11 @@ def cache_rows(reader: Any, sentences: SentenceSet) -> np.ndarray:
     have = reader.contains(sentences.sentences)
     missing = int((~have).sum())
     if missing:
-        options = argv_for_cache(reader.attrs)
+        command = Command.of("encode", options_for_cache(reader.attrs), sentences.source,
+                             [("--out", str(reader.path))])
         raise MissingSentences(
             f"{reader.path}: {missing} of the {len(sentences)} sentences are not in this "
-            f"cache; add them with: estratos encode {shlex.join(options)} --out "
-            f"{shlex.quote(str(reader.path))} {sentences.source_words}", missing=missing)
+            f"cache; add them with: {command.shell()}", missing=missing)
     return reader.rows_for(sentences.sentences)
 
 

@@ -27,10 +27,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from estratos.probe.estimators.scaling import FeatureScale
+from estratos.similarity.config import PRODUCTS
 from estratos.similarity.measures import PairStats
-
-#: the precisions a chunk's products may run in (``--products``)
-PRODUCTS = ("float32", "float64")
 
 
 @dataclass

@@ -28,15 +28,23 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from estratos.clitypes import integer
+from estratos.commandline import Command, ShellText, task_options
+from estratos.encode.config import EncodeConfig
 from estratos.errors import OptionError
-from estratos.options import DEFAULT_SEEDS_TEXT, is_local_model
-from estratos.probe.estimators.registry import DEFAULT_CLASSIFIER
-from estratos.vocab import DEFAULT_POOLING
+from estratos.model_source import is_local_model
+from estratos.optiontable import OptionPair, Role, check_fields, option
+from estratos.probe.config import ProbeConfig
+from estratos.vocab import ENCODER_POOLING
 
 #: the steps, in the order they run for each model (the report comes once, after all models)
-STEPS: Tuple[str, ...] = ("encode", "merge", "probe", "report")
+#: ``estratos slurm`` takes encode's options under these flags where probe has one of the
+#: same name (the probe's keeps the plain flag), and passes them to the command line under
+#: this prefix
+SLURM_ENCODE_FLAGS = {"poolings": "--encode-pooling", "device": "--encode-device"}
+SLURM_ENCODE_PREFIX = "encode_"
 REPORT_SCRIPT = "report.sbatch"
 SUBMIT_SCRIPT = "submit.sh"
 LOG_DIR = "logs"
@@ -104,7 +112,7 @@ class SlurmPlan:
         return "\n".join(lines)
 
 
-def _q(value: os.PathLike | str) -> str:
+def _q(value: os.PathLike[str] | str) -> str:
     return shlex.quote(os.fspath(value))
 
 
@@ -140,7 +148,7 @@ def model_slugs(models: Sequence[str]) -> Dict[str, str]:
     return slugs
 
 
-def _absolute(path: os.PathLike | str) -> Path:
+def _absolute(path: os.PathLike[str] | str) -> Path:
     """Absolute without resolving symlinks (a user's /scratch link stays as they wrote it)."""
     return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
@@ -151,12 +159,14 @@ def _model_argument(model: str) -> str:
 
 
 def _task_arguments(tasks: str, task_files: Sequence[str],
-                    data_dirs: Sequence[str]) -> List[Tuple[str, str]]:
+                    data_dirs: Sequence[str]) -> List[OptionPair]:
     """``--tasks``, ``--task-file`` (absolute) and ``--data-dir`` (absolute folders) for the
     jobs, after checking that every task finds its data (the login node sees the cluster's
     file system: a typo fails now, not in a job)."""
-    from estratos.tasks.selection import select_specs
+    from estratos.tasks.selection import NO_TASKS, select_specs
 
+    if (not tasks or not str(tasks).strip()) and not task_files:
+        raise OptionError(NO_TASKS)
     selection = select_specs(tasks, task_files, data_dirs)
     dirs = selection.data_dirs
     for spec in selection.specs:
@@ -164,46 +174,75 @@ def _task_arguments(tasks: str, task_files: Sequence[str],
             dirs.for_suite(spec.suite)
     values = [] if dirs.default is None else [str(_absolute(dirs.default))]
     values += [f"{suite}={_absolute(path)}" for suite, path in sorted(dirs.by_suite.items())]
-    options = [("--tasks", tasks)] if tasks and str(tasks).strip() else []
-    options += [("--task-file", str(_absolute(path))) for path in task_files]
-    return options + [("--data-dir", v) for v in values]
+    return task_options(tasks, [str(_absolute(path)) for path in task_files], values)
 
 
-def _check_options(models: Sequence[str], tasks: str, task_files: Sequence[str],
-                   encode_array: int, probe_array: int,
-                   gpus_per_task: int, cpus_per_task: Optional[int],
-                   sbatch_args: Sequence[str]) -> None:
-    """The scheduling options (the encode and probe options are checked by
-    :meth:`~estratos.encode.config.EncodeConfig.build` and
-    :meth:`~estratos.probe.config.ProbeConfig.build`)."""
-    from estratos.tasks.selection import NO_TASKS
+def _at_least(flag: str, value: Any, minimum: int, what: str = "") -> int:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(value)
+    except (TypeError, ValueError):
+        raise OptionError(f"{flag}: expected an integer, got {value!r}") from None
+    if number < minimum:
+        if what:
+            raise OptionError(f"{flag}: {what} at least {minimum} task, got {value}")
+        raise OptionError(f"{flag}: must be >= {minimum}, got {value}")
+    return number
 
-    if not models:
-        raise OptionError("MODEL: give at least one model (Hugging Face id or local folder)")
-    if (not tasks or not str(tasks).strip()) and not task_files:
-        raise OptionError(NO_TASKS)
-    for option, value in (("--encode-array", encode_array), ("--probe-array", probe_array)):
-        if isinstance(value, bool) or int(value) < 1:
-            raise OptionError(f"{option}: the array needs at least 1 task, got {value}")
-    if int(gpus_per_task) < 0:
-        raise OptionError(f"--gpus-per-task: must be >= 0, got {gpus_per_task}")
-    if cpus_per_task is not None and int(cpus_per_task) < 1:
-        raise OptionError(f"--cpus-per-task: must be >= 1, got {cpus_per_task}")
-    for arg in sbatch_args:
+
+def _sbatch_args(args: Sequence[str]) -> Tuple[str, ...]:
+    for arg in args:
         if not arg.startswith("-"):
             raise OptionError(f"--sbatch-arg: {arg!r} is not one sbatch option "
                               "(e.g. --account=ACCOUNT)")
         _directive(arg)
+    return tuple(args)
 
 
-class _Shell(str):
-    """A value written as is (already quoted for bash), e.g. ``"$SLURM_ARRAY_TASK_ID/4"``."""
+@dataclass(frozen=True)
+class Resources:
+    """What the scheduler gives the jobs, each field one option of ``estratos slurm``
+    (:mod:`estratos.optiontable`): the array sizes, the partition, GPUs and CPUs per array
+    task, the time limit and extra ``#SBATCH`` options."""
+
+    encode_array: int = option(
+        1, "--encode-array", "Encode array tasks per model (one shard of the sentences "
+        "each).", role=Role.PLACEMENT, click_type=integer,
+        check=lambda v: _at_least("--encode-array", v, 1, "the array needs"))
+    probe_array: int = option(
+        1, "--probe-array", "Probe array tasks per model (one share of the grid each).",
+        role=Role.PLACEMENT, click_type=integer,
+        check=lambda v: _at_least("--probe-array", v, 1, "the array needs"))
+    partition: Optional[str] = option(
+        None, "--partition", "sbatch --partition for every job.", role=Role.PLACEMENT)
+    gpus_per_task: int = option(
+        0, "--gpus-per-task", "GPUs per encode array task (--gres=gpu:G).",
+        role=Role.PLACEMENT, click_type=integer,
+        check=lambda v: _at_least("--gpus-per-task", v, 0))
+    cpus_per_task: Optional[int] = option(
+        None, "--cpus-per-task", "CPUs per encode and probe array task (encode --threads, "
+        "probe --jobs).", role=Role.PLACEMENT,
+        check=lambda v: _at_least("--cpus-per-task", v, 1), click_type=integer)
+    time: Optional[str] = option(
+        None, "--time", "sbatch --time for every job (e.g. 02:00:00).", role=Role.PLACEMENT,
+        metavar="TIME")
+    sbatch_args: Tuple[str, ...] = option(
+        (), "--sbatch-arg", "Extra sbatch option for every job, e.g. "
+        "--sbatch-arg=--account=X (repeatable).", role=Role.PLACEMENT, multiple=True,
+        metavar="OPTION", check=_sbatch_args)
+
+    @classmethod
+    def build(cls, **given: Any) -> "Resources":
+        """Check every option given by field name (an :class:`OptionError` names the first
+        bad one) and return the resources."""
+        return cls(**check_fields(cls, given))
 
 
-def _shard_option(count: int) -> List[Tuple[str, str]]:
+def _shard_option(count: int) -> List[OptionPair]:
     """``--shard "$SLURM_ARRAY_TASK_ID/N"``: N is written down (not read from
     ``SLURM_ARRAY_TASK_COUNT``) so that ``sbatch --array=K`` reruns exactly shard K."""
-    return [("--shard", _Shell(f'"$SLURM_ARRAY_TASK_ID/{count}"'))] if count > 1 else []
+    return [("--shard", ShellText(f'"$SLURM_ARRAY_TASK_ID/{count}"'))] if count > 1 else []
 
 
 #: how every script calls estratos: the interpreter in ``$PY`` (set in the header), by module
@@ -212,16 +251,13 @@ PROGRAM = '"$PY" -m estratos'
 KILL_ON_INVALID_DEP = "--kill-on-invalid-dep=yes"
 
 
-def _command(words: Sequence[str], options: Sequence[Tuple[str, Optional[str]]],
-             positional: Sequence[str] = ()) -> str:
-    """``"$PY" -m estratos <words>`` with one argument (already quoted), ``--option value``
-    (quoted here) or a ``--flag`` (value None) per line."""
-    head = " ".join([PROGRAM, *map(_q, words)])
-    parts = [head] + [f"    {arg}" for arg in positional]
-    parts += [f"    {opt}" if value is None else
-              f"    {opt} {value if isinstance(value, _Shell) else _q(value)}"
-              for opt, value in options]
-    return " \\\n".join(parts)
+def _shards(path: Path, count: int) -> ShellText:
+    """The glob of a file's ``count`` shards as a bash word (the folder quoted, the pattern
+    left to bash): :func:`estratos.cache.schema.shard_path`'s rule."""
+    from estratos.cache.schema import shard_path
+
+    pattern = shard_path(path, "*", count)
+    return ShellText(f"{_q(pattern.parent)}/{pattern.name}")
 
 
 @dataclass(frozen=True)
@@ -230,16 +266,22 @@ class _Pipeline:
 
     out: Path
     python: str
-    task_options: Tuple[Tuple[str, str], ...]
-    encode_array: int
-    probe_array: int
-    probe_options: Tuple[Tuple[str, Optional[str]], ...]
-    encode_options: Tuple[Tuple[str, Optional[str]], ...]
-    partition: Optional[str]
-    time: Optional[str]
-    sbatch_args: Tuple[str, ...]
-    gpus_per_task: int
-    cpus_per_task: Optional[int]
+    task_options: Tuple[OptionPair, ...]
+    resources: Resources
+    probe: ProbeConfig
+    encode: EncodeConfig
+
+    @property
+    def encode_array(self) -> int:
+        return self.resources.encode_array
+
+    @property
+    def probe_array(self) -> int:
+        return self.resources.probe_array
+
+    @property
+    def cpus_per_task(self) -> Optional[int]:
+        return self.resources.cpus_per_task
 
     def header(self, script: str, job_name: str, comments: Sequence[str], array: int = 1,
                gpus: int = 0, cpus: Optional[int] = None, waits: bool = True) -> List[str]:
@@ -259,32 +301,32 @@ class _Pipeline:
         if array > 1:
             lines.append(f"#SBATCH --array=0-{array - 1}")
         lines.append(f"#SBATCH --output={_directive_value(log)}")
-        if self.partition:
-            lines.append(f"#SBATCH --partition={self.partition}")
+        if self.resources.partition:
+            lines.append(f"#SBATCH --partition={self.resources.partition}")
         if gpus:
             lines.append(f"#SBATCH --gres=gpu:{gpus}")
         if cpus:
             lines.append(f"#SBATCH --cpus-per-task={cpus}")
-        if self.time:
-            lines.append(f"#SBATCH --time={self.time}")
+        if self.resources.time:
+            lines.append(f"#SBATCH --time={self.resources.time}")
         if waits:
             lines.append(f"#SBATCH {KILL_ON_INVALID_DEP}")
-        lines += [f"#SBATCH {_directive(arg)}" for arg in self.sbatch_args]
+        lines += [f"#SBATCH {_directive(arg)}" for arg in self.resources.sbatch_args]
         # HDF5's file locks fail on many network file systems; estratos never shares a
         # file between writers (each array task writes its own shard)
         lines += ["set -euo pipefail", "export HDF5_USE_FILE_LOCKING=FALSE",
                   f"PY={_q(self.python)}  # the Python that wrote this script (PATH plays no part)"]
         return lines + _failure_message(script, array > 1, self.out / SUBMIT_SCRIPT)
 
-    def command(self, words: Sequence[str], options: Sequence[Tuple[str, Optional[str]]] = (),
+    def command(self, words: Sequence[str], *options: Sequence[OptionPair],
                 positional: Sequence[str] = ()) -> str:
-        return _command(words, options, positional)
+        return Command.of(words, *options, positional=positional).script(PROGRAM)
 
-    def results(self, slug: str) -> str:
+    def results(self, slug: str) -> ShellText:
         """The results files of one model, as the report's (globbing) bash argument."""
         if self.probe_array > 1:
-            return f"{_q(self.out)}/{slug}.shard-*-of-{self.probe_array}.jsonl"
-        return _q(self.out / f"{slug}.jsonl")
+            return _shards(self.out / f"{slug}.jsonl", self.probe_array)
+        return ShellText(_q(self.out / f"{slug}.jsonl"))
 
 
 def _failure_message(script: str, array: bool, submit_sh: Path) -> List[str]:
@@ -318,13 +360,21 @@ def _encode_job(p: _Pipeline, slug: str, model: str) -> JobScript:
                       + (f", shard I of {n} in array task I." if n > 1 else ".")]
                      + _rerun_comment(p, f"{slug}.encode.sbatch", n,
                                       "it resumes where it stopped"),
-                     n, p.gpus_per_task, p.cpus_per_task, waits=False)
+                     n, p.resources.gpus_per_task, p.cpus_per_task, waits=False)
     threads = [("--threads", str(p.cpus_per_task))] if p.cpus_per_task else []
-    lines.append(p.command(["encode"], [("--model", model), *p.task_options,
-                                        *p.encode_options, *threads,
-                                        *_shard_option(n), ("--out", str(cache))]))
+    source, *options = _encode_for(p.encode, model).to_options()
+    lines.append(p.command(["encode"], [source], p.task_options, options, threads,
+                           _shard_option(n), [("--out", str(cache))]))
     return JobScript(f"{slug}.encode.sbatch", "encode", model, "\n".join(lines) + "\n",
                      n if n > 1 else None)
+
+
+def _encode_for(encode: EncodeConfig, model: str) -> EncodeConfig:
+    """The encode configuration of one model's jobs: the shared one with its model (or its
+    batcher) in place."""
+    if encode.encoder is not None:
+        return encode.replace(encoder=model)
+    return encode.replace(model=model)
 
 
 def _merge_job(p: _Pipeline, slug: str, model: str) -> JobScript:
@@ -334,15 +384,15 @@ def _merge_job(p: _Pipeline, slug: str, model: str) -> JobScript:
         lines = p.header(f"{slug}.merge.sbatch", f"estratos-merge-{slug}",
                          [f"estratos: merge the {n} shards of {cache.name}, then verify it.",
                           f"Merged once: a rerun keeps {cache.name} and only verifies it."])
-        shards = f"{_q(p.out)}/{slug}.shard-*-of-{n}.h5"
+        merge = p.command(["cache", "merge"], [("--out", str(cache))],
+                          positional=[_shards(cache, n)])
         lines += [f"if [ ! -e {_q(cache)} ]; then",
-                  "  " + " ".join([PROGRAM, "cache", "merge", "--out", _q(cache)])
-                  + f" \\\n      {shards}",
+                  textwrap.indent(merge, "  "),
                   "fi"]
     else:
         lines = p.header(f"{slug}.merge.sbatch", f"estratos-merge-{slug}",
                          [f"estratos: verify {cache.name} (one encode job: nothing to merge)."])
-    lines.append(p.command(["cache", "verify", str(cache)], p.task_options))
+    lines.append(p.command(["cache", "verify"], p.task_options, positional=[str(cache)]))
     return JobScript(f"{slug}.merge.sbatch", "merge", model, "\n".join(lines) + "\n", None,
                      (f"{slug}.encode.sbatch",))
 
@@ -350,19 +400,25 @@ def _merge_job(p: _Pipeline, slug: str, model: str) -> JobScript:
 def _probe_job(p: _Pipeline, slug: str, model: str) -> JobScript:
     cache, results = p.out / f"{slug}.h5", p.out / f"{slug}.jsonl"
     n = p.probe_array
-    target = f"{slug}.shard-I-of-{n}.jsonl, share I of the grid in array task I." if n > 1 \
-        else f"{results.name}."
+    target = (f"{_shard_name(results, 'I', n)}, share I of the grid in array task I."
+              if n > 1 else f"{results.name}.")
     lines = p.header(f"{slug}.probe.sbatch", f"estratos-probe-{slug}",
                      [f"estratos: probe {cache.name} into {target}"]
                      + _rerun_comment(p, f"{slug}.probe.sbatch", n,
                                       "it skips the cells already done"),
                      n, 0, p.cpus_per_task)
     jobs = [("--jobs", str(p.cpus_per_task))] if p.cpus_per_task else []
-    lines.append(p.command(["probe"], [("--cache", str(cache)), *p.task_options,
-                                       *p.probe_options, *jobs, *_shard_option(n),
-                                       ("--out", str(results))]))
+    lines.append(p.command(["probe"], [("--cache", str(cache))], p.task_options,
+                           p.probe.to_options(), [("--expect-model", model)], jobs,
+                           _shard_option(n), [("--out", str(results))]))
     return JobScript(f"{slug}.probe.sbatch", "probe", model, "\n".join(lines) + "\n",
                      n if n > 1 else None, (f"{slug}.merge.sbatch",))
+
+
+def _shard_name(path: Path, index: str, count: int) -> str:
+    from estratos.cache.schema import shard_path
+
+    return shard_path(path, index, count).name
 
 
 def _report_job(p: _Pipeline, slugs: Sequence[str]) -> JobScript:
@@ -375,33 +431,23 @@ def _report_job(p: _Pipeline, slugs: Sequence[str]) -> JobScript:
 
 
 def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
-                  out: os.PathLike | str, *, task_files: Sequence[str] = (),
-                  encode_array: int = 1, probe_array: int = 1,
-                  layers: str = "all", seeds: str = DEFAULT_SEEDS_TEXT,
-                  pooling: Optional[str] = DEFAULT_POOLING,
-                  classifier: str = DEFAULT_CLASSIFIER, features: Optional[str] = None,
-                  control: Optional[str] = None, control_l2: Optional[str] = None,
-                  mdl: bool = False, device: str = "auto",
-                  encode: Optional[Mapping[str, Any]] = None,
-                  partition: Optional[str] = None,
-                  gpus_per_task: int = 0, cpus_per_task: Optional[int] = None,
-                  time: Optional[str] = None, sbatch_args: Sequence[str] = (),
-                  python: Optional[str] = None) -> SlurmPlan:
+                  out: os.PathLike[str] | str, *, encode: Optional[EncodeConfig] = None,
+                  probe: Optional[ProbeConfig] = None, resources: Optional[Resources] = None,
+                  task_files: Sequence[str] = (), python: Optional[str] = None) -> SlurmPlan:
     """The job scripts for ``models`` on ``tasks`` (nothing is written or submitted).
 
-    ``tasks``/``task_files``/``data_dirs``/``layers``/``seeds``/``pooling``/``classifier``/
-    ``features``/``control``/``control_l2``/``mdl``/``device`` are the forms ``estratos
-    probe`` takes
-    (``pooling`` None: each cache's first, as probe does; the probe jobs get them through
-    :meth:`ProbeConfig.to_argv`); ``encode``: the options of ``estratos encode`` that say
-    what the caches hold, as :meth:`EncodeConfig.build
-    <estratos.encode.config.EncodeConfig.build>` keywords (``dtype``, ``max_length``,
-    ``states``, ``prompt``, ``random_init``, ...; the encode jobs get them through
-    :meth:`EncodeConfig.to_options`; their device, shard and threads come from the job).
-    ``gpus_per_task`` and ``cpus_per_task`` go to the
-    encode array (``--gres=gpu:G``: each array task is one task; ``encode --threads``);
-    ``cpus_per_task`` also to the probe array (``probe --jobs``). ``partition``, ``time`` and
-    ``sbatch_args`` (extra ``#SBATCH`` options, e.g. ``--account=X``) go to every job.
+    ``tasks``/``task_files``/``data_dirs`` are the forms ``estratos probe`` takes;
+    ``encode``: what the caches hold (:class:`~estratos.encode.config.EncodeConfig`, None:
+    the defaults; its ``model`` is replaced by each model's, and with a batcher
+    (``encoder``) ``models`` are batchers; each encode job gets
+    :meth:`EncodeConfig.to_options`, its threads and shard from the job); ``probe``: the
+    probe jobs' :class:`~estratos.probe.config.ProbeConfig` (None: the defaults;
+    :meth:`ProbeConfig.to_options`; ``--expect-model``, ``--jobs`` and ``--shard`` from the
+    job). A probe ``pooling`` that the encode jobs would not store is refused; with no
+    ``--pooling`` asked of encode, they store the probe's alone. ``resources``
+    (:class:`Resources`): the arrays, ``gpus_per_task`` and ``cpus_per_task`` for the encode
+    array (``--gres=gpu:G``; ``encode --threads``), ``cpus_per_task`` also for the probe
+    array (``probe --jobs``), ``partition``, ``time`` and ``sbatch_args`` for every job.
     ``python``: the interpreter the jobs run ``-m estratos`` with (default: this one,
     ``sys.executable``, kept as written: a venv's ``bin/python`` link must not be resolved).
     Raises :class:`~estratos.errors.OptionError` (or the task errors of
@@ -412,36 +458,42 @@ def plan_pipeline(models: Sequence[str], tasks: str, data_dirs: Sequence[str],
     if not python or not os.path.isabs(python):
         raise OptionError(f"python: {python!r} is not an absolute path to an interpreter "
                           "(the jobs must not depend on PATH)")
+    if not models:
+        raise OptionError("MODEL: give at least one model (Hugging Face id or local folder), "
+                          "or --encoder MODULE:FUNCTION")
     task_files = [str(p) for p in task_files]
-    _check_options(models, tasks, task_files, encode_array, probe_array, gpus_per_task,
-                   cpus_per_task, sbatch_args)
-    from estratos.encode.config import EncodeConfig
-    from estratos.probe.config import ProbeConfig
-
-    encode_config = EncodeConfig.build(model=models[0] if models else None,
-                                       **dict(encode or {}))
-    probe = ProbeConfig.build(layers=layers, pooling=pooling, seeds=seeds,
-                              classifier=classifier, features=features, control=control,
-                              control_l2=control_l2, mdl=mdl, device=device, jobs=1)
-    words = probe.to_argv()
-    probe_options = []
-    for i, word in enumerate(words):  # (option, value) pairs; a flag has the value None
-        if word.startswith("--"):
-            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") \
-                else None
-            probe_options.append((word, value))
-    encode_options = encode_config.to_options()[1:]  # the model is each job's own
-    task_options = _task_arguments(tasks, task_files, data_dirs)
-    p = _Pipeline(out=_absolute(out), python=python, task_options=tuple(task_options),
-                  encode_array=int(encode_array), probe_array=int(probe_array),
-                  probe_options=tuple(probe_options), encode_options=tuple(encode_options),
-                  partition=partition, time=time, sbatch_args=tuple(sbatch_args),
-                  gpus_per_task=int(gpus_per_task),
-                  cpus_per_task=int(cpus_per_task) if cpus_per_task else None)
-    slugs = {slug: _model_argument(model) for slug, model in model_slugs(models).items()}
+    task_words = _task_arguments(tasks, task_files, data_dirs)
+    probe = probe or ProbeConfig.build(jobs=1)
+    encode = _stores_probe_pooling(encode or EncodeConfig(), probe.pooling)
+    p = _Pipeline(out=_absolute(out), python=python, task_options=tuple(task_words),
+                  resources=resources or Resources(), probe=probe, encode=encode)
+    slugs = {slug: (model if encode.encoder is not None else _model_argument(model))
+             for slug, model in model_slugs(models).items()}
     jobs: List[JobScript] = []
     for slug, model in slugs.items():
         jobs += [_encode_job(p, slug, model), _merge_job(p, slug, model),
                  _probe_job(p, slug, model)]
     jobs.append(_report_job(p, list(slugs)))
     return SlurmPlan(p.out, slugs, tuple(jobs))
+
+
+def _stores_probe_pooling(encode: EncodeConfig, pooling: Optional[str]) -> EncodeConfig:
+    """The encode configuration whose caches hold the vectors the probe jobs read: the
+    probe's ``--pooling`` stored alone when encode was asked for none, refused when encode
+    was asked for others (a probe job that would fail on the cluster, after the encode)."""
+    if pooling is None:
+        return encode
+    if encode.encoder is not None:
+        if pooling != ENCODER_POOLING:
+            raise OptionError(f"--pooling: {pooling!r}: an --encoder function gives one vector "
+                              f"kind, stored as {ENCODER_POOLING!r}")
+        return encode
+    if encode.poolings is None:
+        return encode.replace(poolings=(pooling,))
+    if pooling not in encode.poolings:
+        raise OptionError(f"--pooling: the probe jobs read {pooling!r}, which the encode jobs "
+                          f"would not store (--encode-pooling {' '.join(encode.poolings)}); "
+                          "add it to --encode-pooling")
+    return encode
+
+

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from estratos.errors import OptionError
+from estratos.registry import unknown_message
 from estratos.tasks import registry
 from estratos.tasks.types import TaskSpec
 
@@ -63,9 +64,9 @@ class DataDirs:
             name, sep, rest = value.partition("=")
             if sep and _SUITE_LIKE.match(name) and "/" not in name:
                 if registry.suite_info(name) is None:
-                    known = ", ".join(s.name for s in registry.suites())
-                    raise OptionError(f"{source}: unknown suite {name!r} in {value!r} "
-                                      f"(suites: {known})")
+                    known = [s.name for s in registry.suites()]
+                    raise OptionError(f"{source}: {value!r}: "
+                                      + unknown_message("suite", name, known))
                 if not rest.strip():
                     raise OptionError(f"{source}: empty folder in {value!r}")
                 if name in by_suite:
@@ -90,13 +91,6 @@ class DataDirs:
         raise OptionError(f"--data-dir: no data folder for suite {suite!r}; pass "
                           f"--data-dir DIR or --data-dir {suite}=DIR (or set {ENV_VAR})")
 
-    def has_suite(self, suite: str) -> bool:
-        """Whether :meth:`for_suite` would find a folder for ``suite``."""
-        try:
-            self.for_suite(suite)
-        except OptionError:
-            return False
-        return True
 
     def given_for(self, suite: str) -> Optional[Path]:
         """The folder the user gave for ``suite`` (option or environment), if any."""

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from estratos.errors import EstratosError, InputError, OptionError
 from estratos.protocols import get_protocol
+from estratos.registry import unknown_name
 from estratos.tasks.building import holdout_sizes
 from estratos.tasks.datadirs import DataDirs
 from estratos.tasks.formats import get_format
@@ -115,7 +116,7 @@ def render_task_list(rows: Sequence[Dict[str, Any]], fmt: str = "table",
     if fmt == "json":
         return json.dumps(list(rows), indent=2, ensure_ascii=False)
     if fmt != "table":
-        raise OptionError(f"--format: unknown format {fmt!r} (table or json)")
+        raise unknown_name("format", fmt, ("table", "json"), "--format")
     header = ["ID", "GROUP", "LANG", "PROTOCOL", "METRIC", "CLASSES"]
     if counts:
         header += ["TRAIN", "DEV", "TEST"]

@@ -20,7 +20,6 @@ from typing import Dict, Mapping, Tuple
 
 TENSES: Tuple[str, ...] = ("PAST", "PRES", "FUT")
 NUMBERS: Tuple[str, ...] = ("sg", "pl")
-GENDERS: Tuple[str, ...] = ("m", "f")
 
 
 @dataclass(frozen=True)

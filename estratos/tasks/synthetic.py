@@ -52,7 +52,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from estratos.errors import OptionError
 from estratos.files import write_atomic
-from estratos.options import check_output_folder
+from estratos.outputs import check_output_folder
+from estratos.registry import unknown_message
 from estratos.tasks import lexicon_es as lx
 from estratos.text import normalize_sentence, surface_length
 from estratos.vocab import DEFAULT_SEED, SYNTHETIC_N_PER_TASK
@@ -100,8 +101,7 @@ def task_labels(name: str) -> Tuple[str, ...]:
         "WordContent": tuple(n.sg for n in lx.WORD_CONTENT),
     }
     if name not in labels:
-        raise OptionError(f"unknown synthetic-es task {name!r}; choose from "
-                          f"{', '.join(TASK_NAMES)}")
+        raise OptionError(unknown_message("synthetic-es task", name, TASK_NAMES))
     return tuple(sorted(labels[name]))
 
 

@@ -10,10 +10,10 @@ from typing import Optional
 import torch  # noqa: F401  (preloaded in the server so children start fast)
 import transformers  # noqa: F401
 
-import estratos.cache  # noqa: F401
-import estratos.encode.models.hf  # noqa: F401
-import estratos.encode.run  # noqa: F401
-import estratos.encode.stream  # noqa: F401
+import estratos.cache
+import estratos.encode.models.hf
+import estratos.encode.run
+import estratos.encode.stream
 import estratos.probe.grid.runner  # noqa: F401
 
 
@@ -35,11 +35,13 @@ def encode(fault: Optional[str], sentences_file: str, model: str, out: str,
 
 
 def probe_files(cache: str, task_files: list, out: str, kwargs: dict) -> None:
-    """One ``probe_tasks`` run over custom task files (killed by the parent)."""
+    """One ``probe_tasks`` run over custom task files (killed by the parent); ``kwargs``:
+    the fields of its :class:`~estratos.probe.config.ProbeConfig`."""
     logging.basicConfig(level=logging.ERROR)
     from estratos.probe.command import probe_tasks
+    from estratos.probe.config import ProbeConfig
 
-    probe_tasks(cache, "", out, task_files=task_files, **kwargs)
+    probe_tasks(cache, "", out, ProbeConfig.build(**kwargs), task_files=task_files)
 
 
 def probe_files_at(fault: str, cache: str, task_files: list, out: str, kwargs: dict) -> None:

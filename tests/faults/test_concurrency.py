@@ -3,16 +3,16 @@ an encoder appends to another cache, and two encoders pointed at the same output
 
 from __future__ import annotations
 
-
-import pytest
-
 import _forkrun
 import probekit
+import pytest
 from crashkit import make_sentences, wait_for
+
 from estratos.cache import cache_info, open_cache, verify_cache
 from estratos.encode import encode_sentences
 from estratos.errors import CacheError
 from estratos.probe.command import probe_tasks
+from estratos.probe.config import ProbeConfig
 
 ENCODE_KWARGS = {"batch_tokens": 2048, "threads": 1}
 
@@ -57,7 +57,8 @@ def test_readers_while_encode_appends_to_another_cache(probe_grid, sentences_fil
     while proc.is_alive():
         assert cache_info(cache)["complete"] is True
         out = tmp_path / f"r{reads}.jsonl"
-        probe_tasks(cache, "", out, task_files=files[:1], layers="2", seeds="1", threads=1)
+        probe_tasks(cache, "", out, ProbeConfig.build(layers="2", seeds="1", threads=1),
+                    task_files=files[:1])
         with open_cache(cache) as reader:
             assert reader.n_rows == 240
         reads += 1
@@ -72,8 +73,8 @@ def test_readers_while_encode_appends_to_another_cache(probe_grid, sentences_fil
     proc.join()
     assert proc.exitcode == 0 and reads > 0
     assert verify_cache(other, sentences).ok
-    want = {k: v for k, v in probekit.outcome(ref).items() if k[1] == 2 and k[3] == 1
-            and k[0] == "fault:Alpha"}
+    want = {k: v for k, v in probekit.outcome(ref).items() if k.layer == 2 and k.seed == 1
+            and k.task == "fault:Alpha"}
     assert probekit.outcome(tmp_path / "r0.jsonl") == want
     figures.add("concurrency_passed")
     figures.note(kind="concurrency", scenario="probe + cache info while encode appends "

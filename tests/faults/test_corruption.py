@@ -9,17 +9,18 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import probekit
 import pytest
 from click.testing import CliRunner
-
-import probekit
 from crashkit import make_sentences
+
 from estratos.cache import cache_info, merge_shards, open_cache, verify_cache
 from estratos.cli import cli
 from estratos.encode import encode_sentences
 from estratos.errors import CacheError, EstratosError, MissingSentences, ResultsError
-from estratos.results import read_results
 from estratos.probe.command import probe_tasks
+from estratos.probe.config import ProbeConfig
+from estratos.results import read_results
 
 N_ROWS = 1100  # three 512-row chunks per hidden state
 PROBE = {"layers": "0,2,avg", "seeds": "1", "threads": 1}
@@ -32,7 +33,7 @@ def clean(tmp_path_factory):
     cache, files, sentences = probekit.build(root, n=N_ROWS)
     files = [str(f) for f in files[:1]]
     ref = root / "clean.jsonl"
-    probe_tasks(cache, "", ref, task_files=files, **PROBE)
+    probe_tasks(cache, "", ref, ProbeConfig.build(**PROBE), task_files=files)
     return cache, files, sentences, probekit.outcome(ref)
 
 
@@ -60,7 +61,7 @@ def _must_refuse_or_match(figures, cache: Path, files, want) -> str:
     """Probe the damaged cache: an estratos error, or exactly the clean numbers."""
     out = cache.with_suffix(".jsonl")
     try:
-        probe_tasks(cache, "", out, task_files=files, **PROBE)
+        probe_tasks(cache, "", out, ProbeConfig.build(**PROBE), task_files=files)
     except EstratosError as exc:
         assert not out.exists() or not read_results(out), "refused, yet wrote results"
         return f"refused: {type(exc).__name__}"
@@ -71,7 +72,7 @@ def _must_refuse_or_match(figures, cache: Path, files, want) -> str:
 def _cli_verify_fails(path: Path) -> None:
     res = CliRunner().invoke(cli, ["cache", "verify", str(path)])
     assert res.exit_code == 1, res.output
-    assert "Traceback" not in res.output and res.exception is None or isinstance(
+    assert ("Traceback" not in res.output and res.exception is None) or isinstance(
         res.exception, SystemExit)
 
 
@@ -151,7 +152,8 @@ def test_a_task_sentence_changed_after_encoding(clean, tmp_path, figures):
     figures.add("corruptions_injected")
     out = tmp_path / "r.jsonl"
     with pytest.raises(MissingSentences, match="1 sentence"):
-        probe_tasks(cache, "", out, task_files=[str(folder / "task.toml")], **PROBE)
+        probe_tasks(cache, "", out, ProbeConfig.build(**PROBE),
+                    task_files=[str(folder / "task.toml")])
     assert not out.exists()
     edited = [line.split("\t")[1] for line in lines]
     report = verify_cache(cache, edited)
@@ -199,7 +201,8 @@ def test_a_damaged_results_line_is_refused(probe_grid, tmp_path, figures):
     with pytest.raises(ResultsError, match=r"r\.jsonl:5:"):
         read_results(out)
     with pytest.raises(ResultsError, match=r"r\.jsonl:5:"):
-        probe_tasks(cache, "", out, task_files=files, **probekit.PROBE_KWARGS)
+        probe_tasks(cache, "", out, ProbeConfig.build(**probekit.PROBE_KWARGS),
+                    task_files=files)
     assert out.read_bytes() == b"".join(lines)  # nothing appended to a file it cannot read
     figures.add("corruptions_detected")
     figures.note(kind="corruption", fault="results line damaged", probe="refused: ResultsError")

@@ -10,14 +10,15 @@ import random
 import signal
 import time
 
-import pytest
-
 import _forkrun
 import probekit
+import pytest
 from crashkit import run_child
+
+from estratos.probe.command import probe_tasks
+from estratos.probe.config import ProbeConfig
 from estratos.results import read_results
 from estratos.results.predictions import PredictionsReader, check_metric, predictions_dir
-from estratos.probe.command import probe_tasks
 
 #: (--jobs, kill once the file holds this many lines): one process appends each task's 15
 #: cells at once (one unit: 5 layer specs x 3 seeds); two processes run smaller units
@@ -66,7 +67,7 @@ def _resume_and_compare(figures, cache, files, ref, out):
         assert _torn_only_at_the_end(out), "a line before the last is torn"
         read_results(out)  # every whole line parses; a cut last one is skipped
         _every_line_has_its_predictions(out)
-    probe_tasks(cache, "", out, task_files=files, **probekit.PROBE_KWARGS)
+    probe_tasks(cache, "", out, ProbeConfig.build(**probekit.PROBE_KWARGS), task_files=files)
     assert _whole_lines(out)
     assert _every_line_has_its_predictions(out) == probekit.n_cells()
     assert not [p.name for p in predictions_dir(out).iterdir() if p.name.endswith(".tmp")]
@@ -139,7 +140,8 @@ def test_a_line_torn_by_a_dying_writer_is_redone_once(probe_grid, tmp_path, figu
     cache, files, ref, _ = probe_grid
     out = tmp_path / "r.jsonl"
     figures.add("crash_points_tried")
-    probe_tasks(cache, "", out, task_files=files[:1], **probekit.PROBE_KWARGS)
+    probe_tasks(cache, "", out, ProbeConfig.build(**probekit.PROBE_KWARGS),
+                task_files=files[:1])
     data = out.read_bytes()
     last = data[:-1].rfind(b"\n") + 1
     out.write_bytes(data[: last + (len(data) - last) // 2])  # tear the last line in half

@@ -17,8 +17,8 @@ from typing import ContextManager, Optional
 
 import torch
 
+from estratos.devices import available_cores
 from estratos.errors import OptionError
-from estratos.options import available_cores
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,12 @@ import torch
 
 from estratos.cache import schema
 from estratos.cache.architecture import DECODER, ENCODER
+from estratos.devices import ENCODE_DEVICES, resolve_device
 from estratos.encode.config import MIN_MAX_LENGTH, MODEL_DTYPES, EncodeConfig, check_accelerate
 from estratos.encode.models import devices, hub, pooling, tokens
 from estratos.errors import OptionError
-from estratos.options import ENCODE_DEVICES, is_local_model, model_identity, resolve_device
+from estratos.model_source import is_local_model, model_identity
+from estratos.registry import unknown_name
 from estratos.vocab import (
     CHAT_TEMPLATE_KIND,
     MEAN_TOKENS_PROMPTED,
@@ -146,7 +148,7 @@ def weights_dtype(choice: str, config: object, device: torch.device,
     dtype when the model runs on GPUs (a 7B model in float32 would double its memory) and
     float32 on CPU/MPS (half precision there is slow and inexact; vectors as before)."""
     if choice not in MODEL_DTYPES:
-        raise OptionError(f"--model-dtype: {choice!r} is not one of {', '.join(MODEL_DTYPES)}")
+        raise unknown_name("model dtype", choice, MODEL_DTYPES, "--model-dtype")
     if choice != "auto":
         return getattr(torch, choice)
     on_gpu = device.type == "cuda" or (device_map is not None and torch.cuda.is_available())

@@ -29,6 +29,7 @@ from estratos.vocab import (
     DECODER_DEFAULT_POOLINGS,
     ENCODER_DEFAULT_POOLINGS,
     MEAN_FIRST_DEFAULT,
+    POOLINGS,
 )
 
 if TYPE_CHECKING:  # torch is imported where vectors are computed, not to check options
@@ -151,8 +152,9 @@ def _mean(at: _Positions) -> List[torch.Tensor]:
     return out
 
 
-#: how each pooling of :data:`~estratos.vocab.POOLINGS` is computed (same names, same order:
-#: a test checks it)
+#: how each pooling is computed, under the names and in the order
+#: :data:`~estratos.vocab.POOLINGS` declares (a declared registry: a pooling named there
+#: without a computation here, or the reverse, fails when this module is imported)
 POOLERS: Registry[Callable[[_Positions], List[torch.Tensor]]] = Registry(
-    "pooling", {"cls": _cls, "mean": _mean, "last": _last})
+    "pooling", {"cls": _cls, "mean": _mean, "last": _last}, names=POOLINGS)
 

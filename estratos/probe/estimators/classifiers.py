@@ -598,9 +598,9 @@ class LBFGSClassifier(LogisticGrid):
     summary = "full-batch logistic regression, for fast exploration"
     solver = "lbfgs"
     warm_path = True
-    #: L-BFGS from a zero start on the same data gives the same model whatever the seed
-    #: (scikit-learn's lbfgs solver draws no random numbers)
-    deterministic = True
+    #: ``optim`` lbfgs makes it ``deterministic``: L-BFGS from a zero start on the same data
+    #: gives the same model whatever the seed (scikit-learn's lbfgs solver draws no random
+    #: numbers; :data:`estratos.vocab.SEED_FREE_OPTIMIZERS`)
     _recorded = ("nhid", "optim", "max_iter", "tol", "l2_grid", "path")
     _facts: Mapping[str, Any] = {"nhid": 0, "optim": "lbfgs",
                                  "path": "warm-start, strongest L2 first"}

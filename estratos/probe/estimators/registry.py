@@ -22,9 +22,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
-from estratos.errors import OptionError
 from estratos.registry import Registry, unknown_name
-from estratos.vocab import FEATURES, Role
+from estratos.vocab import FEATURES, SEED_FREE_OPTIMIZERS, Role
 
 #: roles an estimator can play (see the module docstring)
 ROLES: Tuple[Role, ...] = tuple(Role)
@@ -60,8 +59,19 @@ class RecordedEstimator:
     trains_regressor = True
     #: whether a fit depends on nothing but its data and parameters (the seed changes
     #: nothing): on a protocol whose data do not depend on the seed either
-    #: (``Protocol.seeds_share_data``), every seed trains the same model
+    #: (``Protocol.seeds_share_data``), every seed trains the same model. Derived, never
+    #: set: the ``optim`` the class records as a fact (``_facts``) is one of
+    #: :data:`estratos.vocab.SEED_FREE_OPTIMIZERS`, the rule a report applies to a results
+    #: line (:func:`estratos.results.record.seed_free_fit`), so the two cannot disagree
     deterministic = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "deterministic" in vars(cls):
+            raise TypeError(f"{cls.__name__}: 'deterministic' follows from the optim it "
+                            "records (_facts['optim'] in estratos.vocab.SEED_FREE_OPTIMIZERS); "
+                            "do not set it")
+        cls.deterministic = cls._facts.get("optim") in SEED_FREE_OPTIMIZERS
 
     @classmethod
     def _param_names(cls) -> List[str]:
@@ -169,7 +179,7 @@ def check_features(value: Any, option: str = "--features") -> str:
     :class:`~estratos.probe.config.ProbeConfig` checks ``--features`` with it before numpy is
     imported."""
     if value not in FEATURES:
-        raise OptionError(f"{option}: {value!r} is not one of {', '.join(FEATURES)}")
+        raise unknown_name("features", value, FEATURES, option)
     return str(value)
 
 

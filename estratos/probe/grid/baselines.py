@@ -19,25 +19,20 @@ import os
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from estratos.errors import OptionError
-from estratos.options import (
-    ShardSpec,
-    check_output_file,
-    parse_baselines,
-    parse_seeds,
-    positive_int,
-    resolve_shard,
-)
+from estratos.outputs import check_output_file
+from estratos.probe.config import BaselineConfig
 from estratos.probe.grid.loop import Grid, RunStats, collect, execute
 from estratos.probe.grid.outcome import ProbeRun
 from estratos.probe.grid.plan import TaskShape, WorkUnit, cell_cost, shard_path
-from estratos.probe.grid.units import TASKS_KEPT, _default_loader, spec_state
-from estratos.results import ResultRecord
+from estratos.probe.grid.units import TASKS_KEPT, TaskLoader, default_loader, spec_state
+from estratos.results import CellKey, ResultRecord
 from estratos.results.provenance import check_done_cells
 from estratos.results.reader import done_keys
-from estratos.vocab import DEFAULT_BASELINE, DEFAULT_SEED
+from estratos.tasks.datadirs import DataDirs
+from estratos.tasks.types import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +77,7 @@ class BaselineUnits:
             self._tasks.move_to_end(task_id)
             return self._tasks[task_id]
         spec = TaskSpec(**self.context.specs[task_id])
-        loader = self.context.loader or _default_loader()
+        loader = self.context.loader or default_loader()
         data = loader(spec, self.context.data_dirs)
         self._tasks[task_id] = data
         while len(self._tasks) > TASKS_KEPT:
@@ -129,7 +124,7 @@ class BaselineGrid(Grid):
     and a cell costs what the task's logistic regression trains (nothing for a cosine)."""
 
     def __init__(self, specs: Sequence[Any], names: Sequence[str], seeds: Sequence[int],
-                 out: Path, done: set, *, data_dirs: Any,
+                 out: Path, done: Set[CellKey], *, data_dirs: Any,
                  loader: Optional[Callable[[Any, Any], Any]], overwrite: bool, jobs: int,
                  shard: Optional[Tuple[int, int]]) -> None:
         from estratos.probe.baseline import BASELINES
@@ -146,8 +141,9 @@ class BaselineGrid(Grid):
         self.estimators = {s.id: _trained_estimator(s, BASELINES[names[0]].estimator)
                            for s in specs}
 
-    def key(self, task: str, column: Any, seed: int) -> tuple:
-        return self.systems[column].key(task, None, None, seed, column)
+    def key(self, task: str, column: Any, seed: int) -> CellKey:
+        return self.systems[column].key(task=task, layer=None, pooling=None, seed=seed,
+                                        classifier=column)
 
     def column_of(self, record: ResultRecord) -> str:
         return str(record.classifier.get("name"))
@@ -173,32 +169,27 @@ def _trained_estimator(spec: Any, estimator: Any) -> Any:
     return resolve_classifier(spec.classifier, classifier=estimator(), task=spec.id)
 
 
-def run_baseline(specs: Sequence[Any], data_dirs: Any, out: Union[str, os.PathLike], *,
-                 seeds: Union[str, int, Sequence[int]] = (DEFAULT_SEED,),
-                 overwrite: bool = False,
-                 loader: Optional[Callable[[Any, Any], Any]] = None,
-                 baselines: Union[str, Sequence[str]] = DEFAULT_BASELINE,
-                 jobs: int = 1, shard: ShardSpec = None,
+def run_baseline(specs: Sequence[TaskSpec], data_dirs: Optional[DataDirs],
+                 out: Union[str, os.PathLike], config: BaselineConfig, *,
+                 loader: Optional[TaskLoader] = None,
                  progress: Optional[bool] = False) -> ProbeRun:
-    """Run ``baselines`` (names, or ``"all"``) on ``specs`` and append one record per
-    (task, baseline, seed) to ``out``; returns the records written as a
-    :class:`~estratos.probe.grid.outcome.ProbeRun` (a sequence of records in grid order:
-    task, seed, baseline; with timing).
+    """Run the baselines of ``config`` (:class:`~estratos.probe.config.BaselineConfig`) on
+    ``specs`` and append one record per (task, baseline, seed) to ``out``; returns the
+    records written as a :class:`~estratos.probe.grid.outcome.ProbeRun` (a sequence of
+    records in grid order: task, seed, baseline; with timing).
 
-    Cells already in ``out`` are skipped unless ``overwrite`` (then a new record is appended
-    and readers keep the last); a stored cell computed on other data than the task's now is
-    refused (:func:`estratos.results.provenance.check_done_cells`). ``jobs``: processes kept
-    busy with work units; ``shard``: ``(I, N)``, ``"I/N"`` or ``"auto"`` (SLURM array
-    variables), results then going to ``<out stem>.shard-I-of-N<suffix>``; ``progress``: a
-    bar on stderr (None: when stderr is a terminal, else periodic lines). ``loader(spec,
+    Cells already in ``out`` are skipped unless ``config.overwrite`` (then a new record is
+    appended and readers keep the last); a stored cell computed on other data than the
+    task's now is refused (:func:`estratos.results.provenance.check_done_cells`).
+    ``config.jobs``: processes kept busy with work units; ``config.shard``: ``(I, N)``,
+    results then going to ``<out stem>.shard-I-of-N<suffix>``; ``progress``: a bar on
+    stderr (None: when stderr is a terminal, else periodic lines). ``loader(spec,
     data_dirs) -> TaskData`` replaces :func:`estratos.tasks.load_task` (with ``jobs > 1`` it
-    must be picklable). Bad options raise :class:`OptionError` before anything is read.
+    must be picklable).
     """
     t_start = time.monotonic()
-    seed_list = parse_seeds(seeds)
-    names = parse_baselines(baselines)
-    jobs_n = positive_int("--jobs", jobs)
-    where = resolve_shard(shard)
+    seed_list, names, overwrite = config.seeds, config.baselines, config.overwrite
+    jobs_n, where = config.jobs, config.shard
     specs = list(specs)
     if not specs:
         raise OptionError("--tasks: no task selected")

@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from estratos import errors as _errors
+from estratos.devices import available_cores
 from estratos.errors import DiskFull, EstratosError
-from estratos.options import available_cores
 from estratos.probe.grid.outcome import ProbeRun, UnitStat
 from estratos.probe.grid.plan import TaskShape, WorkUnit, plan_units, shard_cells
 from estratos.probe.grid.pool import Event, make_executor
 from estratos.probe.grid.progress import GridProgress
-from estratos.results import ResultRecord
+from estratos.results import CellKey, ResultRecord
 from estratos.results.reader import done_keys
 from estratos.vocab import LayerSpec
 
@@ -63,7 +63,7 @@ class Grid:
     modules each worker imports as soon as it is spawned."""
 
     def __init__(self, *, label: str, out: Path, ids: Sequence[str],
-                 columns: Sequence[Column], seeds: Sequence[int], done: Set[tuple],
+                 columns: Sequence[Column], seeds: Sequence[int], done: Set[CellKey],
                  jobs: int = 1, threads: int = 1, shard: Optional[Tuple[int, int]] = None,
                  preload: Sequence[str] = ()) -> None:
         self.label = label
@@ -77,7 +77,7 @@ class Grid:
         self.shard = shard
         self.preload = tuple(preload)
 
-    def key(self, task: str, column: Column, seed: int) -> tuple:
+    def key(self, task: str, column: Column, seed: int) -> CellKey:
         """The identity of one cell of this grid (what a results line's ``key`` is)."""
         raise NotImplementedError
 
@@ -118,7 +118,7 @@ class Grid:
 
 
 def pending_cells(ids: Sequence[str], columns: Sequence[Column], seeds: Sequence[int],
-                  key: Callable[[str, Any, int], tuple], done: Set[tuple],
+                  key: Callable[[str, Any, int], CellKey], done: Set[CellKey],
                   owned: Optional[Set[Tuple[str, Any, int]]] = None) -> Pending:
     """task -> seed -> the columns whose cell (``key(task, column, seed)``) is not in
     ``done`` (and is in ``owned``, when sharded), in grid order; tasks with nothing to do

@@ -25,15 +25,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from estratos.encode.config import argv_for_cache
+from estratos.commandline import Command, ShellText, task_options
+from estratos.encode.config import options_for_cache
 from estratos.errors import EstratosError, MissingSentences, OptionError
-from estratos.options import check_output_file, parse_layers
+from estratos.options import parse_layers
+from estratos.optiontable import OptionPair
+from estratos.outputs import check_output_file
 from estratos.probe.cells import ACCELERATOR_DEVICES, FUSED_SEED_DEVICES, resolve_probe_device
 from estratos.probe.config import ProbeConfig
 from estratos.probe.estimators.settings import task_estimator
@@ -48,11 +50,19 @@ from estratos.probe.grid.placement import (
     task_work,
 )
 from estratos.probe.grid.plan import TaskShape, WorkUnit, cell_cost, plan_units, shard_path
-from estratos.probe.grid.units import WORKER_PRELOAD, GridContext, UnitRunner, spec_state
+from estratos.probe.grid.units import (
+    WORKER_PRELOAD,
+    GridContext,
+    TaskLoader,
+    UnitRunner,
+    spec_state,
+)
 from estratos.probe.records import CellSource
-from estratos.results import ResultRecord
+from estratos.results import CellKey, ResultRecord
 from estratos.results.provenance import check_done_cells
 from estratos.results.reader import done_keys, expand_paths
+from estratos.tasks.datadirs import DataDirs
+from estratos.tasks.types import TaskSpec
 from estratos.vocab import CONTROL_L2_TASK, RAW_FEATURES, LayerSpec
 
 log = logging.getLogger(__name__)
@@ -60,11 +70,11 @@ log = logging.getLogger(__name__)
 __all__ = ["ProbeRun", "RunPlan", "plan_run", "run_probe"]
 
 
-def _encode_hint(cache_path: Path, encode_options: Sequence[str], specs: Sequence[Any],
+def _encode_hint(cache_path: Path, encode_options: Sequence[OptionPair], specs: Sequence[Any],
                  data_dirs: Any) -> str:
     """The ``estratos encode`` command that adds the sentences of ``specs`` to the cache,
     with the cache's own settings (so it is not refused as other settings)."""
-    dirs = []
+    dirs: List[str] = []
     for spec in specs:
         if spec.source:  # a custom task's folder comes with its task file
             continue
@@ -74,14 +84,12 @@ def _encode_hint(cache_path: Path, encode_options: Sequence[str], specs: Sequenc
             continue
         if d not in dirs:
             dirs.append(d)
-    builtin = [s for s in specs if not s.source]
-    data = " ".join(f"--data-dir {shlex.quote(d)}" for d in dirs) or (
-        "--data-dir DIR" if builtin else "")
-    ids = ",".join(s.id for s in specs)
-    files = " ".join(f"--task-file {shlex.quote(s.source)}" for s in specs if s.source)
-    words = [f"estratos encode {shlex.join(encode_options)} --out "
-             f"{shlex.quote(str(cache_path))} --tasks {ids}", files, data]
-    return " ".join(w for w in words if w)
+    if not dirs and any(not s.source for s in specs):
+        dirs = [ShellText("DIR")]  # where the built-in tasks' data is: the user's to say
+    selection = task_options(",".join(s.id for s in specs),
+                             [s.source for s in specs if s.source], dirs)
+    return Command.of("encode", encode_options, selection,
+                      [("--out", str(cache_path))]).shell()
 
 
 # ---- the run as a whole -------------------------------------------------------------------
@@ -99,10 +107,10 @@ class RunPlan:
     layers: Tuple[LayerSpec, ...]
     system: CellSource
     #: the ``estratos encode`` options that add rows to this cache (its model and recorded
-    #: settings: :func:`~estratos.encode.config.argv_for_cache`), for the missing-sentences
+    #: settings: :func:`~estratos.encode.config.options_for_cache`), for the missing-sentences
     #: hint
-    encode_options: Tuple[str, ...]
-    done: Set[tuple]
+    encode_options: Tuple[OptionPair, ...]
+    done: Set[CellKey]
     pending: Pending
     estimators: Dict[str, Any]
     #: ``--control-l2 task``: (task, layer spec, seed) -> the L2 its task cell chose
@@ -113,33 +121,30 @@ class RunPlan:
     def ids(self) -> List[str]:
         return [spec.id for spec in self.specs]
 
-    def key(self, task: str, layer: LayerSpec, seed: int) -> tuple:
+    def key(self, task: str, layer: LayerSpec, seed: int) -> CellKey:
         """The identity of one of this run's cells."""
         c = self.config
-        return self.system.key(task, layer, c.pooling, seed, c.classifier_name,
-                               c.control_identity, c.features)
+        return self.system.key(task=task, layer=layer, pooling=c.pooling, seed=seed,
+                               classifier=c.classifier_name, features=c.features,
+                               control=c.control_identity)
 
     @property
     def grid_cells(self) -> int:
         return len(self.specs) * len(self.layers) * len(self.config.seeds)
 
 
-def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: Any,
-              out: os.PathLike | str, config: Optional[ProbeConfig] = None, *,
-              expect_model: Optional[str] = None,
-              loader: Optional[Callable[[Any, Any], Any]] = None,
+def run_probe(cache_path: os.PathLike | str, specs: Sequence[TaskSpec],
+              data_dirs: Optional[DataDirs], out: os.PathLike | str, config: ProbeConfig, *,
+              loader: Optional[TaskLoader] = None,
               resume_from: Sequence[Union[str, os.PathLike]] = (),
-              progress: Optional[bool] = False, **options: Any) -> ProbeRun:
+              progress: Optional[bool] = False) -> ProbeRun:
     """Probe every (task, layer spec, pooling, seed) cell; returns the records written as a
     :class:`ProbeRun` (a sequence of :class:`ResultRecord`, with timing).
 
-    ``config``: the run's :class:`ProbeConfig`, or its fields as keywords (``layers``,
-    ``pooling``, ``seeds``, ``classifier``, ``features``, ``control``, ``mdl``,
-    ``sequential``, ``jobs``, ``threads``, ``device``, ``shard``, ``overwrite``), checked by
-    :meth:`ProbeConfig.build`. Control cells (``control``) are other cells than the
-    ordinary ones (same results file, both kept); tasks whose protocol trains nothing
-    (cosine similarity) have no control and no standardized reading and are left out of
-    such runs with a warning.
+    ``config``: the run's :class:`ProbeConfig` (:meth:`ProbeConfig.build`). Control cells
+    (``control``) are other cells than the ordinary ones (same results file, both kept);
+    tasks whose protocol trains nothing (cosine similarity) have no control and no
+    standardized reading and are left out of such runs with a warning.
 
     Cells already in the results file, or in ``resume_from`` files (paths or globs), are
     skipped unless ``overwrite``. ``progress``: a bar on stderr (None: when stderr is a
@@ -148,18 +153,13 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
 
     Raises :class:`OptionError`, :class:`CacheError` (incomplete cache),
     :class:`MissingSentences` (with the ``estratos encode`` command that adds them) or
-    :class:`SettingsMismatch` (``expect_model``) before training; a unit that fails (bad
+    :class:`SettingsMismatch` (``config.expect_model``) before training; a unit that fails (bad
     task data, NaN rows) raises after the other units ended, naming its task.
     ``loader(spec, data_dirs) -> TaskData`` replaces :func:`estratos.tasks.load_task` (for
     data built in memory; with ``jobs > 1`` it must be picklable).
     """
     t_start = time.monotonic()
-    if config is None:
-        config = ProbeConfig.build(**options)
-    elif options:
-        raise TypeError(f"run_probe: give a ProbeConfig or its options, not both "
-                        f"({', '.join(sorted(options))})")
-    plan = plan_run(cache_path, specs, out, config, expect_model=expect_model,
+    plan = plan_run(cache_path, specs, out, config,
                     data_dirs=data_dirs, loader=loader,
                     resume_from=resume_from)
     if not plan.pending:
@@ -169,10 +169,11 @@ def run_probe(cache_path: os.PathLike | str, specs: Sequence[Any], data_dirs: An
     return collect(grid, execute(grid, progress), time.monotonic() - t_start)
 
 
-def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLike | str,
-             config: ProbeConfig, *, expect_model: Optional[str] = None,
-             resume_from: Sequence[Union[str, os.PathLike]] = (), data_dirs: Any = None,
-             loader: Optional[Callable[[Any, Any], Any]] = None) -> RunPlan:
+def plan_run(cache_path: os.PathLike | str, specs: Sequence[TaskSpec], out: os.PathLike | str,
+             config: ProbeConfig, *,
+             resume_from: Sequence[Union[str, os.PathLike]] = (),
+             data_dirs: Optional[DataDirs] = None,
+             loader: Optional[TaskLoader] = None) -> RunPlan:
     """Check the tasks, the cache and the results file against ``config`` and find the
     cells still to do; a stored cell computed on other data than the task's now is refused
     (:func:`estratos.results.provenance.check_done_cells`), never skipped silently."""
@@ -196,7 +197,7 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
     cache_path = Path(cache_path)
     out_path = shard_path(out, config.shard)
     check_output_file(out_path)  # before any training, not after the first unit
-    expect = {"model": expect_model} if expect_model else None
+    expect = {"model": config.expect_model} if config.expect_model else None
     with open_cache(cache_path, expect=expect) as cache:
         pooling = config.pooling or cache.poolings[0]
         if pooling == "cls" and cache_is_decoder(cache.attrs):
@@ -206,7 +207,7 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
                               f"(it has {', '.join(cache.poolings)})")
         layer_specs = tuple(parse_layers(config.layers, cache.n_states, cache.states))
         identity = cache.identity()
-        encode_options = tuple(argv_for_cache(cache.attrs))
+        encode_options = tuple(options_for_cache(cache.attrs))
         if config.features == RAW_FEATURES and cache_is_decoder(cache.attrs):
             # measured (docs/probe.md, "Raw or standardized features"): a decoder's hidden
             # states grow in scale with depth and its last one follows the final norm, so a
@@ -215,7 +216,7 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[Any], out: os.PathLi
                         "whose scale suits the probe (the last one, after the final norm); "
                         "run the same command with --features standardized too (same --out) "
                         "before comparing layers", cache_path)
-    done: Set[tuple] = set()
+    done: Set[CellKey] = set()
     if not config.overwrite:
         done = done_keys([str(out_path), *expand_paths(list(resume_from))])
     plan = RunPlan(config=config.replace(pooling=pooling), cache_path=cache_path, out=out_path,
@@ -250,8 +251,9 @@ def _task_cells_l2(plan: RunPlan, files: Sequence[Union[str, Path]]
     for task, by_seed in plan.pending.items():
         for seed, layers in by_seed.items():
             for layer in layers:
-                twin = by_key.get(plan.system.key(task, layer, c.pooling, seed,
-                                                  c.classifier_name, None, c.features))
+                twin = by_key.get(plan.system.key(
+                    task=task, layer=layer, pooling=c.pooling, seed=seed,
+                    classifier=c.classifier_name, features=c.features))
                 if twin is None:
                     missing.append(f"{task} layer {layer} seed {seed}")
                 else:
@@ -275,7 +277,7 @@ class ProbeGrid(Grid):
                  loader: Optional[Callable[[Any, Any], Any]]) -> None:
         config = plan.config
         super().__init__(label="probe", out=plan.out, ids=plan.ids, columns=plan.layers,
-                         seeds=config.seeds, done=plan.done, jobs=config.jobs,
+                         seeds=config.seeds, done=plan.done, jobs=config.jobs or 1,
                          threads=config.threads or 1, shard=config.shard,
                          preload=WORKER_PRELOAD)
         self.plan = plan
@@ -284,7 +286,7 @@ class ProbeGrid(Grid):
         self.device: Any = None
         self.both = False
 
-    def key(self, task: str, column: LayerSpec, seed: int) -> tuple:
+    def key(self, task: str, column: LayerSpec, seed: int) -> CellKey:
         return self.plan.key(task, column, seed)
 
     def column_of(self, record: ResultRecord) -> LayerSpec:

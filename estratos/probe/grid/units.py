@@ -14,11 +14,11 @@ import logging
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from estratos.errors import CacheError, MissingSentences
+from estratos.errors import CacheError, MissingSentences, OptionError
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
 from estratos.probe.config import ProbeConfig
 from estratos.probe.controls import control_record, control_task
@@ -28,6 +28,10 @@ from estratos.probe.grid.plan import TaskShape, WorkUnit
 from estratos.probe.records import CellSource, cell_record, store_cells
 from estratos.results import ResultRecord, ResultsStore
 from estratos.vocab import CONTROL_L2_TASK, CONTROL_TASK
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from estratos.tasks.datadirs import DataDirs
+    from estratos.tasks.types import TaskData, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +98,22 @@ def spec_state(spec: Any) -> Dict[str, Any]:
     return state
 
 
-def _default_loader() -> Callable[[Any, Any], Any]:
+#: ``loader(spec, data_dirs) -> TaskData``: loads a task in place of
+#: :func:`estratos.tasks.load_task` (tasks built in memory)
+TaskLoader = Callable[["TaskSpec", Optional["DataDirs"]], "TaskData"]
+
+
+def default_loader() -> TaskLoader:
+    """:func:`estratos.tasks.load_task`, imported when a unit first loads a task (the task
+    formats are not imported by a process that never loads one)."""
     from estratos.tasks import load_task
 
-    return load_task
+    def load(spec: "TaskSpec", data_dirs: Optional["DataDirs"]) -> "TaskData":
+        if data_dirs is None:  # only a caller's own loader reads tasks without folders
+            raise OptionError(f"--data-dir: {spec.id} is read from files; give its folder")
+        return load_task(spec, data_dirs)
+
+    return load
 
 
 class UnitRunner:
@@ -144,7 +160,7 @@ class UnitRunner:
             spec, task, _ = self._tasks[task_id]
             return spec, task
         spec = TaskSpec(**self.context.specs[task_id])
-        task = (self.context.loader or _default_loader())(spec, self.context.data_dirs)
+        task = (self.context.loader or default_loader())(spec, self.context.data_dirs)
         self._tasks[task_id] = (spec, task, None)
         while len(self._tasks) > TASKS_KEPT:
             self._tasks.popitem(last=False)
