@@ -103,6 +103,20 @@ def _classifier_choice() -> Any:
     return lazy_choice(_classifier_names)
 
 
+def grid_shard_option() -> Any:
+    """``--shard``: the share of a grid one run computes (probe and baseline alike)."""
+    return option(None, "--shard", "Run shard I (0-based) of N of the grid, written to "
+                  "RESULTS.shard-I-of-N.jsonl (auto: the SLURM array variables if set).",
+                  role=Role.PLACEMENT, check=resolve_shard, metavar="I/N",
+                  cli_default=AUTO_SHARD)
+
+
+def overwrite_option() -> Any:
+    """``--overwrite``: redo the cells a results file holds (probe and baseline alike)."""
+    return option(False, "--overwrite", "Redo cells already in --out.", role=Role.PLACEMENT,
+                  is_flag=True)
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     """Every choice of a probe run, checked (:meth:`build`); each field is one option of
@@ -169,13 +183,8 @@ class ProbeConfig:
     threads: Optional[int] = option(
         None, "--threads", "Torch threads per process [default: 1; use --jobs for more "
         "cores].", role=Role.PLACEMENT, check=_positive("--threads"), click_type=integer)
-    shard: Optional[Tuple[int, int]] = option(
-        None, "--shard", "Run shard I (0-based) of N of the grid, written to "
-        "RESULTS.shard-I-of-N.jsonl (auto: the SLURM array variables if set).",
-        role=Role.PLACEMENT, check=resolve_shard, metavar="I/N", cli_default=AUTO_SHARD)
-    overwrite: bool = option(
-        False, "--overwrite", "Redo cells already in --out.", role=Role.PLACEMENT,
-        is_flag=True)
+    shard: Optional[Tuple[int, int]] = grid_shard_option()
+    overwrite: bool = overwrite_option()
     expect_model: Optional[str] = option(
         None, "--expect-model", "Fail unless the cache was made with this model.",
         role=Role.PLACEMENT)
@@ -251,13 +260,8 @@ class BaselineConfig:
     jobs: int = option(
         1, "--jobs", "Processes kept busy with work units (task x baselines x seeds), "
         "longest first.", role=Role.PLACEMENT, check=_positive("--jobs"), click_type=integer)
-    shard: Optional[Tuple[int, int]] = option(
-        None, "--shard", "Run shard I (0-based) of N of the grid, written to "
-        "RESULTS.shard-I-of-N.jsonl (auto: the SLURM array variables if set).",
-        role=Role.PLACEMENT, check=resolve_shard, metavar="I/N", cli_default=AUTO_SHARD)
-    overwrite: bool = option(
-        False, "--overwrite", "Redo cells already in --out.", role=Role.PLACEMENT,
-        is_flag=True)
+    shard: Optional[Tuple[int, int]] = grid_shard_option()
+    overwrite: bool = overwrite_option()
 
     @classmethod
     def build(cls, **given: Any) -> "BaselineConfig":
