@@ -28,7 +28,8 @@ from estratos.results import read_results
 CONTRACT_KEYS = {"schema", "kind", "task", "suite", "name", "group", "language", "layer",
                  "pooling", "features", "seed", "protocol", "fallback", "classifier", "metric", "score",
                  "l2", "dev", "test", "ci", "sizes", "chance", "epochs", "seconds", "model", "revision",
-                 "cache", "estratos_version", "created", "device", "data_digest", "encoding"}
+                 "cache", "estratos_version", "created", "device", "data_digest", "encoding",
+                 "information"}
 
 
 @pytest.fixture

@@ -21,8 +21,14 @@ import numpy as np
 
 from estratos import __version__
 from estratos.protocols import CellOutcome, get_protocol
+from estratos.protocols.information import information_of
 from estratos.results import ResultRecord, ResultsStore, primary_score
-from estratos.results.predictions import CellPredictions, write_predictions
+from estratos.results.predictions import (
+    MAX_TEXT,
+    SLOT_SEPARATOR,
+    CellPredictions,
+    write_predictions,
+)
 from estratos.results.provenance import cell_encoding
 from estratos.results.record import CellKey, Layer
 from estratos.tasks.types import TaskData
@@ -78,8 +84,14 @@ def outcome_predictions(task: TaskData, outcome: CellOutcome) -> Optional[CellPr
     if outcome.predictions is None or not outcome.predicted:
         return None
     golds = [(name, np.asarray(task.splits[name].labels)) for name in outcome.predicted]
+    texts = None
+    if outcome.gold_log2p is not None:  # classification: what a report of examples shows
+        texts = [text for name in outcome.predicted
+                 for text in task.example_texts(name, SLOT_SEPARATOR, MAX_TEXT)]
     return CellPredictions.from_splits(outcome.predictions, golds, outcome.folds,
-                                       outcome.positive)
+                                       outcome.positive, outcome.gold_log2p,
+                                       outcome.prior_log2p, texts,
+                                       task.labels if texts is not None else ())
 
 
 def degenerate(task: TaskData, outcome: CellOutcome) -> Optional[Dict[str, Any]]:
@@ -130,7 +142,8 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: CellSource, *, lay
         cache=None if system.cache is None else dict(system.cache),
         estratos_version=__version__, created=utc_now(), device=system.device,
         capped=None if outcome.capped is None else {"max_iter": int(outcome.capped)},
-        mdl=outcome.extra.get("mdl"), degenerate=degenerate(task, outcome),
+        mdl=outcome.extra.get("mdl"), information=information_of(outcome),
+        degenerate=degenerate(task, outcome),
         data_digest=data_digest or task.digest,
         encoding=cell_encoding(system.encoding, layer), **extra)
 

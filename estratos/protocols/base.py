@@ -40,7 +40,10 @@ class CellOutcome:
     concatenated in that order and in each split's example order (the predicted label index
     for classification, the predicted score for relatedness, the cosine for similarity);
     ``folds`` (``inner-kfold``) the outer fold that tested each example; ``positive`` the
-    class whose F1 is reported (None: no F1).
+    class whose F1 is reported (None: no F1). ``gold_log2p``/``prior_log2p`` (classification:
+    each predicted example's gold-label log2-probability under the probe and under the class
+    prior of its training labels, :mod:`estratos.protocols.information`), in the order of
+    ``predictions``.
     """
 
     l2: Optional[float]
@@ -53,6 +56,8 @@ class CellOutcome:
     folds: Optional[np.ndarray] = field(default=None, repr=False)
     positive: Optional[int] = None
     capped: Optional[int] = None
+    gold_log2p: Optional[np.ndarray] = field(default=None, repr=False)
+    prior_log2p: Optional[np.ndarray] = field(default=None, repr=False)
 
 
 def capped_at(est: Any, index: Tuple[int, ...]) -> Optional[int]:

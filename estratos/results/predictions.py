@@ -14,11 +14,16 @@ grid already is (the single file of earlier versions was copied whole by every w
 Layout: every file is an HDF5 file with root attrs ``format = "estratos-predictions"``,
 ``version = 2``, holding some of these groups::
 
-    tests-<digest>.h5    /tests/<digest>: gold (n,), strata (n,) when present; attrs:
-                         strata_names (JSON list), weighting ("equal" | "size").
+    tests-<digest>.h5    /tests/<digest>: gold (n,), strata (n,) when present, texts (n,)
+                         when given (each example's sentences, UTF-8); attrs:
+                         strata_names (JSON list), weighting ("equal" | "size"),
+                         label_names (JSON list) when given.
                          One file per distinct test set, written by the first write using it.
     cells-<NNNNNN>.h5    /cells/<id> per cell of one write (id: sha1 of the JSON cell key):
-                         predicted (n,); attrs: key (JSON), test (its digest), metric,
+                         predicted (n,); classification cells also log2p (n,) and
+                         prior_log2p (n,), float64: each example's gold-label
+                         log2-probability under the probe and under the training
+                         labels' class prior; attrs: key (JSON), test (its digest), metric,
                          and when set: created, score, protocol, positive (an unset
                          value is an absent attribute).
                          Numbered in writing order; a later copy of a cell comes after.
@@ -80,6 +85,12 @@ SUFFIX = ".predictions.h5"
 PathLike = Union[str, os.PathLike]
 
 
+#: between the slots of an example in ``texts`` (a pair's two sentences, a discourse context)
+SLOT_SEPARATOR = " ‖ "
+#: the longest text kept per example (a long discourse context is cut, ending in "…")
+MAX_TEXT = 500
+
+
 @dataclass(frozen=True)
 class CellPredictions:
     """One cell's per-example test predictions (what the probe hands the store).
@@ -88,7 +99,14 @@ class CellPredictions:
     the outer fold (``inner-kfold``) or STS subset of each example, named by
     ``strata_names``, and combine by ``weighting``: ``"equal"`` (the mean of the folds'
     metrics) or ``"size"`` (STS: the size-weighted mean of the subsets'); ``positive`` is
-    F1's positive class (binary tasks reporting F1).
+    F1's positive class (binary tasks reporting F1). ``log2p``/``prior_log2p`` ``(n,)``
+    (classification cells): each example's gold-label log2-probability under the probe and
+    under the class prior of its training labels; their difference is the example's
+    pointwise V-information (Ethayarajh et al. 2022), its mean the cell's V-information.
+    ``texts`` (one string per example: its sentences, slots joined by
+    :data:`SLOT_SEPARATOR`) and ``label_names`` (the class names of ``gold``'s ids) let a
+    report show the examples themselves; they are stored with the test set, not part of its
+    identity.
     """
 
     predicted: np.ndarray
@@ -97,6 +115,10 @@ class CellPredictions:
     strata_names: Tuple[str, ...] = ()
     positive: Optional[int] = None
     weighting: str = "equal"
+    log2p: Optional[np.ndarray] = None
+    prior_log2p: Optional[np.ndarray] = None
+    texts: Optional[Tuple[str, ...]] = None
+    label_names: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         pred, gold = np.asarray(self.predicted), np.asarray(self.gold)
@@ -109,11 +131,38 @@ class CellPredictions:
             raise ValueError(f"unknown weighting {self.weighting!r}")
         object.__setattr__(self, "predicted", pred)
         object.__setattr__(self, "gold", gold)
+        if self.texts is not None:
+            if len(self.texts) != len(gold):
+                raise ValueError("texts must give one text per test example")
+            object.__setattr__(self, "texts", tuple(str(t) for t in self.texts))
+        object.__setattr__(self, "label_names", tuple(str(n) for n in self.label_names))
+        if (self.log2p is None) != (self.prior_log2p is None):
+            raise ValueError("log2p and prior_log2p come together")
+        for name in ("log2p", "prior_log2p"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            value = np.asarray(value, dtype=np.float64)
+            if value.shape != gold.shape or not np.isfinite(value).all() or (value > 0).any():
+                raise ValueError(f"{name} must give one finite log-probability (<= 0) per "
+                                 "test example")
+            object.__setattr__(self, name, value)
+
+    @property
+    def pvi(self) -> Optional[np.ndarray]:
+        """Each example's pointwise V-information in bits, ``log2p - prior_log2p`` (None
+        without them)."""
+        if self.log2p is None or self.prior_log2p is None:
+            return None
+        return self.log2p - self.prior_log2p
 
     @classmethod
     def from_splits(cls, predicted: np.ndarray, golds: Sequence[Tuple[str, np.ndarray]],
-                    folds: Optional[np.ndarray] = None, positive: Optional[int] = None
-                    ) -> "CellPredictions":
+                    folds: Optional[np.ndarray] = None, positive: Optional[int] = None,
+                    log2p: Optional[np.ndarray] = None,
+                    prior_log2p: Optional[np.ndarray] = None,
+                    texts: Optional[Sequence[str]] = None,
+                    label_names: Sequence[str] = ()) -> "CellPredictions":
         """Predictions over the named splits ``golds`` (name, gold labels), concatenated in
         that order: several splits (STS subsets) become strata named after them, weighted by
         size; ``folds`` (``inner-kfold``: the outer fold of each example) become strata
@@ -129,7 +178,8 @@ class CellPredictions:
             weighting = "size"
         else:
             strata, names = None, ()
-        return cls(np.asarray(predicted), gold, strata, names, positive, weighting)
+        return cls(np.asarray(predicted), gold, strata, names, positive, weighting, log2p,
+                   prior_log2p, None if texts is None else tuple(texts), tuple(label_names))
 
     @property
     def n(self) -> int:
@@ -236,6 +286,12 @@ def _write_test(h5: Any, digest: str, preds: CellPredictions) -> None:
         t.create_dataset("strata", data=np.asarray(preds.strata, dtype=np.int32))
     t.attrs["strata_names"] = json.dumps(list(preds.strata_names))
     t.attrs["weighting"] = preds.weighting
+    if preds.texts is not None:
+        import h5py
+
+        t.create_dataset("texts", data=list(preds.texts), dtype=h5py.string_dtype("utf-8"))
+    if preds.label_names:
+        t.attrs["label_names"] = json.dumps(list(preds.label_names))
 
 
 def _write_cell(h5: Any, record: ResultRecord, preds: CellPredictions) -> None:
@@ -247,6 +303,10 @@ def _write_cell(h5: Any, record: ResultRecord, preds: CellPredictions) -> None:
     pred = preds.predicted
     g.create_dataset("predicted", data=pred.astype(np.float64) if pred.dtype.kind == "f"
                      else pred.astype(np.int32))
+    for extra in BITS_DATASETS:
+        values = getattr(preds, extra)
+        if values is not None:
+            g.create_dataset(extra, data=np.asarray(values, dtype=np.float64))
     g.attrs["key"] = json.dumps(list(record.predictions_key))
     g.attrs["test"] = preds.test_digest()
     g.attrs["metric"] = record.metric
@@ -391,9 +451,12 @@ class Found:
     problem: Optional[str] = None
 
 
-_Test = Tuple[np.ndarray, Optional[np.ndarray], Tuple[str, ...], str]
+_Test = Tuple[np.ndarray, Optional[np.ndarray], Tuple[str, ...], str,
+              Optional[Tuple[str, ...]], Tuple[str, ...]]
 #: a stored copy of a cell: its attributes and predicted values
-_Copy = Tuple[Dict[str, Any], np.ndarray]
+_Copy = Tuple[Dict[str, Any], np.ndarray, Dict[str, np.ndarray]]
+#: the per-example log2-probabilities a classification cell stores beside its predictions
+BITS_DATASETS: Tuple[str, ...] = ("log2p", "prior_log2p")
 
 
 @dataclass
@@ -438,14 +501,19 @@ def _read_file(path: Path, stored: _Stored) -> None:
                 raise ValueError(f"predictions format version {version} (this estratos "
                                  f"reads {OLDEST_VERSION} to {VERSION}; a newer one wrote it?)")
             for digest, t in (h5["tests"].items() if "tests" in h5 else ()):
-                stored.tests[digest] = (t["gold"][()], t["strata"][()] if "strata" in t
-                                        else None, tuple(json.loads(t.attrs["strata_names"])),
-                                        str(t.attrs["weighting"]))
+                stored.tests[digest] = (
+                    t["gold"][()], t["strata"][()] if "strata" in t else None,
+                    tuple(json.loads(t.attrs["strata_names"])), str(t.attrs["weighting"]),
+                    tuple(x.decode("utf-8") if isinstance(x, bytes) else str(x)
+                          for x in t["texts"][()]) if "texts" in t else None,
+                    tuple(json.loads(t.attrs["label_names"])) if "label_names" in t.attrs
+                    else ())
             for name, g in (h5["cells"].items() if "cells" in h5 else ()):
                 attrs = {k: (v.decode() if isinstance(v, bytes) else v)
                          for k, v in g.attrs.items()}
+                bits = {d: g[d][()] for d in BITS_DATASETS if d in g}
                 stored.cells.setdefault(name, []).append((_migrate_cell(attrs, version),
-                                                          g["predicted"][()]))
+                                                          g["predicted"][()], bits))
     except (OSError, ValueError, KeyError) as exc:
         raise _open_error(path, exc) from None
 
@@ -507,18 +575,19 @@ class PredictionsReader:
         copies = stored.cells.get(cell_id(record.predictions_key))
         if not copies:
             return Found(None, f"no predictions for this cell beside {results_path}")
-        for attrs, predicted in reversed(copies):
+        for attrs, predicted, bits in reversed(copies):
             if not _same_run(attrs, record):
                 continue
             test = stored.tests.get(attrs["test"])
             if test is None:
                 return Found(None, f"the test set of this cell's predictions is missing "
                                    f"beside {results_path} ({_tests_name(attrs['test'])})")
-            gold, strata, names, weighting = test
+            gold, strata, names, weighting, texts, label_names = test
             positive = attrs.get("positive")
             return Found(CellPredictions(predicted, gold, strata, names,
                                          None if positive is None else int(positive),
-                                         weighting))
+                                         weighting, bits.get("log2p"),
+                                         bits.get("prior_log2p"), texts, label_names))
         return Found(None, f"the predictions beside {results_path} belong to another run of "
                            "this cell (rerun it with --overwrite)")
 

@@ -235,6 +235,11 @@ class ResultRecord:
     seed...) coexist in one file. ``mdl`` is the online code of the cell's labels
     (:mod:`estratos.probe.mdl`): ``{"online_bits", "uniform_bits", "compression",
     "floor_bits", "floor_compression", "blocks", "block_bits", "order_seed"}``.
+    ``information`` (classification cells) is the usable information in bits
+    (:mod:`estratos.protocols.information`): ``{"cross_entropy": H(Y|X), "prior_cross_entropy":
+    H(Y|0), "v_information": H(Y|0) - H(Y|X)}``, the probe's held-out cross-entropy on the
+    scored examples, that of the training labels' class prior, and their difference (Xu et
+    al. 2020; Pimentel et al. 2020), negative when the probe does worse than the prior.
     ``degenerate`` is ``{"class": LABEL, "share": S}`` when a share S of at least
     :data:`estratos.vocab.ONE_CLASS_SHARE` of the test predictions is that one class (the
     probe barely left it), so reports show the cell as one-class instead of as a score like
@@ -283,6 +288,7 @@ class ResultRecord:
     device: Optional[str] = None
     control: Optional[Mapping[str, Any]] = None
     mdl: Optional[Mapping[str, Any]] = None
+    information: Optional[Mapping[str, float]] = None
     degenerate: Optional[Mapping[str, Any]] = None
     capped: Optional[Mapping[str, Any]] = None
     data_digest: Optional[str] = None
@@ -384,8 +390,8 @@ class ResultRecord:
                                       and not isinstance(score, bool)):
             raise ResultsFileError(f"field 'score' must be a number or null, got {score!r}",
                              path, line)
-        for key in ("test", "dev", "chance", "ci", "control", "mdl", "degenerate", "capped",
-                    "encoding"):
+        for key in ("test", "dev", "chance", "ci", "control", "mdl", "information",
+                    "degenerate", "capped", "encoding"):
             if obj.get(key) is not None and not isinstance(obj[key], dict):
                 raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
         if obj.get("features") is not None and obj["features"] not in FEATURES:
@@ -403,6 +409,14 @@ class ResultRecord:
                         and math.isfinite(value)):
                     raise ResultsFileError(f"field 'mdl': {key!r} must be a finite number, "
                                            f"got {value!r}", path, line)
+        information = obj.get("information")
+        if information is not None:
+            for key in INFORMATION_FIELDS:
+                value = information.get(key)
+                if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                        and math.isfinite(value)):
+                    raise ResultsFileError(f"field 'information': {key!r} must be a finite "
+                                           f"number, got {value!r}", path, line)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in obj.items() if k in known}
         if score is not None and not math.isfinite(score):
@@ -413,6 +427,8 @@ class ResultRecord:
         return dataclasses.replace(self, **changes)
 
 
+#: the numbers of a cell's ``information`` (bits), in the order results files write them
+INFORMATION_FIELDS: Tuple[str, ...] = ("cross_entropy", "prior_cross_entropy", "v_information")
 _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "kind": (str,), "task": (str,), "name": (str,), "group": (str,), "metric": (str,),
     "model": (str,), "seed": (int,),
@@ -420,7 +436,7 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device",
                  "prompt", "data_digest", "features")
 _OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "prompt", "control", "mdl",
-                      "degenerate", "capped", "data_digest", "encoding")
+                      "information", "degenerate", "capped", "data_digest", "encoding")
 
 
 def _plain(value: Any) -> Any:

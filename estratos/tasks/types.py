@@ -17,7 +17,7 @@ import functools
 import hashlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -182,6 +182,22 @@ class TaskData:
     protocol: str
     fallback: Optional[str] = None
     sources: Mapping[str, str] = field(default_factory=dict)
+
+    def example_texts(self, split: str, separator: str = " | ",
+                      limit: Optional[int] = None) -> List[str]:
+        """Each example of ``split`` as text: the sentences of each slot (joined by a
+        space), slots joined by ``separator``; ``limit``: at most that many characters,
+        a cut text ending in "…" (what a report shows of an example)."""
+        out = []
+        for i in range(len(self.splits[split])):
+            parts = [" ".join(self.sentences[j]
+                              for j in slot.indices[slot.offsets[i]:slot.offsets[i + 1]])
+                     for slot in self.splits[split].slots]
+            text = separator.join(parts)
+            if limit is not None and len(text) > limit:
+                text = text[:limit - 1] + "…"
+            out.append(text)
+        return out
 
     @property
     def sizes(self) -> Dict[str, int]:

@@ -561,6 +561,30 @@ class LogisticGrid(RecordedEstimator):
                                    for r in range(R)])
                          for g in range(G)]).astype(np.int64)
 
+    def log_proba(self, X) -> np.ndarray:
+        """Natural-log class probabilities ``(G, R, n, C)`` of every model, columns in class
+        order (``C``: ``n_classes``, or the largest class seen + 1); a class the fit never
+        saw has probability 0 (-inf), as has every class but the one a one-class fit
+        predicts."""
+        x = self._groups(X)
+        G, R = self.dev_score_.shape
+        n = x[0].shape[0]
+        if self._constant is not None:
+            C = max(int(getattr(self, "n_classes", None) or 0), self._constant + 1)
+            out = np.full((G, R, n, C), -np.inf)
+            out[..., self._constant] = 0.0
+            return out
+        seen = self.models_[0][0].classes_
+        C = max(int(getattr(self, "n_classes", None) or 0), int(seen.max()) + 1)
+        out = np.full((G, R, n, C), -np.inf)
+        for g in range(G):
+            xg = scaled(x[g], self.scale_[g], np.float64)
+            for r in range(R):
+                model = self.models_[g][r]
+                with np.errstate(divide="ignore"):
+                    out[g, r][:, model.classes_] = model.predict_log_proba(xg)
+        return out
+
     def score(self, X, y) -> np.ndarray:
         return (self.predict(X) == np.asarray(y)[None, None, :]).mean(axis=-1)
 

@@ -1,0 +1,73 @@
+"""Usable information in bits: each scored example's gold-label log2-probability under the
+probe and under a model that sees no input, and what a cell records of them.
+
+Why here: the classification protocols know which labels a model was trained on and which
+examples it scored, so they compute both log-probabilities as they test (the record and the
+predictions store then only copy them). The measures:
+
+- the probe's held-out cross-entropy ``H(Y|X) = -mean log2 p(y|x)`` over the scored examples;
+- the prior's, ``H(Y|0) = -mean log2 p0(y)``, with ``p0`` the class shares of the training
+  labels, add-one smoothed over the task's classes (a class absent from training keeps a
+  finite probability; with balanced training labels it is the uniform prior, so
+  ``H(Y|0) = log2 k``);
+- V-information ``H(Y|0) - H(Y|X)`` (Xu et al. 2020; Pimentel et al. 2020), the mean of the
+  examples' pointwise V-information ``log2 p(y|x) - log2 p0(y)`` (Ethayarajh et al. 2022).
+  It is negative where the probe predicts worse than the prior, and is reported so.
+
+A probability that is 0 in float64 (a class a logistic regression never saw) is read as the
+smallest positive normal float64, 2**-1022: the log stays finite and the example costs 1022
+bits, the most float64 can say.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+#: the lowest log2-probability stored (float64's smallest normal number)
+LOG2_FLOOR = -1022.0
+
+
+def prior_log2p(train_labels: np.ndarray, scored_labels: np.ndarray,
+                n_classes: Optional[int] = None) -> np.ndarray:
+    """``log2 p0(y)`` of each scored label under the add-one smoothed class shares of
+    ``train_labels`` (``n_classes``: the task's classes; default the largest label + 1)."""
+    train = np.asarray(train_labels, dtype=np.int64)
+    scored = np.asarray(scored_labels, dtype=np.int64)
+    k = int(n_classes) if n_classes else int(max(train.max(initial=0),
+                                                 scored.max(initial=0))) + 1
+    counts = np.bincount(train, minlength=k).astype(np.float64) + 1.0
+    return np.log2(counts / counts.sum())[scored]
+
+
+def gold_log2p(log_proba: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``log2 p(y|x)`` of each gold label from natural-log class probabilities ``(n, C)``,
+    floored at :data:`LOG2_FLOOR` (finite)."""
+    lp = np.asarray(log_proba, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.int64)
+    known = y < lp.shape[1]  # a label beyond the model's classes: probability 0
+    gold = np.full(len(y), LOG2_FLOOR)
+    gold[known] = lp[np.flatnonzero(known), y[known]] / math.log(2.0)
+    return np.maximum(np.nan_to_num(gold, nan=LOG2_FLOOR, neginf=LOG2_FLOOR), LOG2_FLOOR)
+
+
+def information(log2p: np.ndarray, prior: np.ndarray) -> Dict[str, float]:
+    """A cell's ``information`` record (bits): ``cross_entropy`` ``H(Y|X)``,
+    ``prior_cross_entropy`` ``H(Y|0)``, ``v_information`` their difference."""
+    ce = -float(np.mean(log2p))
+    prior_ce = -float(np.mean(prior))
+    return {"cross_entropy": round(ce, 6), "prior_cross_entropy": round(prior_ce, 6),
+            "v_information": round(prior_ce - ce, 6)}
+
+
+def information_of(outcome: Any) -> Optional[Dict[str, float]]:
+    """The ``information`` of a :class:`~estratos.protocols.CellOutcome` (None when its
+    protocol scored no class probabilities: relatedness, similarity)."""
+    if outcome.gold_log2p is None or outcome.prior_log2p is None or not len(outcome.gold_log2p):
+        return None
+    return information(outcome.gold_log2p, outcome.prior_log2p)
+
+
+__all__ = ["LOG2_FLOOR", "gold_log2p", "information", "information_of", "prior_log2p"]
