@@ -55,11 +55,22 @@ def test_a_probe_worse_than_the_prior_has_negative_information_not_clipped():
 
 
 def test_a_zero_probability_is_floored_not_infinite():
-    with np.errstate(divide="ignore"):
-        lp = np.log(np.array([[1.0, 0.0], [0.5, 0.5]]))
-    got = gold_log2p(lp, np.array([1, 0]))
+    got = gold_log2p(np.array([-np.inf, math.log(0.5)]))
     assert got[0] == LOG2_FLOOR and got[1] == pytest.approx(-1.0)
-    assert gold_log2p(lp, np.array([2, 0]))[0] == LOG2_FLOOR  # a class beyond the model's
+
+
+@pytest.mark.parametrize("classifier", ["lbfgs", "senteval"])
+def test_gold_log_proba_is_the_gold_column_of_the_class_probabilities(classifier):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2, 120, 4))
+    y = (X[0, :, 0] > 0).astype(int) + (X[0, :, 1] > 1).astype(int)
+    est = get_estimator(classifier)(n_classes=4).fit(X, y, X[:, :40], y[:40], [1e-4, 1e-2])
+    lp = est.log_proba(X)
+    gold = est.gold_log_proba(X, np.minimum(y, 3))
+    np.testing.assert_allclose(gold, np.take_along_axis(lp, y[None, None, :, None],
+                                                        axis=-1)[..., 0], rtol=1e-12)
+    beyond = est.gold_log_proba(X, np.full(120, 7))  # a label the model has no class for
+    assert np.isneginf(beyond).all()
 
 
 def test_the_split_protocol_matches_a_reference_from_the_formula():

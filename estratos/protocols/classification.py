@@ -26,7 +26,7 @@ from estratos.protocols.base import (
 )
 from estratos.protocols.estimators import n_groups, take
 from estratos.protocols.folds import INNER_KFOLD_SEED, holdout_split, stratified_folds
-from estratos.protocols.information import gold_log2p, prior_log2p
+from estratos.protocols.information import gold_bits, prior_log2p
 from estratos.protocols.metrics import accuracy, f1_positive, test_metrics
 from estratos.vocab import DEFAULT_KFOLD, DEFAULT_SEED
 
@@ -48,7 +48,7 @@ def split_protocol(make: EstimatorFactory, train: Data, dev: Data, test: Data,
     dev_pct = 100.0 * np.asarray(est.dev_score_)
     best = _choose(dev_pct)
     pred = np.asarray(est.predict(test[0]))
-    logp = _log_proba(est, test[0])
+    bits = gold_bits(est, test[0], test[1])
     prior = prior_log2p(train[1], test[1])
     out = []
     for g, r in enumerate(best):
@@ -57,16 +57,9 @@ def split_protocol(make: EstimatorFactory, train: Data, dev: Data, test: Data,
             test=test_metrics(pred[g, r], test[1], positive),
             epochs=int(est.epochs_[g, r]), predictions=pred[g, r], predicted=("test",),
             positive=positive, capped=capped_at(est, (g, r)),
-            gold_log2p=None if logp is None else gold_log2p(logp[g, r], test[1]),
-            prior_log2p=None if logp is None else prior))
+            gold_log2p=None if bits is None else bits[g, r],
+            prior_log2p=None if bits is None else prior))
     return out
-
-
-def _log_proba(est: Any, X: Any) -> Optional[np.ndarray]:
-    """Natural-log class probabilities ``(G, R, n, C)`` of every fitted model, or None for
-    an estimator that gives none."""
-    log_proba = getattr(est, "log_proba", None)
-    return None if log_proba is None else np.asarray(log_proba(X), dtype=np.float64)
 
 
 def _cross_validate(make: EstimatorFactory, X: Any, y: np.ndarray, l2_grid: Sequence[float],
@@ -92,19 +85,19 @@ def _cross_validate(make: EstimatorFactory, X: Any, y: np.ndarray, l2_grid: Sequ
 
 
 def _refit_and_predict(make: EstimatorFactory, X: Any, y: np.ndarray, l2: np.ndarray,
-                       X_test: Any, validation_split: float, seed: int
+                       X_test: Any, y_test: np.ndarray, validation_split: float, seed: int
                        ) -> Tuple[np.ndarray, np.ndarray, List[Optional[int]],
                                   Optional[np.ndarray]]:
     """Refit each group with its chosen L2 on all of ``X`` (a seeded share held out for
     early stopping) and predict ``X_test``: (labels (G, n), epochs (G,), each group's
-    :func:`capped_at`, natural-log class probabilities (G, n, C) or None)."""
+    :func:`capped_at`, the gold labels' log2-probabilities (G, n) or None)."""
     tr, dv = holdout_split(len(y), validation_split, seed)
     est = make().fit(take(X, tr), y[tr], take(X, dv), y[dv], np.asarray(l2)[:, None])
     epochs = np.asarray(est.epochs_)[:, 0]
-    logp = _log_proba(est, X_test)
+    bits = gold_bits(est, X_test, y_test)
     return (np.asarray(est.predict(X_test))[:, 0], epochs,
             [capped_at(est, (g, 0)) for g in range(len(epochs))],
-            None if logp is None else logp[:, 0])
+            None if bits is None else bits[:, 0])
 
 
 def kfold_protocol(make: EstimatorFactory, train: Data, test: Data, l2_grid: Sequence[float],
@@ -117,15 +110,15 @@ def kfold_protocol(make: EstimatorFactory, train: Data, test: Data, l2_grid: Seq
     cv = _cross_validate(make, X, y, l2_grid, folds)
     best = _choose(cv)
     l2 = np.asarray([l2_grid[r] for r in best], dtype=np.float64)
-    pred, epochs, capped, logp = _refit_and_predict(make, X, y, l2, test[0], validation_split,
-                                                    seed)
+    pred, epochs, capped, bits = _refit_and_predict(make, X, y, l2, test[0], test[1],
+                                                    validation_split, seed)
     prior = prior_log2p(y, test[1])
     return [CellOutcome(l2=float(l2[g]), dev={"accuracy": round(float(cv[g, r]), 2)},
                         test=test_metrics(pred[g], test[1], positive), epochs=int(epochs[g]),
                         predictions=pred[g], predicted=("test",), positive=positive,
                         capped=capped[g],
-                        gold_log2p=None if logp is None else gold_log2p(logp[g], test[1]),
-                        prior_log2p=None if logp is None else prior)
+                        gold_log2p=None if bits is None else bits[g],
+                        prior_log2p=None if bits is None else prior)
             for g, r in enumerate(best)]
 
 
@@ -147,7 +140,7 @@ def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[f
     chosen: List[np.ndarray] = []
     capped: List[List[Optional[int]]] = []
     predictions = np.zeros((G, len(y)), dtype=np.int64)
-    gold_bits: Optional[np.ndarray] = np.zeros((G, len(y)))
+    gold_fold: Optional[np.ndarray] = np.zeros((G, len(y)))
     prior_bits = np.zeros(len(y))
     fold_of = np.zeros(len(y), dtype=np.int64)
     for f, (tr, te) in enumerate(stratified_folds(y, k, fold_seed)):
@@ -158,16 +151,15 @@ def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[f
         dev_best.append(np.round(cv[np.arange(G), best], 2))
         l2 = np.asarray([l2_grid[r] for r in best], dtype=np.float64)
         chosen.append(l2)
-        pred, ep, cap, logp = _refit_and_predict(make, X_tr, y_tr, l2, take(X, te),
+        pred, ep, cap, bits = _refit_and_predict(make, X_tr, y_tr, l2, take(X, te), y[te],
                                                  validation_split, seed)
         capped.append(cap)
         predictions[:, te] = pred
         prior_bits[te] = prior_log2p(y_tr, y[te], int(y.max(initial=0)) + 1)
-        if logp is None or gold_bits is None:
-            gold_bits = None
+        if bits is None or gold_fold is None:
+            gold_fold = None
         else:
-            for g in range(G):
-                gold_bits[g, te] = gold_log2p(logp[g], y[te])
+            gold_fold[:, te] = bits
         fold_of[te] = f
         epochs.append(ep)
         test_acc.append(np.array([round(accuracy(pred[g], y[te]), 2) for g in range(G)]))
@@ -189,8 +181,8 @@ def inner_kfold_protocol(make: EstimatorFactory, pool: Data, l2_grid: Sequence[f
             extra={"l2_per_fold": l2s}, predictions=predictions[g], predicted=("all",),
             folds=fold_of, positive=positive,
             capped=max((n for c in capped if (n := c[g]) is not None), default=None),
-            gold_log2p=None if gold_bits is None else gold_bits[g],
-            prior_log2p=None if gold_bits is None else prior_bits))
+            gold_log2p=None if gold_fold is None else gold_fold[g],
+            prior_log2p=None if gold_fold is None else prior_bits))
     return out
 
 

@@ -42,15 +42,18 @@ def prior_log2p(train_labels: np.ndarray, scored_labels: np.ndarray,
     return np.log2(counts / counts.sum())[scored]
 
 
-def gold_log2p(log_proba: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """``log2 p(y|x)`` of each gold label from natural-log class probabilities ``(n, C)``,
-    floored at :data:`LOG2_FLOOR` (finite)."""
-    lp = np.asarray(log_proba, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.int64)
-    known = y < lp.shape[1]  # a label beyond the model's classes: probability 0
-    gold = np.full(len(y), LOG2_FLOOR)
-    gold[known] = lp[np.flatnonzero(known), y[known]] / math.log(2.0)
-    return np.maximum(np.nan_to_num(gold, nan=LOG2_FLOOR, neginf=LOG2_FLOOR), LOG2_FLOOR)
+def gold_log2p(gold_log_e: np.ndarray) -> np.ndarray:
+    """``log2 p(y|x)`` from natural-log gold-label probabilities (any shape), floored at
+    :data:`LOG2_FLOOR` (finite)."""
+    bits = np.asarray(gold_log_e, dtype=np.float64) / math.log(2.0)
+    return np.maximum(np.nan_to_num(bits, nan=LOG2_FLOOR, neginf=LOG2_FLOOR), LOG2_FLOOR)
+
+
+def gold_bits(estimator: Any, X: Any, labels: np.ndarray) -> Optional[np.ndarray]:
+    """``log2 p(y|x)`` ``(G, R, n)`` of every model of a fitted ``estimator`` for each row's
+    label (its ``gold_log_proba``), or None for an estimator that gives no probabilities."""
+    method = getattr(estimator, "gold_log_proba", None)
+    return None if method is None else gold_log2p(method(X, labels))
 
 
 def information(log2p: np.ndarray, prior: np.ndarray) -> Dict[str, float]:

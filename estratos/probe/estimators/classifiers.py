@@ -322,6 +322,30 @@ class SentEvalClassifier(RecordedEstimator):
         return self._in_fold_order(torch.log_softmax(logits, dim=-1).transpose(1, 2).cpu()
                                    .numpy())
 
+    def gold_log_proba(self, X, y) -> np.ndarray:
+        """Natural-log probability ``(G', R, n)`` that every model's best weights give each
+        row's label ``y`` (log-softmax in float64, chunk by chunk: the class probabilities of
+        every row are never held at once; a label beyond the classes has probability 0)."""
+        import torch
+
+        if isinstance(self._folds, list):
+            return np.concatenate([f.gold_log_proba(X, y) for f in self._folds])
+        labels = torch.as_tensor(np.asarray(y, dtype=np.int64))
+        start = [0]
+
+        def gold(z: "torch.Tensor") -> "torch.Tensor":
+            n = z.shape[1]
+            rows = labels[start[0]:start[0] + n].to(z.device)
+            start[0] += n
+            lp = torch.log_softmax(z.to(torch.float64), dim=-1)  # (Ga, n, R, C)
+            known = rows < lp.shape[-1]
+            index = rows.clamp(max=lp.shape[-1] - 1).view(1, n, 1, 1)
+            picked = lp.gather(-1, index.expand(lp.shape[0], n, lp.shape[2], 1))[..., 0]
+            return torch.where(known.view(1, n, 1), picked, torch.full_like(picked, -np.inf))
+
+        out = _best_logits(self, X, gold)  # (Ga, n, R)
+        return self._in_fold_order(out.transpose(1, 2).cpu().numpy())
+
     def _in_fold_order(self, rows: np.ndarray) -> np.ndarray:
         """Per-model rows of a :meth:`fit_folds` fit in the order of its folds (the trainer
         ran them longest first); other fits' rows as they are."""
@@ -560,6 +584,28 @@ class LogisticGrid(RecordedEstimator):
             scaled(x[g], self.scale_[g], np.float64))
                                    for r in range(R)])
                          for g in range(G)]).astype(np.int64)
+
+    def gold_log_proba(self, X, y) -> np.ndarray:
+        """Natural-log probability ``(G, R, n)`` that every model gives each row's label
+        ``y`` (0 probability, -inf, for a class the fit never saw)."""
+        y = np.asarray(y, dtype=np.int64)
+        x = self._groups(X)
+        G, R = self.dev_score_.shape
+        out = np.full((G, R, len(y)), -np.inf)
+        if self._constant is not None:
+            out[..., y == self._constant] = 0.0
+            return out
+        for g in range(G):  # one model's (n, classes) at a time, never (G, R, n, C)
+            xg = scaled(x[g], self.scale_[g], np.float64)
+            for r in range(R):
+                model = self.models_[g][r]
+                column = {int(c): i for i, c in enumerate(model.classes_)}
+                seen = np.array([label in column for label in y.tolist()], dtype=bool)
+                with np.errstate(divide="ignore"):
+                    lp = model.predict_log_proba(xg)
+                cols = np.array([column[int(label)] for label in y[seen]], dtype=np.int64)
+                out[g, r, seen] = lp[np.flatnonzero(seen), cols]
+        return out
 
     def log_proba(self, X) -> np.ndarray:
         """Natural-log class probabilities ``(G, R, n, C)`` of every model, columns in class
