@@ -32,6 +32,11 @@ from estratos.results.record import Layer
 from estratos.tasks.types import GROUPS
 from estratos.vocab import RANDOM_INIT_PREFIX, RAW_FEATURES
 
+#: the numbers of a cell's ``information`` (bits, ``ResultRecord.information``) a report
+#: carries: the probe's held-out cross-entropy H(Y|X), the class prior's H(Y|0), and the
+#: V-information H(Y|0) - H(Y|X); csv/json name their columns after them
+INFORMATION_FIELDS: Tuple[str, ...] = ("v_information", "cross_entropy", "prior_cross_entropy")
+
 #: extra per-dataset metrics the csv/json outputs carry beside ``score``, read from a
 #: record's ``test`` (PAWS F1, STS/SICK-R Spearman); correlations are stored in [-1, 1]
 #: there and shown x100 like ``score``
@@ -309,6 +314,9 @@ class Aggregate:
     #: cells whose seeds could not differ (every record's classifier deterministic on a
     #: protocol that draws no data from the seed: ``seeds_cannot_differ``)
     deterministic: set = field(default_factory=set)
+    #: (row, task, field) -> seed -> bits, for the cells whose records have ``information``
+    #: (field: one of :data:`INFORMATION_FIELDS`; classification cells written since it exists)
+    information: Dict[Tuple[Row, str, str], Dict[int, float]] = field(default_factory=dict)
 
     @property
     def systems(self) -> List[System]:
@@ -381,6 +389,15 @@ class Aggregate:
         values = (self.floor_compression if over_floor else self.compression).get((row, task))
         return Stat.of([values[s] for s in sorted(values)]) if values else None
 
+    def information_cell(self, row: Row, task: str, name: str = "v_information"
+                         ) -> Optional[Stat]:
+        """An ``information`` number of a cell (bits; ``name`` one of
+        :data:`INFORMATION_FIELDS`, default the V-information) mean +- std over the seeds
+        that recorded it, or None when none did."""
+        values = self.information.get((row, task, name))
+        return Stat.of([values[s] for s in sorted(values)],
+                       (row, task) in self.deterministic) if values else None
+
     def extra(self, row: Row, task: str, metric: str) -> Optional[Stat]:
         values = self.extras.get((row, task, metric))
         return Stat.of([values[s] for s in sorted(values)]) if values else None
@@ -425,6 +442,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     degenerate: Dict[Tuple[Row, str], set] = {}
     compression: Dict[Tuple[Row, str], Dict[int, float]] = {}
     floor_compression: Dict[Tuple[Row, str], Dict[int, float]] = {}
+    information: Dict[Tuple[Row, str, str], Dict[int, float]] = {}
     facts: Dict[str, Dict[str, Any]] = {}
     chances: Dict[str, Mapping[str, Any]] = {}
     fallbacks: Dict[str, Dict[str, None]] = {}
@@ -456,6 +474,12 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
             if d.mdl.get("floor_compression") is not None:
                 floor_compression.setdefault((row, task), {})[d.seed] = float(
                     d.mdl["floor_compression"])
+        bits = d.information or {}
+        for name in INFORMATION_FIELDS:
+            value = bits.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and math.isfinite(value):
+                information.setdefault((row, task, name), {})[d.seed] = float(value)
         if d.fallback:
             fallbacks.setdefault(task, {})[str(d.fallback)] = None
         if d.chance:
@@ -483,7 +507,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     groups = sorted({ds.group for ds in datasets}, key=group_order)
     rows = sorted({row for row, _ in seeds} | {row for row, _ in undefined}, key=Row.sort_key)
     return Aggregate(rows, datasets, groups, seeds, extras, undefined, degenerate, compression,
-                     floor_compression, deterministic)
+                     floor_compression, deterministic, information)
 
 
 def _seed_free(record: Any) -> bool:

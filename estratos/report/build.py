@@ -28,7 +28,10 @@ from estratos.registry import unknown_name
 from estratos.report import odesia
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.html import to_html
-from estratos.report.intervals import StatsOptions, correction_text
+from estratos.report.information import INTRO as INFORMATION_INTRO
+from estratos.report.information import SECTION_TITLE as INFORMATION_TITLE
+from estratos.report.information import information_tables
+from estratos.report.intervals import Applied, StatsOptions, correction_text
 from estratos.report.intervals import apply as apply_stats
 from estratos.report.similarity import similarity_figures, similarity_sections
 from estratos.report.surface import SURFACE_INTRO, surface_tables
@@ -230,13 +233,15 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     agg = aggregate(loaded.records)
     builds = _build_notices(loaded)
     notes = Footnotes()
-    intervals, marks, stat_notices = ({}, {}, []) if stats is None or not stats.active \
+    applied = Applied() if stats is None or not stats.active \
         else apply_stats(agg, loaded.records, stats)
-    sections = _score_sections(agg, notes, intervals, marks, stats)
+    intervals, marks = applied.intervals, applied.marks
+    sections = _score_sections(agg, notes, intervals, marks, stats, applied.information)
     sections += _control_sections(agg, loaded.records, control, notes, stats)
-    content = ReportContent(loaded.sources, loaded.notices + builds + stat_notices, agg,
+    content = ReportContent(loaded.sources, loaded.notices + builds + applied.notices, agg,
                             sections,
-                            notes, reference=reference, intervals=intervals, marks=marks)
+                            notes, reference=reference, intervals=intervals, marks=marks,
+                            information_intervals=applied.information)
     base_scores = odesia.baseline_scores(agg) if (baseline or gap) else {}
     if baseline:
         _add_delta(content, baseline, base_scores)
@@ -289,10 +294,12 @@ def _stats_caption(stats: Optional[StatsOptions]) -> str:
 
 
 def _score_sections(agg: Aggregate, notes: Footnotes, intervals: Dict[Any, Any],
-                    marks: Dict[Any, Any], stats: Optional[StatsOptions]) -> List[Section]:
+                    marks: Dict[Any, Any], stats: Optional[StatsOptions],
+                    information: Optional[Dict[Any, Any]] = None) -> List[Section]:
     """The score sections every report has (group averages, per dataset), then those the
-    results allow (per layer, surface baselines); the per-dataset and per-layer cells carry
-    their bootstrap ``intervals`` and the not-worse-than-the-best ``marks``."""
+    results allow (per layer, V-information, surface baselines); the per-dataset and
+    per-layer cells carry their bootstrap ``intervals`` and the not-worse-than-the-best
+    ``marks``, the V-information cells their own ``information`` intervals."""
 
     def decorate(row, task, cell):
         ci = intervals.get((row, task))
@@ -309,6 +316,14 @@ def _score_sections(agg: Aggregate, notes: Footnotes, intervals: Dict[Any, Any],
     layers = layer_tables(agg, notes, decorate=decorate, caption=stats_caption)
     if layers:
         sections.append(Section("Per layer", layers))
+    if agg.information:  # only results that record it: older reports stay as they were
+        ci_caption = (f"[lo, hi] = {100 * stats.level:g}% percentile bootstrap interval over "
+                      f"test examples of the mean pointwise V-information ({stats.resamples} "
+                      "resamples; none where the predictions hold no log2-probabilities)"
+                      ) if stats and stats.ci else ""
+        bits = information_tables(agg, information or {}, ci_caption)
+        if bits:
+            sections.append(Section(INFORMATION_TITLE, bits, INFORMATION_INTRO))
     surface = surface_tables(agg)
     if surface:
         sections.append(Section("Surface baselines", surface, SURFACE_INTRO))

@@ -10,12 +10,18 @@ Intervals are computed once: a one-seed cell whose results line recorded its ``c
 report's settings (resamples, level, seed) shows that one, without reading its predictions;
 only a mean over several seeds (or other settings) is resampled here. A cell without usable
 predictions and without such a ``ci`` gets no interval (a notice says which and why).
+
+A cell whose records have ``information`` also gets an interval of its V-information
+(:func:`pvi_interval`), from the per-example log2-probabilities stored with its predictions,
+on the same resampled test sets as its score's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from estratos.report.aggregate import Aggregate, Row, row_of
 from estratos.results import Located, Notice
@@ -31,6 +37,7 @@ from estratos.stats import (
     compare_to,
     same_test_set,
 )
+from estratos.stats.bootstrap import CHUNK
 from estratos.vocab import CONTROL_TASK
 
 CellId = Tuple[Row, str]
@@ -43,6 +50,8 @@ class RowSample:
     sample: Sample
     seeds: Tuple[int, ...]
     preds: CellPredictions
+    #: every seed's predictions, in the order of ``seeds`` (``preds`` is the first)
+    per_seed: Tuple[CellPredictions, ...] = ()
 
 
 class Samples:
@@ -75,7 +84,8 @@ class Samples:
                                           f"{row.layer} were tested on different test sets")
             return None
         sample = sample_of(record, first, metric, seeds=[p for _, p in found])
-        return RowSample(sample, tuple(r.seed for r, _ in found), first)
+        return RowSample(sample, tuple(r.seed for r, _ in found), first,
+                         tuple(p for _, p in found))
 
     def recorded_interval(self, row: Row, task: str, resamples: int, level: float,
                           seed: int) -> Optional[Interval]:
@@ -127,6 +137,78 @@ def cell_intervals(agg: Aggregate, samples: Samples, *, resamples: int = DEFAULT
             "each seed draws its own control labels, so the seeds are not tested on one "
             "set of labels (as intended); a one-seed report (--seeds in probe) gives each "
             "its interval")))
+    return out, notices
+
+
+def pvi_interval(pvi: np.ndarray, strata: Optional[np.ndarray] = None, *,
+                 resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL,
+                 seed: int = BOOTSTRAP_SEED) -> Interval:
+    """Percentile bootstrap interval of a cell's V-information (bits) from its examples'
+    pointwise V-information ``pvi`` ``(S, n)`` (one row per seed, :attr:`CellPredictions.pvi`).
+
+    Each resample draws the test examples with replacement (within each stratum, keeping its
+    size: the draws of :func:`estratos.stats.bootstrap_ci`, so with the same ``seed`` the
+    score's interval and this one resample the same test sets), takes each seed's mean PVI
+    and averages the seeds, as the score's interval averages its seeds' metrics. The
+    estimate is the mean PVI itself: the cell's V-information, H(Y|0) - H(Y|X)."""
+    values = np.atleast_2d(np.asarray(pvi, dtype=np.float64))
+    n = values.shape[1]
+    if strata is None:
+        groups = [np.arange(n)]
+    else:
+        array = np.asarray(strata)
+        groups = [np.flatnonzero(array == s) for s in np.unique(array)]
+    rng = np.random.default_rng(seed)
+    means: List[np.ndarray] = []
+    done = 0
+    while done < resamples:
+        b = min(CHUNK, resamples - done)
+        draws = np.concatenate([pos[rng.integers(0, len(pos), size=(b, len(pos)))]
+                                for pos in groups], axis=1)
+        means.append(np.mean([row[draws].mean(axis=1) for row in values], axis=0))
+        done += b
+    stats = np.concatenate(means)
+    alpha = (1.0 - level) / 2
+    lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
+    se = float(np.std(stats, ddof=1)) if len(stats) > 1 else 0.0
+    return Interval(float(values.mean()), float(lo), float(hi), se, level, resamples, seed, n)
+
+
+def information_intervals(agg: Aggregate, samples: Samples, *,
+                          resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL,
+                          seed: int = BOOTSTRAP_SEED
+                          ) -> Tuple[Dict[CellId, Interval], List[Notice]]:
+    """The bootstrap interval (:func:`pvi_interval`) of the V-information of every (row, task)
+    whose records have ``information``, over its seeds, from the per-example
+    log2-probabilities stored with the predictions. A cell without them (predictions
+    stored before them, or none usable) gets none, and one notice says how many."""
+    out: Dict[CellId, Interval] = {}
+    without: Dict[CellId, str] = {}
+    for (row, task, name) in agg.information:
+        if name != "v_information":
+            continue
+        got = samples.get(row, task)
+        if got is None:
+            per_seed_labels = str(row.system.control or "").startswith(CONTROL_TASK) and \
+                len(samples.cells.get((row, task), [])) > 1  # by design (see cell_intervals)
+            if not per_seed_labels:
+                without[(row, task)] = samples.problems.get((row, task), "no predictions")
+            continue
+        pvis = [p.pvi for p in got.per_seed or (got.preds,)]
+        if any(p is None for p in pvis):
+            without[(row, task)] = (f"{task}, {row.system.label} layer {row.layer}: its "
+                                    "predictions were stored before the log2-probabilities")
+            continue
+        strata = got.preds.strata
+        out[(row, task)] = pvi_interval(np.stack([p for p in pvis if p is not None]),
+                                        None if strata is None else np.asarray(strata),
+                                        resamples=resamples, level=level, seed=seed)
+    notices = []
+    if without:
+        notices.append(Notice("report", None, (
+            f"{len(without)} cell(s) have V-information but no stored per-example "
+            f"log2-probabilities, so no V-information interval (e.g. "
+            f"{next(iter(without.values()))})")))
     return out, notices
 
 
@@ -227,20 +309,33 @@ class StatsOptions:
         return self.ci or self.significance is not None
 
 
-def apply(agg: Aggregate, records: Sequence[Located], options: StatsOptions
-          ) -> Tuple[Dict[CellId, Interval], Dict[CellId, BestMark], List[Notice]]:
+@dataclass
+class Applied:
+    """What :func:`apply` computed: the score intervals, the marks, the V-information
+    intervals (cells with ``information``), and the notices they raised."""
+
+    intervals: Dict[CellId, Interval] = field(default_factory=dict)
+    marks: Dict[CellId, BestMark] = field(default_factory=dict)
+    information: Dict[CellId, Interval] = field(default_factory=dict)
+    notices: List[Notice] = field(default_factory=list)
+
+
+def apply(agg: Aggregate, records: Sequence[Located], options: StatsOptions) -> Applied:
     """Intervals and marks the options ask for, with the notices they raise."""
     samples = Samples(records)
-    intervals: Dict[CellId, Interval] = {}
-    marks: Dict[CellId, BestMark] = {}
-    notices: List[Notice] = []
+    out = Applied()
     if options.ci:
-        intervals, more = cell_intervals(agg, samples, resamples=options.resamples,
-                                         level=options.level, seed=options.seed)
-        notices += more
+        out.intervals, more = cell_intervals(agg, samples, resamples=options.resamples,
+                                             level=options.level, seed=options.seed)
+        out.notices += more
+        if agg.information:
+            out.information, more = information_intervals(
+                agg, samples, resamples=options.resamples, level=options.level,
+                seed=options.seed)
+            out.notices += more
     if options.significance is not None:
-        marks, more = best_layer_marks(agg, samples, correction=options.significance,
-                                       alpha=options.alpha, resamples=options.resamples,
-                                       seed=options.seed)
-        notices += more
-    return intervals, marks, notices
+        out.marks, more = best_layer_marks(agg, samples, correction=options.significance,
+                                           alpha=options.alpha, resamples=options.resamples,
+                                           seed=options.seed)
+        out.notices += more
+    return out

@@ -316,6 +316,49 @@ def zscore_plot(agg: Aggregate, system: System) -> Any:
     return fig
 
 
+def information_matrix(agg: Aggregate, system: System
+                       ) -> Tuple[List[Dataset], List[str], np.ndarray]:
+    """(datasets with some V-information, layer labels incl. ``avg``, mean V-information in
+    bits over seeds with NaN where there is none) for one system."""
+    rows = _layer_rows(agg, system)
+    datasets = [d for d in agg.datasets
+                if any(agg.information_cell(r, d.task) is not None for r in rows)]
+    matrix = np.full((len(datasets), len(rows)), np.nan)
+    for i, ds in enumerate(datasets):
+        for j, row in enumerate(rows):
+            stat = agg.information_cell(row, ds.task)
+            if stat is not None:
+                matrix[i, j] = stat.mean
+    return datasets, [layer_label(r.layer) for r in rows], matrix
+
+
+def information_heatmap(agg: Aggregate, system: System) -> Any:
+    """Mean V-information (bits) per task x layer spec, on one diverging colour scale
+    centred on 0 (above: bits the probe gains over the class prior; below: worse than the
+    prior, drawn as such, never clipped). A matplotlib Figure, or None when the system's
+    results record no ``information``."""
+    Figure, _ = require_matplotlib()
+    datasets, layers, matrix = information_matrix(agg, system)
+    if matrix.size == 0 or not np.isfinite(matrix).any():
+        return None
+    bound = max(float(np.nanmax(np.abs(matrix))), 1e-3)
+    fig = Figure(figsize=_heat_size(len(layers), len(datasets), 1))
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap=_cmap("RdBu_r"),
+                      vmin=-bound, vmax=bound)
+    _heatmap_axes(ax, [d.label for d in datasets], layers)
+    _annotate(ax, image, matrix, np.zeros(matrix.shape, dtype=bool), ".2f",
+              one_class_mask(agg, system, datasets))
+    ax.set_xlabel("layer (0 = embeddings; avg = mean of all hidden states)", fontsize=7)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    bar.set_label("bits (0 = no better than the class prior)", fontsize=7)
+    bar.ax.tick_params(labelsize=6)
+    fig.suptitle(f"{system_title(system, agg.name(system))}\nV-information H(Y|0) - H(Y|X) "
+                 "in bits, mean over seeds per layer", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def compression_plot(agg: Aggregate, system: System) -> Any:
     """MDL compression vs layer, one line per task, mean over seeds with a +- 1 std band, the
     ``avg`` spec as a diamond after the last layer: over the uniform code (left) and over
@@ -535,6 +578,13 @@ def render_figures(agg: Aggregate) -> List[RenderedFigure]:
             f"(columns), one colour scale per metric ({metrics}), from the lowest "
             "majority-class floor of its tasks (0 for correlations) to 100, so a small "
             "spread stays a small change of colour." + _one_class_caption(agg, system))
+        add(information_heatmap(agg, system),
+            f"heatmap-vinfo_{part}.png",
+            f"{title}: V-information in bits (the class prior's cross-entropy minus the "
+            "probe's held-out cross-entropy) of each classification task (rows) at each "
+            "layer (columns), mean over seeds; one colour scale centred on 0, red above "
+            "(bits over the prior), blue below (worse than the prior, not clipped)."
+            + _one_class_caption(agg, system))
         add(compression_plot(agg, system),
             f"mdl-compression_{part}.png",
             f"{title}: MDL compression of each task at each layer (diamond: avg): uniform / "

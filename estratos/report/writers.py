@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from estratos.report.aggregate import EXTRA_METRICS, Aggregate, Row, Stat
+from estratos.report.aggregate import EXTRA_METRICS, INFORMATION_FIELDS, Aggregate, Row, Stat
 from estratos.report.odesia import Calibration, Gap
 from estratos.report.tables import DECIMALS, Cell, Footnotes, Table
 from estratos.results import Notice
@@ -78,6 +78,9 @@ class ReportContent:
     #: (row, task) -> bootstrap interval / mark vs the best layer (report --ci, --significance)
     intervals: Mapping[Any, Any] = field(default_factory=dict)
     marks: Mapping[Any, Any] = field(default_factory=dict)
+    #: (row, task) -> bootstrap interval of the V-information (report --ci, cells with
+    #: ``information`` and stored log2-probabilities)
+    information_intervals: Mapping[Any, Any] = field(default_factory=dict)
     #: similarity and geometry records (``report --similarity``; None: none given)
     maps: Optional[List[Any]] = None
 
@@ -299,6 +302,25 @@ def _control_fields(agg: Aggregate, row: Row, task: str) -> Dict[str, Any]:
     return out
 
 
+def _information_fields(content: ReportContent, row: Row, task: str) -> Dict[str, Any]:
+    """The V-information columns (bits), present only in reports whose results record
+    ``information`` (null for the cells without it): ``v_information_*``,
+    ``cross_entropy_*``, ``prior_cross_entropy_*`` (mean, std, n_seeds), and with ``--ci``
+    ``v_information_ci_lo``/``_hi``/``_se``."""
+    agg = content.agg
+    if not agg.information:
+        return {}
+    out: Dict[str, Any] = {}
+    for name in INFORMATION_FIELDS:
+        out |= _stat_fields(f"{name}_", agg.information_cell(row, task, name))
+    if content.intervals or content.information_intervals:  # the report has --ci
+        ci = content.information_intervals.get((row, task))
+        out |= {"v_information_ci_lo": _r(ci.lo) if ci else None,
+                "v_information_ci_hi": _r(ci.hi) if ci else None,
+                "v_information_ci_se": _r(ci.se) if ci else None}
+    return out
+
+
 def group_records(content: ReportContent) -> List[Dict[str, Any]]:
     """One flat record per (row, group) with a value."""
     agg, out = content.agg, []
@@ -327,6 +349,7 @@ def dataset_records(content: ReportContent) -> List[Dict[str, Any]]:
                                       "metric": ds.metric} | _stat_fields("", stat)
             for metric in EXTRA_METRICS:
                 rec |= _stat_fields(f"{metric}_", agg.extra(row, ds.task, metric))
+            rec |= _information_fields(content, row, ds.task)
             if content.intervals:
                 ci = content.intervals.get((row, ds.task))
                 rec |= {"ci_lo": _r(ci.lo) if ci else None, "ci_hi": _r(ci.hi) if ci else None,
