@@ -321,6 +321,7 @@ MINILM = ("minilm-controls/minilm.jsonl",)
 STATS = ("minilm-statistics/stats.jsonl",)
 DEMO = ("demo/results.jsonl",)
 SURFACE = ("demo/surface.jsonl",)
+INFORMATION = ("minilm-information/probing.jsonl", "minilm-information/downstream.jsonl")
 SIMILARITY = ("similarity-es5k/similarity.jsonl",)
 GEOMETRY = ("similarity-es5k/geometry.jsonl",)
 TASS1, SICKE, RST = "es-senteval:TASS1", "es-senteval:SICKEntailment", "es-discoeval:RST"
@@ -421,6 +422,12 @@ def _tables_list() -> List[DocTable]:
                         lambda: best_layer_rows(SIMILARITY, "smollm2", "minilm", [
                             ("linear-cka", RAW), ("linear-cka", STD), ("rsa", RAW),
                             ("rsa", STD)])))
+    out.append(DocTable("information-accuracy", "information.md", INFORMATION,
+                        lambda: report_table(INFORMATION, "layers", pooling="mean",
+                                             features=STD)))
+    out.append(DocTable("information-vinfo", "information.md", INFORMATION,
+                        lambda: report_table(INFORMATION, "vinfo", ci=True, pooling="mean",
+                                             features=STD)))
     out.append(DocTable("geometry-smollm2", "similarity.md", GEOMETRY,
                         lambda: geometry_rows(GEOMETRY, "smollm2")))
     return out
