@@ -355,9 +355,13 @@ def probe_command(cache, tasks, data_dirs, task_files, out, resume_from, progres
               help="Records of `estratos similarity` / `geometry`: most-similar-layer and "
                    "geometry tables, heatmaps with --plot (repeatable; RESULTS may then be "
                    "empty).")
+@click.option("--examples", type=click.IntRange(min=1), default=None, metavar="N",
+              help="List, per system and task, the N test examples with the lowest and the N "
+                   "with the highest pointwise V-information at the task's best layer, with "
+                   "their texts and labels (from the predictions stored beside the results).")
 def report_command(results, out, formats, plot, baselines, gap, pairs, reference, ci,
                    significance, correction, alpha, level, resamples, controls,
-                   similarity) -> None:
+                   similarity, examples) -> None:
     """Paper-style tables (and figures) from RESULTS files alone
     (estratos.report.write_report); RESULTS may be glob patterns (e.g. shard files)."""
     from estratos.report import write_report
@@ -367,7 +371,8 @@ def report_command(results, out, formats, plot, baselines, gap, pairs, reference
                          alpha=alpha, level=level, resamples=resamples)
     summary = write_report(results, out, formats=formats, plot=plot, baseline=baselines,
                            gap=tuple(gap) if gap else None, pairs=pairs, reference=reference,
-                           stats=stats, control=controls, similarity=similarity)
+                           stats=stats, control=controls, similarity=similarity,
+                           examples=examples)
     click.echo(summary.describe())
 
 

@@ -27,6 +27,7 @@ from estratos.outputs import check_output_folder
 from estratos.registry import unknown_name
 from estratos.report import odesia
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
+from estratos.report.examples import example_section
 from estratos.report.html import to_html
 from estratos.report.information import INTRO as INFORMATION_INTRO
 from estratos.report.information import SECTION_TITLE as INFORMATION_TITLE
@@ -206,7 +207,8 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
                  reference: odesia.Reference = "auto",
                  stats: Optional[StatsOptions] = None,
                  control: Sequence[PathLike] = (),
-                 similarity: Sequence[PathLike] = ()) -> ReportContent:
+                 similarity: Sequence[PathLike] = (),
+                 examples: Optional[int] = None) -> ReportContent:
     """Load results and compute every table of a report (nothing is written).
 
     ``baseline`` files (of ``estratos baseline``) add Delta tables; ``gap=(EN, ES)`` adds
@@ -218,9 +220,14 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
     section compares them layer by layer (:mod:`estratos.report.controls`), which also shows
     selectivity (control-label cells) and MDL compression when the results have them.
     ``similarity`` files (of ``estratos similarity`` / ``geometry``) add their sections
-    (:mod:`estratos.report.similarity`); with them, RESULTS may be empty.
+    (:mod:`estratos.report.similarity`); with them, RESULTS may be empty. ``examples`` = N
+    adds the N lowest- and N highest-PVI test examples of each task's best layer
+    (:mod:`estratos.report.examples`) and report.json's ``examples``.
     """
     reference = odesia.parse_reference(reference)
+    if examples is not None and (isinstance(examples, bool) or not isinstance(examples, int)
+                                 or examples < 1):
+        raise OptionError(f"--examples: must be a positive integer, got {examples!r}")
     paths = _unique_paths(expand_paths(list(results)) + list(baseline) + list(gap or ())
                           + list(control))
     maps = _similarity_records(similarity)
@@ -237,11 +244,20 @@ def build_report(results: Sequence[PathLike] = (), *, baseline: Sequence[PathLik
         else apply_stats(agg, loaded.records, stats)
     intervals, marks = applied.intervals, applied.marks
     sections = _score_sections(agg, notes, intervals, marks, stats, applied.information)
+    listed: Optional[List[Dict[str, Any]]] = None
+    example_notices: List[Notice] = []
+    if examples is not None:
+        section, listed, example_notices = example_section(agg, loaded.records, examples)
+        if section is not None:  # right after the V-information section
+            at = next((i + 1 for i, s in enumerate(sections) if s.title == INFORMATION_TITLE),
+                      len(sections))
+            sections.insert(at, section)
     sections += _control_sections(agg, loaded.records, control, notes, stats)
-    content = ReportContent(loaded.sources, loaded.notices + builds + applied.notices, agg,
+    content = ReportContent(loaded.sources,
+                            loaded.notices + builds + applied.notices + example_notices, agg,
                             sections,
                             notes, reference=reference, intervals=intervals, marks=marks,
-                            information_intervals=applied.information)
+                            information_intervals=applied.information, examples=listed)
     base_scores = odesia.baseline_scores(agg) if (baseline or gap) else {}
     if baseline:
         _add_delta(content, baseline, base_scores)
@@ -387,12 +403,13 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
                  reference: odesia.Reference = "auto",
                  stats: Optional[StatsOptions] = None,
                  control: Sequence[PathLike] = (),
-                 similarity: Sequence[PathLike] = ()) -> ReportSummary:
+                 similarity: Sequence[PathLike] = (),
+                 examples: Optional[int] = None) -> ReportSummary:
     """Build a report and write it to the folder ``out`` (see :func:`build_report`).
 
     Files: report.md, report.tex, groups.csv + datasets.csv (+ gap.csv), report.json,
     report.html, and with ``plot`` PNG figures under ``out/plots`` (needs the ``plot``
-    extra), which report.html then embeds.
+    extra), which report.html then embeds. ``examples`` = N: see :func:`build_report`.
     """
     fmts = parse_formats(formats)
     out_dir = Path(out)
@@ -403,7 +420,7 @@ def write_report(results: Sequence[PathLike], out: PathLike, *,
         require_matplotlib()
     content = build_report(results, baseline=baseline, gap=gap, pairs=pairs,
                            reference=reference, stats=stats, control=control,
-                           similarity=similarity)
+                           similarity=similarity, examples=examples)
     if plot:
         from estratos.report.plots import render_figures
 

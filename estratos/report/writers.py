@@ -83,6 +83,9 @@ class ReportContent:
     information_intervals: Mapping[Any, Any] = field(default_factory=dict)
     #: similarity and geometry records (``report --similarity``; None: none given)
     maps: Optional[List[Any]] = None
+    #: the examples listed by ``report --examples N`` (:mod:`estratos.report.examples`);
+    #: None without the option (report.json then has no ``examples`` key)
+    examples: Optional[List[Dict[str, Any]]] = None
 
 
 # --------------------------------------------------------------------------- cell text
@@ -501,6 +504,8 @@ def to_json(content: ReportContent) -> str:
             "notes": content.gap.notes, "cells": gap_records(content.gap)},
         "sections": section_records(content),
     }
+    if content.examples is not None:  # report --examples N
+        doc["examples"] = content.examples
     return json.dumps(doc, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
 
 
