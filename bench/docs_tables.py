@@ -30,6 +30,7 @@ error too. tests/test_docs_tables.py runs it, so a doc and its results cannot dr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import logging
 import re
@@ -73,6 +74,25 @@ def report(files: Tuple[str, ...], ci: bool = False,
         raise DocTableError(f"results file(s) not found: {', '.join(missing)}")
     stats = StatsOptions(ci=ci, significance=significance) if ci or significance else None
     return build_report([str(p) for p in paths], stats=stats)
+
+
+@cache
+def examples_report(files: Tuple[str, ...], n: int) -> ReportContent:
+    """``estratos report FILES --examples N``, in memory (cached)."""
+    return build_report([str(MEASUREMENTS / f) for f in files], examples=n)
+
+
+def examples_table(files: Tuple[str, ...], n: int, task_name: str, **want: Optional[str]) -> str:
+    """The report's ``--examples N`` rows of one task (what ``estratos report`` writes)."""
+    content = examples_report(files, n)
+    want.setdefault("control", None)
+    key = f"examples-{system_slug(content, kind='probe', **want)}"
+    tables = _tables(content)
+    if key not in tables:
+        raise DocTableError(f"the report of {', '.join(files)} has no table {key!r}")
+    table = tables[key]
+    rows = [row for row in table.rows if row and row[0].text == task_name]
+    return markdown_table(dataclasses.replace(table, rows=rows, caption=""), content.footnotes)
 
 
 def _tables(content: ReportContent) -> Dict[str, Table]:
@@ -428,6 +448,9 @@ def _tables_list() -> List[DocTable]:
     out.append(DocTable("information-vinfo", "information.md", INFORMATION,
                         lambda: report_table(INFORMATION, "vinfo", ci=True, pooling="mean",
                                              features=STD)))
+    out.append(DocTable("information-examples-tass1", "information.md", INFORMATION[1:],
+                        lambda: examples_table(INFORMATION[1:], 5, "TASS1", pooling="mean",
+                                               features=STD)))
     out.append(DocTable("geometry-smollm2", "similarity.md", GEOMETRY,
                         lambda: geometry_rows(GEOMETRY, "smollm2")))
     return out
