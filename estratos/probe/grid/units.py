@@ -14,11 +14,22 @@ import logging
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    cast,
+)
 
 import numpy as np
 
-from estratos.errors import CacheError, MissingSentences, OptionError
+from estratos.errors import CacheError, MissingSentences
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
 from estratos.probe.config import ProbeConfig
 from estratos.probe.controls import control_record, control_task
@@ -108,12 +119,8 @@ def default_loader() -> TaskLoader:
     formats are not imported by a process that never loads one)."""
     from estratos.tasks import load_task
 
-    def load(spec: "TaskSpec", data_dirs: Optional["DataDirs"]) -> "TaskData":
-        if data_dirs is None:  # only a caller's own loader reads tasks without folders
-            raise OptionError(f"--data-dir: {spec.id} is read from files; give its folder")
-        return load_task(spec, data_dirs)
-
-    return load
+    # a task file's task reads its own folder: load_task takes None for it at run time
+    return cast(TaskLoader, load_task)
 
 
 class UnitRunner:
