@@ -234,6 +234,21 @@ def test_exact_duplicates_are_dropped_counted_and_never_give_nan():
     assert G.twonn(same).value is None and M.linear_cka(same, x[:50]).value is None
 
 
+def test_mutual_knn_of_a_constant_layer_is_undefined_not_tie_breaking():
+    """A constant layer (MiniLM's layer-0 [CLS]: one vector for every sentence) has no
+    nearest neighbours: every sentence is equally near every other, so any set is
+    tie-breaking's. Before, it scored 1.0 with itself and 0.004-0.010 with other layers."""
+    x = _ball(300, 3, 20, 1)[:60]
+    same = np.repeat(x[:1], 60, axis=0)
+    for other in (same, x):
+        value = M.mutual_knn(same, other, 5)
+        assert value.value is None and "tied" in value.undefined
+    assert M.knn_sets(x, 5).tied == 0 and M.mutual_knn(x, x, 5).value == 1.0
+    # one sentence whose 5th and 6th neighbours are equally near makes the sets undefined
+    ring = np.array([[math.cos(a), math.sin(a)] for a in np.linspace(0, 2 * math.pi, 13)[:-1]])
+    assert M.knn_sets(ring, 1).tied > 0
+
+
 def test_the_anisotropy_of_identical_rows_is_one_never_past_it():
     # float32 unit rows of one repeated vector: their mean cosine is 1 (to rounding), never
     # 1 + rounding

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -225,23 +225,48 @@ def rsa(x: np.ndarray, y: np.ndarray) -> Value:
     return rsa_from_ranks(rdm_ranks(x), rdm_ranks(y))
 
 
-def knn_sets(x: np.ndarray, k: int) -> np.ndarray:
-    """The k nearest neighbours (cosine, self excluded) of each row, (m, k) int64, each row
-    sorted. A tie at the k-th place is broken by numpy's partition, which is deterministic:
-    the same input gives the same sets."""
+#: two cosines closer than this are a tie for a k-th nearest neighbour
+KNN_TIE = 1e-12
+
+
+class Neighbours(NamedTuple):
+    """The k nearest neighbours of each row (``sets``, (m, k) int64, each row sorted) and
+    how many rows have their k-th neighbour tied with the next (``tied``): those rows' sets
+    are chosen by tie-breaking, not by the layer."""
+
+    sets: np.ndarray
+    tied: int
+
+
+def knn_sets(x: np.ndarray, k: int) -> Neighbours:
+    """The k nearest neighbours (cosine, self excluded) of each row. A tie at the k-th place
+    is broken by numpy's partition (deterministic: the same input gives the same sets) and
+    counted in :attr:`Neighbours.tied`; a constant layer ties every row."""
     xf = np.asarray(x, dtype=np.float64)
     norms = np.linalg.norm(xf, axis=1, keepdims=True)
     u = np.divide(xf, norms, out=np.zeros_like(xf), where=norms > 0)
     sim = u @ u.T
     np.fill_diagonal(sim, -np.inf)
-    return np.sort(np.argpartition(-sim, k - 1, axis=1)[:, :k], axis=1)
+    sets = np.sort(np.argpartition(-sim, k - 1, axis=1)[:, :k], axis=1)
+    tied = 0
+    if sim.shape[1] > k + 1:  # the (k+1)-th neighbour exists besides the row itself
+        edge = -np.partition(-sim, (k - 1, k), axis=1)[:, [k - 1, k]]
+        tied = int(np.count_nonzero(edge[:, 0] - edge[:, 1] <= KNN_TIE))
+    return Neighbours(sets, tied)
 
 
-def knn_overlap(sets_x: np.ndarray, sets_y: np.ndarray, k: int) -> Value:
-    """Mutual k-NN alignment: mean over sentences of |N_x(i) & N_y(i)| / k."""
-    if len(sets_x) < k + 1:
+def knn_overlap(nx: Neighbours, ny: Neighbours, k: int) -> Value:
+    """Mutual k-NN alignment: mean over sentences of |N_x(i) & N_y(i)| / k; undefined when
+    either side's neighbours of some sentence are decided by a tie (a constant layer: every
+    sentence equally near every other), since the sets would then be tie-breaking's."""
+    if len(nx.sets) < k + 1:
         return Value(None, f"fewer than k + 1 = {k + 1} sentences")
-    common = (sets_x[:, :, None] == sets_y[:, None, :]).sum(axis=(1, 2))
+    tied = max(nx.tied, ny.tied)
+    if tied:
+        return Value(None, f"the k-th nearest neighbour of {tied} of {len(nx.sets)} sentences "
+                           "is tied with the next (a constant layer ties them all): the sets "
+                           "would be chosen by tie-breaking")
+    common = (nx.sets[:, :, None] == ny.sets[:, None, :]).sum(axis=(1, 2))
     return Value(float(common.mean() / k))
 
 
@@ -252,7 +277,8 @@ def mutual_knn(x: np.ndarray, y: np.ndarray, k: int) -> Value:
     return knn_overlap(knn_sets(x, k), knn_sets(y, k), k)
 
 
-__all__ = ["PairStats", "Value", "centred", "debiased_cka", "debiased_cka_stats", "hsic_unbiased",
-           "knn_overlap", "knn_sets", "linear_cka", "linear_cka_stats", "mutual_knn",
+__all__ = ["KNN_TIE", "Neighbours", "PairStats", "Value", "centred", "debiased_cka",
+           "debiased_cka_stats", "hsic_unbiased", "knn_overlap", "knn_sets", "linear_cka",
+           "linear_cka_stats", "mutual_knn",
            "nuclear_norm", "procrustes_distance", "procrustes_stats", "rdm_ranks", "rsa",
            "rsa_from_ranks", "rsa_matrix"]
