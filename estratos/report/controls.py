@@ -55,9 +55,10 @@ MDL_INTRO = (
     "100 % of the training data, each block model the cell's probe, on the cell's features, "
     "early-stopping on dev likelihood). Compression = uniform code / online code; over the "
     "floor = labels-only code / online code, where the labels-only code learns just the "
-    "label frequencies block by block: 1 = the layer adds nothing to the label prior, below "
-    "1 = the probe does worse than the prior (flagged, never marked best). Best per row on "
-    "the unrounded values. Compression depends on the block model: it is the online code of "
+    "label frequencies block by block: about 1 = not above the floor (within about +/-0.005 "
+    "of 1 is this block model's noise: a constant one-class input scores 1.002), below 1 = "
+    "the probe codes the labels worse than the prior (flagged, never marked best). Best per "
+    "row on the unrounded values. Compression depends on the block model: it is the online code of "
     "this probe, with its training and early stopping, not a property of the layer alone "
     "(another block model, e.g. scikit-learn's logistic regression, codes the same labels "
     "with other lengths).")

@@ -589,7 +589,8 @@ def render_figures(agg: Aggregate) -> List[RenderedFigure]:
             f"mdl-compression_{part}.png",
             f"{title}: MDL compression of each task at each layer (diamond: avg): uniform / "
             "online code length of the training labels, and labels-only / online code "
-            "length (over the floor: 1 = the layer adds nothing to the label prior).")
+            "length (over the floor: about 1 = not above the floor; +/-0.005 around 1 is "
+            "the block model's noise).")
         add(zscore_plot(agg, system),
             f"heatmap-zscores_{part}.png",
             f"{title}: each task's mean score standardized across layers 0..L (the avg "
