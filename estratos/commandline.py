@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
-from estratos.optiontable import OptionPair
+from estratos.optiontable import OptionPair, flatten
 
 #: how a printed command calls estratos
 PROGRAM: Tuple[str, ...] = ("estratos",)
@@ -57,10 +57,7 @@ class Command:
     def argv(self, program: Sequence[str] = PROGRAM) -> List[str]:
         """The command's words (for ``subprocess`` or click's test runner with
         ``program=()``)."""
-        words = [*program, *self.words, *self.positional]
-        for flag, value in self.options:
-            words += [flag] if value is None else [flag, value]
-        return words
+        return [*program, *self.words, *self.positional, *flatten(self.options)]
 
     def shell(self, program: Sequence[str] = PROGRAM) -> str:
         """The command as one line a user can paste into bash, every value quoted."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import (
     Any,
+    Callable,
     Iterable,
     List,
     Literal,
@@ -248,5 +249,14 @@ def positive_int(option: str, value: Any, *, allow_none: bool = False) -> Option
     return int(value)
 
 
+
+def positive(option: str) -> Callable[[Any], int]:
+    """The check of an option that takes a positive integer (an option table's ``check``):
+    :func:`positive_int` naming ``option``."""
+    def check(value: Any) -> int:
+        return positive_int(option, value)
+    return check
+
+
 __all__ = ["AUTO_SHARD", "DEFAULT_SEEDS_TEXT", "ShardSpec", "parse_baselines", "parse_layers",
-           "parse_seeds", "parse_states", "positive_int", "resolve_shard"]
+           "parse_seeds", "parse_states", "positive", "positive_int", "resolve_shard"]

@@ -139,14 +139,6 @@ def options_of(config: Any) -> Iterator[Tuple[dataclasses.Field[Any], Option]]:
             yield field, spec
 
 
-def field_option(config: Any, name: str) -> Option:
-    """The :class:`Option` of the field ``name``."""
-    for field, spec in options_of(config):
-        if field.name == name:
-            return spec
-    raise KeyError(name)
-
-
 def default_of(field: dataclasses.Field[Any]) -> Any:
     """A field's default value."""
     if field.default is not dataclasses.MISSING:
@@ -267,11 +259,6 @@ def _click_option(click: Any, field: dataclasses.Field[Any], spec: Option, flag:
     return click.option(flag, name, default=spec.as_text(default), show_default=True, **kwargs)
 
 
-def flags_of(config_cls: Any) -> Dict[str, str]:
-    """Field name -> flag, for every option of ``config_cls``."""
-    return {field.name: spec.flag for field, spec in options_of(config_cls)}
-
-
 def reject(flag: str, message: str) -> OptionError:
     """The error of a value refused for a reason that involves other options: ``FLAG:
     message`` (the wording every configuration's ``build`` uses)."""
@@ -279,5 +266,5 @@ def reject(flag: str, message: str) -> OptionError:
 
 
 __all__ = ["OPTION_KEY", "Option", "OptionPair", "Role", "check_fields", "choice",
-           "click_options", "default_of", "field_option", "flags_of", "flatten", "option",
+           "click_options", "default_of", "flatten", "option",
            "options_of", "pick", "reject", "to_options"]

@@ -28,8 +28,17 @@ from estratos.clitypes import int_at_least, integer
 from estratos.devices import ENCODE_DEVICES, check_device, device_help
 from estratos.errors import OptionError
 from estratos.model_source import is_local_model
-from estratos.options import AUTO_SHARD, parse_states, positive_int, resolve_shard
-from estratos.optiontable import OptionPair, Role, check_fields, flatten, option, to_options
+from estratos.options import AUTO_SHARD, parse_states, positive, resolve_shard
+from estratos.optiontable import (
+    OptionPair,
+    Role,
+    check_fields,
+    default_of,
+    flatten,
+    option,
+    options_of,
+    to_options,
+)
 from estratos.registry import unknown_name
 from estratos.vocab import (
     ALL_LAYERS,
@@ -52,6 +61,9 @@ MODEL_DTYPES: Tuple[str, ...] = ("auto", "bfloat16", "float16", "float32")
 #: ``--device-map`` choices (None: the whole model on ``--device``)
 DEVICE_MAPS: Tuple[str, ...] = ("auto",)
 ACCELERATE_HINT = 'pip install "estratos[accelerate]"'
+#: the options only a ``--model`` run reads (an ``--encoder`` function loads its own model)
+MODEL_ONLY: Tuple[str, ...] = ("model_dtype", "device_map", "trust_remote_code", "random_init",
+                               "prompt", "chat_template", "mean_first_token")
 #: the shortest ``--max-length`` (a special token and one word); the longest is the model's
 MIN_MAX_LENGTH = 2
 
@@ -162,10 +174,6 @@ def _encode_device(value: str) -> str:
     return check_device(value, kinds=ENCODE_DEVICES)
 
 
-def _threads(value: Any) -> int:
-    return positive_int("--threads", value)
-
-
 def _prompt(value: str) -> str:
     parse_prompt(value)
     return value
@@ -250,7 +258,7 @@ class EncodeConfig:
         role=Role.EXECUTION, check=parse_batch_tokens, metavar="N|auto")
     threads: Optional[int] = option(
         None, "--threads", "Torch threads [default: OMP_NUM_THREADS if set, else every "
-        "core].", role=Role.PLACEMENT, check=_threads, click_type=integer)
+        "core].", role=Role.PLACEMENT, check=positive("--threads"), click_type=integer)
     shard: Optional[Tuple[int, int]] = option(
         None, "--shard", "Encode shard I (0-based) of N of the sentences, written to "
         "CACHE.shard-I-of-N.h5 (auto: the SLURM array variables if set); merge with "
@@ -306,13 +314,11 @@ class EncodeConfig:
                                   "built on one device; use --device")
 
     def _model_only(self) -> List[Tuple[str, Any, Any]]:
-        """``(option, value, default)`` of the options only a ``--model`` run reads."""
-        return [("--model-dtype", self.model_dtype, "auto"),
-                ("--device-map", self.device_map, None),
-                ("--trust-remote-code", self.trust_remote_code, False),
-                ("--random-init", self.random_init, None), ("--prompt", self.prompt, None),
-                ("--chat-template", self.chat_template, False),
-                ("--mean-first-token", self.mean_first_token, "auto")]
+        """``(option, value, default)`` of the options only a ``--model`` run reads (flags
+        and defaults from the table)."""
+        table = {field.name: (field, spec) for field, spec in options_of(self)}
+        return [(table[name][1].flag, getattr(self, name), default_of(table[name][0]))
+                for name in MODEL_ONLY]
 
     @classmethod
     def for_cache(cls, attrs: Mapping[str, Any]) -> "EncodeConfig":

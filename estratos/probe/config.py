@@ -22,7 +22,7 @@ from estratos.options import (
     parse_baselines,
     parse_layers,
     parse_seeds,
-    positive_int,
+    positive,
     resolve_shard,
 )
 from estratos.optiontable import OptionPair, Role, check_fields, flatten, option, reject, to_options
@@ -75,12 +75,6 @@ def _classifier_text(value: Classifier) -> str:
 
 def _probe_device(value: str) -> str:
     return check_device(value, kinds=PROBE_DEVICES)
-
-
-def _positive(flag: str) -> Any:
-    def check(value: Any) -> int:
-        return positive_int(flag, value)
-    return check
 
 
 def _one_pooling() -> Any:
@@ -177,12 +171,12 @@ class ProbeConfig:
         always=True)
     jobs: Optional[int] = option(
         None, "--jobs", "Processes kept busy with work units (task x layer specs x seeds), "
-        "longest first.", role=Role.PLACEMENT, check=_positive("--jobs"), click_type=integer,
+        "longest first.", role=Role.PLACEMENT, check=positive("--jobs"), click_type=integer,
         default_help="1; with --device auto on a machine with a GPU, every core: the GPU and "
         "the cores train at once")
     threads: Optional[int] = option(
         None, "--threads", "Torch threads per process [default: 1; use --jobs for more "
-        "cores].", role=Role.PLACEMENT, check=_positive("--threads"), click_type=integer)
+        "cores].", role=Role.PLACEMENT, check=positive("--threads"), click_type=integer)
     shard: Optional[Tuple[int, int]] = grid_shard_option()
     overwrite: bool = overwrite_option()
     expect_model: Optional[str] = option(
@@ -259,7 +253,7 @@ class BaselineConfig:
         check=parse_seeds, text=_seeds_text, always=True)
     jobs: int = option(
         1, "--jobs", "Processes kept busy with work units (task x baselines x seeds), "
-        "longest first.", role=Role.PLACEMENT, check=_positive("--jobs"), click_type=integer)
+        "longest first.", role=Role.PLACEMENT, check=positive("--jobs"), click_type=integer)
     shard: Optional[Tuple[int, int]] = grid_shard_option()
     overwrite: bool = overwrite_option()
 

@@ -306,14 +306,10 @@ def zscore_plot(agg: Aggregate, system: System) -> Any:
               for d, span in zip(datasets, spans)]
     _heatmap_axes(ax, labels, layers)
     _annotate(ax, image, shown, undefined, ".1f", one_class_mask(agg, system, datasets))
-    ax.set_xlabel("layer (0 = embeddings; avg = mean of all hidden states)", fontsize=7)
-    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
-    bar.set_label("z-score across the task's layers", fontsize=7)
-    bar.ax.tick_params(labelsize=6)
-    fig.suptitle(f"{system_title(system, agg.name(system))}\neach task's score as a z-score "
-                 "across its layers (spread = max - min over layers, in points)", fontsize=9)
-    fig.tight_layout()
-    return fig
+    return _finish_layer_heatmap(
+        fig, ax, image, "z-score across the task's layers",
+        f"{system_title(system, agg.name(system))}\neach task's score as a z-score across its "
+        "layers (spread = max - min over layers, in points)")
 
 
 def information_matrix(agg: Aggregate, system: System
@@ -349,12 +345,19 @@ def information_heatmap(agg: Aggregate, system: System) -> Any:
     _heatmap_axes(ax, [d.label for d in datasets], layers)
     _annotate(ax, image, matrix, np.zeros(matrix.shape, dtype=bool), ".2f",
               one_class_mask(agg, system, datasets))
+    return _finish_layer_heatmap(
+        fig, ax, image, "bits (0 = no better than the class prior)",
+        f"{system_title(system, agg.name(system))}\nV-information H(Y|0) - H(Y|X) in bits, "
+        "mean over seeds per layer")
+
+
+def _finish_layer_heatmap(fig: Any, ax: Any, image: Any, bar_label: str, title: str) -> Any:
+    """A one-panel task x layer heatmap's layer axis label, labelled colour bar and title."""
     ax.set_xlabel("layer (0 = embeddings; avg = mean of all hidden states)", fontsize=7)
     bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
-    bar.set_label("bits (0 = no better than the class prior)", fontsize=7)
+    bar.set_label(bar_label, fontsize=7)
     bar.ax.tick_params(labelsize=6)
-    fig.suptitle(f"{system_title(system, agg.name(system))}\nV-information H(Y|0) - H(Y|X) "
-                 "in bits, mean over seeds per layer", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
 

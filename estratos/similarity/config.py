@@ -16,7 +16,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from estratos.clitypes import integer
 from estratos.errors import OptionError
-from estratos.options import parse_layers, positive_int
+from estratos.options import parse_layers, positive
 from estratos.optiontable import OptionPair, Role, check_fields, option, to_options
 from estratos.registry import unknown_name
 from estratos.vocab import ALL_LAYERS, CACHE_POOLINGS, DEFAULT_SEED, FEATURES
@@ -98,11 +98,11 @@ class MapConfig:
     max_sentences: int = option(
         DEFAULT_MAX_SENTENCES, "--max-sentences", "Size of the seeded subsample that the "
         "sentence x sentence measures read (it is recorded).",
-        check=lambda value: positive_int("--max-sentences", value), click_type=integer)
+        check=positive("--max-sentences"), click_type=integer)
     seed: int = option(DEFAULT_SEED, "--seed", "Seed of the subsample.", check=_seed,
                        click_type=integer)
     k: int = option(DEFAULT_K, "--k", "Neighbours of mutual-knn.",
-                    check=lambda value: positive_int("--k", value), click_type=integer)
+                    check=positive("--k"), click_type=integer)
     products: str = option(
         "float32", "--products", "Precision of each chunk's products (summed in float64 "
         "either way).", choices=PRODUCTS)
