@@ -19,6 +19,7 @@ from estratos.errors import EstratosError, Interrupted, OptionError
 from estratos.options import DEFAULT_SEEDS_TEXT, parse_seeds
 from estratos.optiontable import Role, click_options, pick
 from estratos.probe.config import BaselineConfig, ProbeConfig
+from estratos.results.record import CellKey
 from estratos.similarity.config import SIMILARITY_ONLY, MapConfig
 from estratos.slurm.plan import SLURM_ENCODE_FLAGS, SLURM_ENCODE_PREFIX, Resources
 from estratos.vocab import (
@@ -380,9 +381,8 @@ def report_command(results, out, formats, plot, baselines, gap, pairs, reference
 @click.argument("results", nargs=-1, required=True)
 @click.option("--task", required=True, metavar="TASK", help="Task id (or its unique name).")
 @click.option("--a", "sel_a", required=True, metavar="KEY=VALUE[,...]",
-              help='Cells A, e.g. "layer=8" or "model=org/name,layer=avg" (keys: model, '
-                   "revision, layer, pooling, seed, classifier, features, control, prompt, "
-                   "kind).")
+              help='Cells A, e.g. "layer=8" or "model=org/name,layer=avg" (keys: '
+                   f"{', '.join(CellKey.selector_keys())}).")
 @click.option("--b", "sel_b", required=True, metavar="KEY=VALUE[,...]",
               help="Cells B, compared with A (the difference is B - A).")
 @click.option("--metric", default=None, help="accuracy, f1, pearson or spearman "

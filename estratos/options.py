@@ -35,6 +35,9 @@ from estratos.vocab import (
     ALL_LAYERS,
     AVG,
     DEFAULT_SEED,
+    ERASE_CONCEPTS,
+    ERASE_RANDOM,
+    GIVEN_PREVIOUS,
     SURFACE_BASELINES,
     LayerSpec,
 )
@@ -90,6 +93,37 @@ def parse_baselines(baselines: Union[str, Iterable[str]]) -> Tuple[str, ...]:
         raise OptionError(f"--baseline: give at least one baseline ({', '.join(SURFACE_BASELINES)}"
                           f" or {ALL_BASELINES})")
     return tuple(dict.fromkeys(out))
+
+
+def parse_given(value: Union[str, int]) -> str:
+    """``probe --given``: a hidden-state index, ``avg``, ``prev`` (the stored state below
+    each probed one) or a surface baseline's name (:data:`~estratos.vocab.SURFACE_BASELINES`),
+    as its canonical text; anything else raises :class:`OptionError` naming ``--given``.
+    Whether the cache holds that state is checked against the cache by the runner."""
+    text = str(value).strip().lower()
+    if text.isdigit():
+        return str(int(text))
+    if text in (AVG, GIVEN_PREVIOUS) or text in SURFACE_BASELINES:
+        return text
+    raise unknown_name("value", text,
+                       (AVG, GIVEN_PREVIOUS, *SURFACE_BASELINES, "a hidden-state index"),
+                       "--given")
+
+
+def parse_erase(value: str) -> str:
+    """``probe --erase``: a concept (:data:`~estratos.vocab.ERASE_CONCEPTS`) or
+    ``random:RANK`` (RANK >= 1), as its canonical text; anything else raises
+    :class:`OptionError` naming ``--erase``."""
+    text = str(value).strip().lower()
+    if text in ERASE_CONCEPTS:
+        return text
+    kind, _, rank = text.partition(":")
+    if kind == ERASE_RANDOM:
+        if rank.isdigit() and int(rank) >= 1:
+            return f"{ERASE_RANDOM}:{int(rank)}"
+        raise OptionError(f"--erase: {text!r}: random erasure takes a rank, e.g. "
+                          f"{ERASE_RANDOM}:4 (an integer >= 1)")
+    raise unknown_name("concept", text, (*ERASE_CONCEPTS, f"{ERASE_RANDOM}:RANK"), "--erase")
 
 
 def parse_layers(layers: Union[str, Sequence[LayerSpec]],

@@ -154,6 +154,17 @@ CONTROL_KINDS: Tuple[str, ...] = CONTROLS.names()
 #: cell chose (``task``: the hyper-parameters fixed across the pair, as Hewitt & Liang do)
 CONTROL_L2: Tuple[str, ...] = ("own", "task")
 CONTROL_L2_OWN, CONTROL_L2_TASK = CONTROL_L2
+#: ``probe --given prev``: each probed layer is given the stored hidden state below it
+GIVEN_PREVIOUS = "prev"
+#: ``probe --erase``: the concepts LEACE erases from a probe's features
+#: (:mod:`estratos.probe.erasure`): ``length`` (bins of the example's token count under the
+#: model's tokenizer), ``words`` (bins of its whitespace word count), ``labels`` (the task's
+#: own labels: the sanity check, after which the task must be at its majority class)
+ERASE_CONCEPTS: Tuple[str, ...] = ("length", "words", "labels")
+ERASE_LENGTH, ERASE_WORDS, ERASE_LABELS = ERASE_CONCEPTS
+#: ``probe --erase random:RANK``: a random subspace of that rank erased, the control of an
+#: erasure of the same rank
+ERASE_RANDOM = "random"
 #: a classification cell whose test predictions fall in one class at least this often is
 #: flagged one-class: its score is (nearly) that class's rate, not what the layer encodes
 ONE_CLASS_SHARE = 0.99

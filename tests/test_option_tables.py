@@ -30,7 +30,8 @@ TASKS = "synthetic-es:Tense"
 EXAMPLES: Dict[str, Dict[str, str]] = {
     "probe": {"--layers": "0,avg", "--pooling": "mean", "--seeds": "1,2",
               "--classifier": "lbfgs", "--features": "raw", "--control": "control-task",
-              "--control-l2": "task", "--mdl": "", "--sequential": "", "--device": "cpu"},
+              "--control-l2": "task", "--mdl": "", "--sequential": "", "--device": "cpu",
+              "--given": "prev"},
     "encode": {"--encoder": "", "--pooling": "mean", "--states": "0,1", "--dtype": "float32",
                "--max-length": "16", "--lowercase": "", "--prompt": 'Dice: "{}"',
                "--chat-template": "", "--mean-first-token": "keep", "--model-dtype": "float32",
@@ -38,8 +39,9 @@ EXAMPLES: Dict[str, Dict[str, str]] = {
                "--device": "cpu", "--batch-tokens": "512"},
 }
 #: options that cannot go with the others in one slurm call (--encoder replaces MODEL;
-#: --device-map wants --device auto; --mdl needs senteval): each is checked on its own
-ALONE = {"--encoder", "--device-map", "--mdl"}
+#: --device-map wants --device auto; --mdl needs senteval; --given and --erase refuse
+#: --control and each other): each is checked on its own
+ALONE = {"--encoder", "--device-map", "--mdl", "--given", "--erase"}
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +96,7 @@ def test_every_identity_and_execution_option_reaches_the_job_scripts(synth, tmp_
 
 @pytest.mark.parametrize("args, stage, line", [
     (["--mdl"], "probe", "    --mdl \\"),
+    (["--given", "prev"], "probe", "    --given prev \\"),
     (["--device-map", "auto"], "encode", "    --device-map auto \\"),
 ])
 def test_options_that_need_their_own_call_reach_the_scripts(synth, tmp_path, args, stage, line):

@@ -91,7 +91,7 @@ from estratos.options import parse_baselines
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_groups
 from estratos.probe.cues import first_last_matrix, function_word_matrix, value_columns
 from estratos.probe.estimators.classifiers import LogisticGrid
-from estratos.probe.features import COMBINER_FUNCTIONS
+from estratos.probe.features import COMBINER_FUNCTIONS, COMBINER_WIDTH
 from estratos.probe.records import CellSource, cell_record
 from estratos.protocols import CellOutcome, get_protocol
 from estratos.registry import Registry
@@ -377,6 +377,40 @@ def get_baseline(name: str) -> SurfaceBaseline:
     return BASELINES[names[0]]
 
 
+def fitted_matrix(data: TaskData, name: str) -> sp.csr_array:
+    """The sparse rows of every sentence of a loaded task under baseline ``name``, fitted
+    on the protocol's training split (every split when the protocol trains nothing)."""
+    protocol = get_protocol(data.protocol)
+    fit = [data.splits[protocol.train_split]] if protocol.train_split else [
+        data.splits[n] for n in sorted(data.splits)]
+    return BASELINES[name].matrix(data.sentences, sentence_ids(*fit))
+
+
+#: the widest surface features ``probe --given`` takes (made dense beside the layer's):
+#: the length baselines have a few hundred columns, bag-of-words ones tens of thousands
+GIVEN_MAX_FEATURES = 20_000
+
+
+def given_features(data: TaskData, name: str) -> Callable[[str], np.ndarray]:
+    """``probe --given NAME``: a split's dense example features ``(1, n, F)`` (float32)
+    from the surface baseline ``name``, fitted on the protocol's training split as the
+    baseline itself fits them (:func:`evaluate_outcome`) and joined by the task's combiner.
+    More than :data:`GIVEN_MAX_FEATURES` columns is an :class:`OptionError` naming
+    ``--given`` (before anything of the task is trained)."""
+    T = fitted_matrix(data, name)
+    width = T.shape[1] * COMBINER_WIDTH[data.spec.combiner]
+    if width > GIVEN_MAX_FEATURES:
+        raise OptionError(f"--given {name}: {data.spec.id} would give {width} dense features "
+                          f"(at most {GIVEN_MAX_FEATURES}); give a narrower baseline "
+                          "(length-tokens, length-chars, function-words) or a layer")
+
+    def features(split: str) -> np.ndarray:
+        X = split_matrix(T, data.splits[split], data.spec.combiner)
+        return np.asarray(X.toarray(), dtype=np.float32)[None]
+
+    return features
+
+
 # ----------------------------------------------------------------------------- protocols
 
 def evaluate_outcome(data: TaskData, estimator: SurfaceLogReg, seed: int = DEFAULT_SEED,
@@ -384,10 +418,7 @@ def evaluate_outcome(data: TaskData, estimator: SurfaceLogReg, seed: int = DEFAU
     """A baseline's outcome on one loaded task: its features through the probes' cell code
     (:func:`estratos.probe.cells.evaluate_groups`) with ``estimator``."""
     spec = data.spec
-    protocol = get_protocol(data.protocol)
-    fit = [data.splits[protocol.train_split]] if protocol.train_split else [
-        data.splits[name] for name in sorted(data.splits)]
-    T = BASELINES[baseline].matrix(data.sentences, sentence_ids(*fit))
+    T = fitted_matrix(data, baseline)
 
     def features(name: str):
         return [split_matrix(T, data.splits[name], spec.combiner)]

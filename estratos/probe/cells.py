@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 import numpy as np
 
 from estratos.devices import PROBE_DEVICES, resolve_device
+from estratos.probe.conditional import GivenFeatures, add_given
 from estratos.probe.config import Classifier, ProbeConfig
 from estratos.probe.controls import DEV_PART, permuted, shuffled_labels_factory
 from estratos.probe.estimators.registry import RecordedEstimator
@@ -100,7 +101,8 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
                    seeds: Sequence[int], config: ProbeConfig, *,
                    device: Union[str, "torch.device", None] = None,
                    on_seed: Optional[SeedSink] = None,
-                   l2_grid: Optional[Sequence[float]] = None) -> List[List[CellOutcome]]:
+                   l2_grid: Optional[Sequence[float]] = None,
+                   given: Optional[GivenFeatures] = None) -> List[List[CellOutcome]]:
     """Train and evaluate the cells (layer spec x seed) of one task as the run's ``config``
     says (its classifier, features, control, MDL, sequential training); outer list: seeds,
     inner: ``states`` in order.
@@ -118,6 +120,11 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
     (layer specs x L2 values x seeds); on the CPU they train one after the other, so a
     cell's numbers never depend on which other seeds ran (docs/probe.md, "Devices").
     ``on_seed`` and ``l2_grid``: see :func:`evaluate_groups`.
+
+    ``given`` (``probe --given``): conditional cells (:mod:`estratos.probe.conditional`):
+    the probes train on B alone first (each distinct B once, no MDL), then on [B; R] for each
+    layer spec R, whose outcomes gain B's log-probabilities and the ``conditional`` record;
+    each seed's cells are reported with the seconds of both.
     """
     spec = task.spec
     torch_device = resolve_probe_device(config.device if device is None else device)
@@ -139,11 +146,43 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
                                for refs in slots[:2])
         return built[key]
 
-    return evaluate_groups(task, group_features, pairs, len(states), seeds, config.classifier,
-                           sequential=config.sequential, device=torch_device,
-                           features=config.features,
-                           shuffle_labels=config.control == LABEL_SHUFFLE, mdl=config.mdl,
-                           on_seed=on_seed, l2_grid=l2_grid)
+    def run(features: Callable[[str], Any], n_groups: int, mdl: bool,
+            sink: Optional[SeedSink]) -> List[List[CellOutcome]]:
+        return evaluate_groups(task, features, pairs, n_groups, seeds, config.classifier,
+                               sequential=config.sequential, device=torch_device,
+                               features=config.features,
+                               shuffle_labels=config.control == LABEL_SHUFFLE, mdl=mdl,
+                               on_seed=sink, l2_grid=l2_grid)
+
+    if given is None:
+        return run(group_features, len(states), config.mdl, on_seed)
+
+    def given_features(split: str) -> np.ndarray:
+        key = ("given", split)
+        if key not in built:
+            built[key] = np.asarray(given.features(split), dtype=np.float32)
+        return built[key]
+
+    def joint_features(split: str) -> np.ndarray:
+        # [B; R] per layer spec; the B part is its own group's (a view per distinct B)
+        b = given_features(split)[list(given.of_group)]
+        return np.concatenate([b, group_features(split)], axis=2)
+
+    took_alone: Dict[int, float] = {}
+
+    def heard_alone(seed: int, outcomes: List[CellOutcome], seconds: float) -> None:
+        took_alone[seed] = seconds
+
+    alone = run(given_features, len(given.layers), False, heard_alone)
+    alone_of = {int(seed): outcomes for seed, outcomes in zip(seeds, alone)}
+    report = on_seed or (lambda seed, outcomes, seconds: None)
+
+    def with_given(seed: int, outcomes: List[CellOutcome], seconds: float) -> None:
+        for outcome, g in zip(outcomes, given.of_group):
+            add_given(outcome, alone_of[int(seed)][g], given.layers[g])
+        report(seed, outcomes, seconds + took_alone.get(int(seed), 0.0))
+
+    return run(joint_features, len(states), config.mdl, with_given)
 
 
 def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],

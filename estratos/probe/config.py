@@ -20,6 +20,7 @@ from estratos.devices import PROBE_DEVICES, check_device, default_jobs, device_h
 from estratos.options import (
     AUTO_SHARD,
     parse_baselines,
+    parse_given,
     parse_layers,
     parse_seeds,
     positive,
@@ -121,7 +122,8 @@ class ProbeConfig:
     or layer specs, checked against the cache by the runner), ``pooling`` (None: the
     cache's first), ``seeds``, ``classifier`` (a registered name or an estimator),
     ``features`` (``raw`` or ``standardized``; None resolves to the classifier's own),
-    ``control`` and ``control_l2`` (:mod:`estratos.probe.controls`), ``mdl``. How the same
+    ``control`` and ``control_l2`` (:mod:`estratos.probe.controls`), ``given``
+    (conditional probing, :mod:`estratos.probe.conditional`), ``mdl``. How the same
     numbers are computed (``EXECUTION``): ``sequential``, ``device``. How one run is placed
     (``PLACEMENT``): ``jobs`` (None: :func:`estratos.devices.default_jobs`), ``threads``,
     ``shard``, ``overwrite``, ``expect_model`` (refuse a cache of another model).
@@ -158,6 +160,12 @@ class ProbeConfig:
         "on its own dev labels) or task (it reuses the L2 its task cell chose, which must be "
         "in --out; Hewitt & Liang fix the hyper-parameters across the pair).",
         choices=CONTROL_L2)
+    given: Optional[str] = option(
+        None, "--given", "Conditional probing (Hewitt et al. 2021): also train on B alone and "
+        "on [B; layer], and record what the layer adds over B in bits, H(Y|B) - H(Y|B,R). B: "
+        "a hidden-state index (0: the embeddings), avg, prev (the stored state below each "
+        "probed one) or a surface baseline (e.g. length-tokens). Classification tasks only.",
+        check=parse_given, metavar="B")
     mdl: bool = option(
         False, "--mdl", "Also record each classification cell's online code length, its "
         "compression against the uniform code and against a code of the labels alone "
@@ -189,6 +197,10 @@ class ProbeConfig:
         bad one; None or an absent key: the default) and return the configuration. Needs
         neither torch nor the cache."""
         values = check_fields(cls, given)
+        for name, flag in (("given", "--given"),):
+            if values[name] is not None and values["control"] is not None:
+                raise reject(flag, f"{values[name]}: not with --control (a control cell's "
+                             "labels are another task's; run the control without it)")
         if values["control_l2"] == CONTROL_L2_TASK and values["control"] is None:
             raise reject("--control-l2", "task: only with --control (it fixes a control "
                          "cell's L2 to its task cell's)")

@@ -69,13 +69,16 @@ class CellSource:
 
     def key(self, *, task: str, layer: Layer, pooling: Optional[str], seed: int,
             classifier: Optional[str], features: Optional[str] = None,
-            control: Optional[str] = None) -> CellKey:
+            control: Optional[str] = None, given: Optional[str] = None,
+            erase: Optional[str] = None) -> CellKey:
         """The identity of one of this system's cells (:class:`CellKey` with this system's
         model, revision and prompt; ``classifier``: its name; ``features``: how a probe read
-        them; ``control``: the control part of a control cell)."""
+        them; ``control``: the control part of a control cell; ``given``/``erase``: a
+        conditional or an erased cell's part)."""
         return CellKey(task=task, layer=layer, pooling=pooling, seed=seed,
                        classifier=classifier, features=features, model=self.model,
-                       revision=self.revision, control=control, prompt=self.prompt)
+                       revision=self.revision, control=control, prompt=self.prompt,
+                       given=given, erase=erase)
 
 
 def outcome_predictions(task: TaskData, outcome: CellOutcome) -> Optional[CellPredictions]:
@@ -91,7 +94,8 @@ def outcome_predictions(task: TaskData, outcome: CellOutcome) -> Optional[CellPr
     return CellPredictions.from_splits(outcome.predictions, golds, outcome.folds,
                                        outcome.positive, outcome.gold_log2p,
                                        outcome.prior_log2p, texts,
-                                       task.labels if texts is not None else ())
+                                       task.labels if texts is not None else (),
+                                       outcome.given_log2p)
 
 
 def degenerate(task: TaskData, outcome: CellOutcome) -> Optional[Dict[str, Any]]:
@@ -126,7 +130,8 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: CellSource, *, lay
     the task's chance levels (classification protocols). ``extra``: further optional
     fields of :class:`ResultRecord` (e.g. ``control``). A (nearly) one-class outcome is
     marked ``degenerate`` and an outcome's online code (``extra["mdl"]``) becomes ``mdl``, for
-    probe and baseline alike. ``data_digest``: the digest of the data the task was derived
+    probe and baseline alike, as its ``extra["conditional"]`` and ``extra["erasure"]`` become
+    ``conditional`` and ``erasure``. ``data_digest``: the digest of the data the task was derived
     from (a control task's source task; default: ``task``'s own)."""
     spec = task.spec
     return ResultRecord(
@@ -142,6 +147,7 @@ def cell_record(task: TaskData, outcome: CellOutcome, system: CellSource, *, lay
         cache=None if system.cache is None else dict(system.cache),
         estratos_version=__version__, created=utc_now(), device=system.device,
         capped=None if outcome.capped is None else {"max_iter": int(outcome.capped)},
+        conditional=outcome.extra.get("conditional"), erasure=outcome.extra.get("erasure"),
         mdl=outcome.extra.get("mdl"), information=information_of(outcome),
         degenerate=degenerate(task, outcome),
         data_digest=data_digest or task.digest,

@@ -43,7 +43,8 @@ class CellOutcome:
     class whose F1 is reported (None: no F1). ``gold_log2p``/``prior_log2p`` (classification:
     each predicted example's gold-label log2-probability under the probe and under the class
     prior of its training labels, :mod:`estratos.protocols.information`), in the order of
-    ``predictions``.
+    ``predictions``; ``given_log2p`` (a conditional cell, ``probe --given``): each one's
+    gold-label log2-probability under the probe trained on the given features B alone.
     """
 
     l2: Optional[float]
@@ -58,6 +59,7 @@ class CellOutcome:
     capped: Optional[int] = None
     gold_log2p: Optional[np.ndarray] = field(default=None, repr=False)
     prior_log2p: Optional[np.ndarray] = field(default=None, repr=False)
+    given_log2p: Optional[np.ndarray] = field(default=None, repr=False)
 
 
 def capped_at(est: Any, index: Tuple[int, ...]) -> Optional[int]:

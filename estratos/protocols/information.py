@@ -14,6 +14,12 @@ predictions store then only copy them). The measures:
   examples' pointwise V-information ``log2 p(y|x) - log2 p0(y)`` (Ethayarajh et al. 2022).
   It is negative where the probe predicts worse than the prior, and is reported so.
 
+Conditional probing (Hewitt, Ethayarajh, Liang & Manning 2021) asks what a layer R adds to a
+baseline B: the probe trained on B alone gives ``H(Y|B)``, the same probe family on [B; R]
+``H(Y|B,R)``, and the gain ``H(Y|B) - H(Y|B,R)`` (:func:`conditional`) is the mean over the
+scored examples of ``log2 p(y|b,r) - log2 p(y|b)``, so its interval comes from the same
+pairs of log-probabilities.
+
 A probability that is 0 in float64 (a class a logistic regression never saw) is read as the
 smallest positive normal float64, 2**-1022: the log stays finite and the example costs 1022
 bits, the most float64 can say.
@@ -65,6 +71,17 @@ def information(log2p: np.ndarray, prior: np.ndarray) -> Dict[str, float]:
             "v_information": round(prior_ce - ce, 6)}
 
 
+def conditional(log2p: np.ndarray, given_log2p: np.ndarray) -> Dict[str, float]:
+    """The numbers of a conditional cell's ``conditional`` record (bits):
+    ``given_cross_entropy`` ``H(Y|B)`` of the probe on B alone, ``cross_entropy``
+    ``H(Y|B,R)`` of the probe on [B; R], and ``gain``, their difference (negative when the
+    probe on [B; R] predicts the test labels worse than the one on B alone)."""
+    given_ce = -float(np.mean(given_log2p))
+    ce = -float(np.mean(log2p))
+    return {"given_cross_entropy": round(given_ce, 6), "cross_entropy": round(ce, 6),
+            "gain": round(given_ce - ce, 6)}
+
+
 def information_of(outcome: Any) -> Optional[Dict[str, float]]:
     """The ``information`` of a :class:`~estratos.protocols.CellOutcome` (None when its
     protocol scored no class probabilities: relatedness, similarity)."""
@@ -73,4 +90,5 @@ def information_of(outcome: Any) -> Optional[Dict[str, float]]:
     return information(outcome.gold_log2p, outcome.prior_log2p)
 
 
-__all__ = ["LOG2_FLOOR", "gold_log2p", "information", "information_of", "prior_log2p"]
+__all__ = ["LOG2_FLOOR", "conditional", "gold_log2p", "information", "information_of",
+           "prior_log2p"]

@@ -36,6 +36,10 @@ from estratos.vocab import RANDOM_INIT_PREFIX, RAW_FEATURES
 #: carries: the probe's held-out cross-entropy H(Y|X), the class prior's H(Y|0), and the
 #: V-information H(Y|0) - H(Y|X); csv/json name their columns after them
 INFORMATION_FIELDS: Tuple[str, ...] = ("v_information", "cross_entropy", "prior_cross_entropy")
+#: the numbers of a conditional cell's ``conditional`` (bits, ``ResultRecord.conditional``)
+#: a report carries beside them: what the layer adds over the given features,
+#: H(Y|B) - H(Y|B,R), and the given features' own cross-entropy H(Y|B)
+CONDITIONAL_FIELDS: Tuple[str, ...] = ("gain", "given_cross_entropy")
 
 #: extra per-dataset metrics the csv/json outputs carry beside ``score``, read from a
 #: record's ``test`` (PAWS F1, STS/SICK-R Spearman); correlations are stored in [-1, 1]
@@ -58,6 +62,10 @@ class System:
     features: Optional[str] = None
     #: the template the cache's sentences were encoded in (``ResultRecord.prompt``)
     prompt: Optional[str] = None
+    #: what a conditional cell's probe was also given (``ResultRecord.given``)
+    given: Optional[str] = None
+    #: the concept erased from the features (``ResultRecord.erase``)
+    erase: Optional[str] = None
 
     @property
     def prompt_tag(self) -> str:
@@ -78,13 +86,21 @@ class System:
         """Short display name: a local model folder shows its last two path parts, a
         revision its first 8 characters (after any ``sha256:`` prefix; a control model's
         ``random-init:SEED`` in full); csv/json keep both in full. Control cells say so
-        ("[control-task]", "[label-shuffle]")."""
+        ("[control-task]", "[label-shuffle]"), as conditional and erased ones do
+        ("[given 0]", "[erase length]")."""
         model = self.model
         if model.startswith(("/", "./", "../", "~")) or "\\" in model:
             model = "/".join(re.split(r"[\\/]+", model.rstrip("/\\"))[-2:])
         rev = revision_tag(self.revision)
         control = f" [{self.control}]" if self.control else ""
-        return f"{model}{rev}{control}"
+        return f"{model}{rev}{control}{self.condition_tag}"
+
+    @property
+    def condition_tag(self) -> str:
+        """' [given B]' / ' [erase CONCEPT]' for a conditional or an erased system, else ''."""
+        given = f" [given {self.given}]" if self.given else ""
+        erase = f" [erase {self.erase}]" if self.erase else ""
+        return given + erase
 
     def without_control(self) -> "System":
         """The ordinary system a control row controls for."""
@@ -101,7 +117,8 @@ class System:
 
     def sort_key(self) -> Tuple[str, ...]:
         return (self.model, self.revision or "", self.pooling or "", self.classifier or "",
-                self.features or "", self.prompt or "", self.kind, self.control or "")
+                self.features or "", self.prompt or "", self.kind, self.control or "",
+                self.given or "", self.erase or "")
 
     @property
     def identity(self) -> str:
@@ -316,6 +333,7 @@ class Aggregate:
     deterministic: set = field(default_factory=set)
     #: (row, task, field) -> seed -> bits, for the cells whose records have ``information``
     #: (field: one of :data:`INFORMATION_FIELDS`; classification cells written since it exists)
+    #: or ``conditional`` (field: one of :data:`CONDITIONAL_FIELDS`, conditional cells)
     information: Dict[Tuple[Row, str, str], Dict[int, float]] = field(default_factory=dict)
 
     @property
@@ -334,6 +352,7 @@ class Aggregate:
             name += f" ({system.features})"
         if system.prompt is not None:
             name += f" ({system.prompt_tag})"
+        name += system.condition_tag  # a conditional or an erased system's rows
         return f"{name} [{system.control}]" if system.control else name  # a control row
 
     @cached_property
@@ -392,8 +411,8 @@ class Aggregate:
     def information_cell(self, row: Row, task: str, name: str = "v_information"
                          ) -> Optional[Stat]:
         """An ``information`` number of a cell (bits; ``name`` one of
-        :data:`INFORMATION_FIELDS`, default the V-information) mean +- std over the seeds
-        that recorded it, or None when none did."""
+        :data:`INFORMATION_FIELDS` or :data:`CONDITIONAL_FIELDS`, default the V-information)
+        mean +- std over the seeds that recorded it, or None when none did."""
         values = self.information.get((row, task, name))
         return Stat.of([values[s] for s in sorted(values)],
                        (row, task) in self.deterministic) if values else None
@@ -428,7 +447,7 @@ def row_of(record: Any) -> Row:
     """The report row of a result record (its system at its layer spec)."""
     return Row(System(record.kind, record.model, record.revision, record.pooling,
                       record.classifier_name, record.control_kind, record.features,
-                      record.prompt),
+                      record.prompt, record.given, record.erase),
                record.layer)
 
 
@@ -474,12 +493,13 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
             if d.mdl.get("floor_compression") is not None:
                 floor_compression.setdefault((row, task), {})[d.seed] = float(
                     d.mdl["floor_compression"])
-        bits = d.information or {}
-        for name in INFORMATION_FIELDS:
-            value = bits.get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                    and math.isfinite(value):
-                information.setdefault((row, task, name), {})[d.seed] = float(value)
+        for bits, fields in ((d.information, INFORMATION_FIELDS),
+                             (d.conditional, CONDITIONAL_FIELDS)):
+            for name in fields:
+                value = (bits or {}).get(name)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                        and math.isfinite(value):
+                    information.setdefault((row, task, name), {})[d.seed] = float(value)
         if d.fallback:
             fallbacks.setdefault(task, {})[str(d.fallback)] = None
         if d.chance:

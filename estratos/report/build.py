@@ -29,9 +29,14 @@ from estratos.report import odesia
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
 from estratos.report.examples import example_section
 from estratos.report.html import to_html
+from estratos.report.information import (
+    CONDITIONAL_INTRO,
+    CONDITIONAL_TITLE,
+    conditional_tables,
+    information_tables,
+)
 from estratos.report.information import INTRO as INFORMATION_INTRO
 from estratos.report.information import SECTION_TITLE as INFORMATION_TITLE
-from estratos.report.information import information_tables
 from estratos.report.intervals import Applied, StatsOptions, correction_text
 from estratos.report.intervals import apply as apply_stats
 from estratos.report.similarity import similarity_figures, similarity_sections
@@ -340,6 +345,10 @@ def _score_sections(agg: Aggregate, notes: Footnotes, intervals: Dict[Any, Any],
         bits = information_tables(agg, information or {}, ci_caption)
         if bits:
             sections.append(Section(INFORMATION_TITLE, bits, INFORMATION_INTRO))
+        gains = conditional_tables(agg, information or {}, ci_caption.replace(
+            "pointwise V-information", "pointwise gain"))
+        if gains:
+            sections.append(Section(CONDITIONAL_TITLE, gains, CONDITIONAL_INTRO))
     surface = surface_tables(agg)
     if surface:
         sections.append(Section("Surface baselines", surface, SURFACE_INTRO))

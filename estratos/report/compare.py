@@ -15,7 +15,6 @@ arguments. ``last_wins`` (``--last-wins``) takes the copy of the file given last
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -42,8 +41,7 @@ from estratos.vocab import CONTROL_TASK, METRICS, RANDOM_INIT_PREFIX
 PathLike = Union[str, os.PathLike]
 #: selector keys: every part of a cell's identity (:attr:`ResultRecord.identity`, the
 #: fields of :class:`CellKey`) but the task (``--task``), and what produced it (``kind``)
-SELECTOR_KEYS = tuple(f.name for f in dataclasses.fields(CellKey)
-                      if f.name != "task") + ("kind",)
+SELECTOR_KEYS = CellKey.selector_keys()
 #: how a selector names a missing value (a record's null)
 NONE_VALUES = ("none", "null")
 

@@ -13,7 +13,8 @@ predictions and without such a ``ci`` gets no interval (a notice says which and 
 
 A cell whose records have ``information`` also gets an interval of its V-information
 (:func:`pvi_interval`), from the per-example log2-probabilities stored with its predictions,
-on the same resampled test sets as its score's.
+on the same resampled test sets as its score's; a conditional cell (``probe --given``) gets
+one of its gain over the given features the same way, from ``log2p - given_log2p``.
 """
 
 from __future__ import annotations
@@ -174,18 +175,25 @@ def pvi_interval(pvi: np.ndarray, strata: Optional[np.ndarray] = None, *,
     return Interval(float(values.mean()), float(lo), float(hi), se, level, resamples, seed, n)
 
 
+#: the bits measures with an interval -> the :class:`CellPredictions` attribute holding
+#: their per-example values (whose mean over the test examples is the measure)
+BITS_MEASURES: Dict[str, str] = {"v_information": "pvi", "gain": "gain"}
+
+
 def information_intervals(agg: Aggregate, samples: Samples, *,
                           resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL,
                           seed: int = BOOTSTRAP_SEED
-                          ) -> Tuple[Dict[CellId, Interval], List[Notice]]:
-    """The bootstrap interval (:func:`pvi_interval`) of the V-information of every (row, task)
-    whose records have ``information``, over its seeds, from the per-example
-    log2-probabilities stored with the predictions. A cell without them (predictions
-    stored before them, or none usable) gets none, and one notice says how many."""
-    out: Dict[CellId, Interval] = {}
+                          ) -> Tuple[Dict[Tuple[Row, str, str], Interval], List[Notice]]:
+    """The bootstrap interval (:func:`pvi_interval`) of each bits measure of
+    :data:`BITS_MEASURES` (the V-information; a conditional cell's gain) of every (row,
+    task) whose records have it, over its seeds, from the per-example log2-probabilities
+    stored with the predictions; keyed ``(row, task, measure)``. A cell without them
+    (predictions stored before them, or none usable) gets none, and one notice says how
+    many."""
+    out: Dict[Tuple[Row, str, str], Interval] = {}
     without: Dict[CellId, str] = {}
     for (row, task, name) in agg.information:
-        if name != "v_information":
+        if name not in BITS_MEASURES:
             continue
         got = samples.get(row, task)
         if got is None:
@@ -194,15 +202,15 @@ def information_intervals(agg: Aggregate, samples: Samples, *,
             if not per_seed_labels:
                 without[(row, task)] = samples.problems.get((row, task), "no predictions")
             continue
-        pvis = [p.pvi for p in got.per_seed or (got.preds,)]
-        if any(p is None for p in pvis):
+        values = [getattr(p, BITS_MEASURES[name]) for p in got.per_seed or (got.preds,)]
+        if any(v is None for v in values):
             without[(row, task)] = (f"{task}, {row.system.label} layer {row.layer}: its "
                                     "predictions were stored before the log2-probabilities")
             continue
         strata = got.preds.strata
-        out[(row, task)] = pvi_interval(np.stack([p for p in pvis if p is not None]),
-                                        None if strata is None else np.asarray(strata),
-                                        resamples=resamples, level=level, seed=seed)
+        out[(row, task, name)] = pvi_interval(np.stack([v for v in values if v is not None]),
+                                              None if strata is None else np.asarray(strata),
+                                              resamples=resamples, level=level, seed=seed)
     notices = []
     if without:
         notices.append(Notice("report", None, (
@@ -316,7 +324,7 @@ class Applied:
 
     intervals: Dict[CellId, Interval] = field(default_factory=dict)
     marks: Dict[CellId, BestMark] = field(default_factory=dict)
-    information: Dict[CellId, Interval] = field(default_factory=dict)
+    information: Dict[Tuple[Row, str, str], Interval] = field(default_factory=dict)
     notices: List[Notice] = field(default_factory=list)
 
 

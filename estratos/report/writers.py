@@ -16,7 +16,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from estratos.report.aggregate import EXTRA_METRICS, INFORMATION_FIELDS, Aggregate, Row, Stat
+from estratos.report.aggregate import (
+    CONDITIONAL_FIELDS,
+    EXTRA_METRICS,
+    INFORMATION_FIELDS,
+    Aggregate,
+    Row,
+    Stat,
+)
 from estratos.report.odesia import Calibration, Gap
 from estratos.report.tables import DECIMALS, Cell, Footnotes, Table
 from estratos.results import Notice
@@ -78,8 +85,9 @@ class ReportContent:
     #: (row, task) -> bootstrap interval / mark vs the best layer (report --ci, --significance)
     intervals: Mapping[Any, Any] = field(default_factory=dict)
     marks: Mapping[Any, Any] = field(default_factory=dict)
-    #: (row, task) -> bootstrap interval of the V-information (report --ci, cells with
-    #: ``information`` and stored log2-probabilities)
+    #: (row, task, measure) -> bootstrap interval of a bits measure (report --ci; measure:
+    #: ``v_information`` of cells with ``information``, ``gain`` of conditional cells; both
+    #: from stored log2-probabilities)
     information_intervals: Mapping[Any, Any] = field(default_factory=dict)
     #: similarity and geometry records (``report --similarity``; None: none given)
     maps: Optional[List[Any]] = None
@@ -306,21 +314,25 @@ def _control_fields(agg: Aggregate, row: Row, task: str) -> Dict[str, Any]:
 
 
 def _information_fields(content: ReportContent, row: Row, task: str) -> Dict[str, Any]:
-    """The V-information columns (bits), present only in reports whose results record
-    ``information`` (null for the cells without it): ``v_information_*``,
-    ``cross_entropy_*``, ``prior_cross_entropy_*`` (mean, std, n_seeds), and with ``--ci``
-    ``v_information_ci_lo``/``_hi``/``_se``."""
+    """The bits columns, present only in reports whose results record ``information``
+    (null for the cells without it): ``v_information_*``, ``cross_entropy_*``,
+    ``prior_cross_entropy_*`` (mean, std, n_seeds), and with ``--ci``
+    ``v_information_ci_lo``/``_hi``/``_se``; in reports with conditional cells
+    (``probe --given``) also ``gain_*`` and ``given_cross_entropy_*`` (and ``gain_ci_*``)."""
     agg = content.agg
     if not agg.information:
         return {}
+    conditional = any(name in CONDITIONAL_FIELDS for (_, _, name) in agg.information)
+    names = INFORMATION_FIELDS + (CONDITIONAL_FIELDS if conditional else ())
     out: Dict[str, Any] = {}
-    for name in INFORMATION_FIELDS:
+    for name in names:
         out |= _stat_fields(f"{name}_", agg.information_cell(row, task, name))
     if content.intervals or content.information_intervals:  # the report has --ci
-        ci = content.information_intervals.get((row, task))
-        out |= {"v_information_ci_lo": _r(ci.lo) if ci else None,
-                "v_information_ci_hi": _r(ci.hi) if ci else None,
-                "v_information_ci_se": _r(ci.se) if ci else None}
+        for measure in ("v_information", "gain") if conditional else ("v_information",):
+            ci = content.information_intervals.get((row, task, measure))
+            out |= {f"{measure}_ci_lo": _r(ci.lo) if ci else None,
+                    f"{measure}_ci_hi": _r(ci.hi) if ci else None,
+                    f"{measure}_ci_se": _r(ci.se) if ci else None}
     return out
 
 

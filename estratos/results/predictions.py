@@ -23,7 +23,9 @@ Layout: every file is an HDF5 file with root attrs ``format = "estratos-predicti
                          predicted (n,); classification cells also log2p (n,) and
                          prior_log2p (n,), float64: each example's gold-label
                          log2-probability under the probe and under the training
-                         labels' class prior; attrs: key (JSON), test (its digest), metric,
+                         labels' class prior; a conditional cell (probe --given) also
+                         given_log2p (n,): under the probe on the given features alone;
+                         attrs: key (JSON), test (its digest), metric,
                          and when set: created, score, protocol, positive (an unset
                          value is an absent attribute).
                          Numbered in writing order; a later copy of a cell comes after.
@@ -91,6 +93,10 @@ SLOT_SEPARATOR = " ‖ "
 MAX_TEXT = 500
 
 
+#: the per-example log2-probabilities a classification cell stores beside its predictions
+BITS_DATASETS: Tuple[str, ...] = ("log2p", "prior_log2p", "given_log2p")
+
+
 @dataclass(frozen=True)
 class CellPredictions:
     """One cell's per-example test predictions (what the probe hands the store).
@@ -106,7 +112,9 @@ class CellPredictions:
     ``texts`` (one string per example: its sentences, slots joined by
     :data:`SLOT_SEPARATOR`) and ``label_names`` (the class names of ``gold``'s ids) let a
     report show the examples themselves; they are stored with the test set, not part of its
-    identity.
+    identity. ``given_log2p`` ``(n,)`` (a conditional cell, ``probe --given``): each
+    example's gold-label log2-probability under the probe on the given features B alone;
+    ``log2p - given_log2p`` is what the layer adds for that example (:attr:`gain`).
     """
 
     predicted: np.ndarray
@@ -119,6 +127,7 @@ class CellPredictions:
     prior_log2p: Optional[np.ndarray] = None
     texts: Optional[Tuple[str, ...]] = None
     label_names: Tuple[str, ...] = ()
+    given_log2p: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
         pred, gold = np.asarray(self.predicted), np.asarray(self.gold)
@@ -138,7 +147,9 @@ class CellPredictions:
         object.__setattr__(self, "label_names", tuple(str(n) for n in self.label_names))
         if (self.log2p is None) != (self.prior_log2p is None):
             raise ValueError("log2p and prior_log2p come together")
-        for name in ("log2p", "prior_log2p"):
+        if self.given_log2p is not None and self.log2p is None:
+            raise ValueError("given_log2p comes with log2p")
+        for name in BITS_DATASETS:
             value = getattr(self, name)
             if value is None:
                 continue
@@ -156,13 +167,22 @@ class CellPredictions:
             return None
         return self.log2p - self.prior_log2p
 
+    @property
+    def gain(self) -> Optional[np.ndarray]:
+        """A conditional cell's pointwise gain in bits, ``log2p - given_log2p``: what the
+        layer adds over the given features for each example (None without them)."""
+        if self.log2p is None or self.given_log2p is None:
+            return None
+        return self.log2p - self.given_log2p
+
     @classmethod
     def from_splits(cls, predicted: np.ndarray, golds: Sequence[Tuple[str, np.ndarray]],
                     folds: Optional[np.ndarray] = None, positive: Optional[int] = None,
                     log2p: Optional[np.ndarray] = None,
                     prior_log2p: Optional[np.ndarray] = None,
                     texts: Optional[Sequence[str]] = None,
-                    label_names: Sequence[str] = ()) -> "CellPredictions":
+                    label_names: Sequence[str] = (),
+                    given_log2p: Optional[np.ndarray] = None) -> "CellPredictions":
         """Predictions over the named splits ``golds`` (name, gold labels), concatenated in
         that order: several splits (STS subsets) become strata named after them, weighted by
         size; ``folds`` (``inner-kfold``: the outer fold of each example) become strata
@@ -179,7 +199,8 @@ class CellPredictions:
         else:
             strata, names = None, ()
         return cls(np.asarray(predicted), gold, strata, names, positive, weighting, log2p,
-                   prior_log2p, None if texts is None else tuple(texts), tuple(label_names))
+                   prior_log2p, None if texts is None else tuple(texts), tuple(label_names),
+                   given_log2p)
 
     @property
     def n(self) -> int:
@@ -455,8 +476,6 @@ _Test = Tuple[np.ndarray, Optional[np.ndarray], Tuple[str, ...], str,
               Optional[Tuple[str, ...]], Tuple[str, ...]]
 #: a stored copy of a cell: its attributes and predicted values
 _Copy = Tuple[Dict[str, Any], np.ndarray, Dict[str, np.ndarray]]
-#: the per-example log2-probabilities a classification cell stores beside its predictions
-BITS_DATASETS: Tuple[str, ...] = ("log2p", "prior_log2p")
 
 
 @dataclass
@@ -587,7 +606,8 @@ class PredictionsReader:
             return Found(CellPredictions(predicted, gold, strata, names,
                                          None if positive is None else int(positive),
                                          weighting, bits.get("log2p"),
-                                         bits.get("prior_log2p"), texts, label_names))
+                                         bits.get("prior_log2p"), texts, label_names,
+                                         bits.get("given_log2p")))
         return Found(None, f"the predictions beside {results_path} belong to another run of "
                            "this cell (rerun it with --overwrite)")
 

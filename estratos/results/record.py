@@ -40,6 +40,12 @@ KINDS = ("probe", "baseline")
 Layer = Union[int, str, None]
 #: the tag of a prompted cell's last part in a key's JSON form (``["prompt", TEMPLATE]``)
 PROMPT_TAG = "prompt"
+#: the tags of a conditional and of an erased cell's parts in a key's JSON form
+#: (``["given", B]``, ``["erase", CONCEPT]``)
+GIVEN_TAG = "given"
+ERASE_TAG = "erase"
+#: the tagged parts a key's JSON form may end with, in the order it writes them
+_TAGS = (PROMPT_TAG, GIVEN_TAG, ERASE_TAG)
 #: how many parts every key's JSON form starts with (task .. revision)
 _BASE_PARTS = 8
 
@@ -54,12 +60,15 @@ class CellKey:
     ``classifier``: its name (a baseline's: the baseline's); ``features``: how the probe
     read them (None: no probe features, the baseline); ``control``: the control part
     (:func:`control_identity`; None: an ordinary cell); ``prompt``: the template the
-    cache's sentences were encoded in (None: the sentence alone).
+    cache's sentences were encoded in (None: the sentence alone); ``given``: what a
+    conditional cell's probe was also given (``probe --given``: a layer spec, ``prev`` or a
+    surface baseline; None: nothing); ``erase``: the concept erased from its features
+    (``probe --erase``; None: nothing).
 
     Its one JSON form (:meth:`to_json`, the ``key`` attribute of a predictions file and the
     text its cell id hashes) is the list ``[task, layer, pooling, seed, classifier,
     features, model, revision]``, then the control part when set, then ``["prompt",
-    TEMPLATE]`` when set."""
+    TEMPLATE]``, ``["given", B]`` and ``["erase", CONCEPT]``, each when set."""
 
     task: str
     layer: Layer
@@ -71,6 +80,14 @@ class CellKey:
     revision: Optional[str]
     control: Optional[str] = None
     prompt: Optional[str] = None
+    given: Optional[str] = None
+    erase: Optional[str] = None
+
+    @classmethod
+    def selector_keys(cls) -> Tuple[str, ...]:
+        """What ``compare --a/--b`` select on: every field but the task (``--task``), and
+        what produced the cell (``kind``)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "task") + ("kind",)
 
     def as_dict(self) -> Dict[str, Any]:
         """The fields by name, in field order (what ``compare`` selects on)."""
@@ -82,33 +99,35 @@ class CellKey:
                           self.features, self.model, self.revision]
         if self.control is not None:
             out.append(self.control)
-        if self.prompt is not None:
-            out.append([PROMPT_TAG, self.prompt])
+        for tag in _TAGS:
+            value = getattr(self, tag)
+            if value is not None:
+                out.append([tag, value])
         return out
 
     @classmethod
     def from_json(cls, obj: Any) -> "CellKey":
         """The key whose :meth:`to_json` is ``obj`` (a decoded list); anything else is a
         ``ValueError``."""
-        if not isinstance(obj, (list, tuple)) or not _BASE_PARTS <= len(obj) <= _BASE_PARTS + 2:
+        if not isinstance(obj, (list, tuple)) or len(obj) < _BASE_PARTS:
             raise ValueError(f"not a cell key: {obj!r}")
         task, layer, pooling, seed, classifier, features, model, revision = obj[:_BASE_PARTS]
         control: Optional[str] = None
-        prompt: Optional[str] = None
+        tagged: Dict[str, str] = {}
         rest = list(obj[_BASE_PARTS:])
         if rest and isinstance(rest[0], str):
             control = rest.pop(0)
-        if rest:
-            tagged = rest.pop(0)
-            if not (isinstance(tagged, (list, tuple)) and len(tagged) == 2
-                    and tagged[0] == PROMPT_TAG and isinstance(tagged[1], str)):
+        order = list(_TAGS)
+        for part in rest:  # tagged parts, each at most once, in the order to_json writes
+            if not (isinstance(part, (list, tuple)) and len(part) == 2
+                    and part[0] in order and isinstance(part[1], str)):
                 raise ValueError(f"not a cell key: {obj!r}")
-            prompt = tagged[1]
-        if rest:
-            raise ValueError(f"not a cell key: {obj!r}")
+            tagged[part[0]] = part[1]
+            del order[:order.index(part[0]) + 1]
         return cls(task=task, layer=layer, pooling=pooling, seed=seed, classifier=classifier,
                    features=features, model=model, revision=revision, control=control,
-                   prompt=prompt)
+                   prompt=tagged.get(PROMPT_TAG), given=tagged.get(GIVEN_TAG),
+                   erase=tagged.get(ERASE_TAG))
 
 
 #: the JSON form of a key as it is in a predictions file: :meth:`CellKey.to_json`, or for a
@@ -232,7 +251,15 @@ class ResultRecord:
     labels drawn from seed S, :mod:`estratos.probe.controls`) or ``label-shuffle`` (trained
     on training and dev labels shuffled with seed S, tested on the true labels); it is part
     of :attr:`key`, so a control cell and the ordinary cell of the same (task, layer,
-    seed...) coexist in one file. ``mdl`` is the online code of the cell's labels
+    seed...) coexist in one file. ``given`` (``probe --given``) names what a conditional
+    cell's probe was given beside the layer, part of :attr:`key`; its ``conditional``
+    holds what the layer adds over it in bits (Hewitt et al. 2021,
+    :func:`estratos.protocols.information.conditional`): ``{"given_layer",
+    "given_cross_entropy": H(Y|B), "cross_entropy": H(Y|B,R), "gain": H(Y|B) - H(Y|B,R),
+    "given_test", "given_l2"}``, where ``test`` and ``information`` are those of the probe on
+    [B; R]. ``erase`` (``probe --erase``) names the concept erased from the features with
+    LEACE before probing, part of :attr:`key`; its ``erasure`` says how
+    (:mod:`estratos.probe.erasure`). ``mdl`` is the online code of the cell's labels
     (:mod:`estratos.probe.mdl`): ``{"online_bits", "uniform_bits", "compression",
     "floor_bits", "floor_compression", "blocks", "block_bits", "order_seed"}``.
     ``information`` (classification cells) is the usable information in bits
@@ -287,6 +314,10 @@ class ResultRecord:
     created: Optional[str] = None
     device: Optional[str] = None
     control: Optional[Mapping[str, Any]] = None
+    given: Optional[str] = None
+    conditional: Optional[Mapping[str, Any]] = None
+    erase: Optional[str] = None
+    erasure: Optional[Mapping[str, Any]] = None
     mdl: Optional[Mapping[str, Any]] = None
     information: Optional[Mapping[str, float]] = None
     degenerate: Optional[Mapping[str, Any]] = None
@@ -307,7 +338,8 @@ class ResultRecord:
         return CellKey(task=self.task, layer=self.layer, pooling=self.pooling, seed=self.seed,
                        classifier=classifier_name(self.classifier), features=self.features,
                        model=self.model, revision=self.revision,
-                       control=control_kind(self.control), prompt=self.prompt)
+                       control=control_kind(self.control), prompt=self.prompt,
+                       given=self.given, erase=self.erase)
 
     @property
     def identity(self) -> Dict[str, Any]:
@@ -391,7 +423,7 @@ class ResultRecord:
             raise ResultsFileError(f"field 'score' must be a number or null, got {score!r}",
                              path, line)
         for key in ("test", "dev", "chance", "ci", "control", "mdl", "information",
-                    "degenerate", "capped", "encoding"):
+                    "degenerate", "capped", "encoding", "conditional", "erasure"):
             if obj.get(key) is not None and not isinstance(obj[key], dict):
                 raise ResultsFileError(f"field {key!r} must be an object or null", path, line)
         if obj.get("features") is not None and obj["features"] not in FEATURES:
@@ -409,13 +441,14 @@ class ResultRecord:
                         and math.isfinite(value)):
                     raise ResultsFileError(f"field 'mdl': {key!r} must be a finite number, "
                                            f"got {value!r}", path, line)
-        information = obj.get("information")
-        if information is not None:
-            for key in INFORMATION_FIELDS:
-                value = information.get(key)
+        for part, keys in (("information", INFORMATION_FIELDS),
+                           ("conditional", CONDITIONAL_FIELDS)):
+            numbers = obj.get(part)
+            for key in keys if numbers is not None else ():
+                value = numbers.get(key)
                 if not (isinstance(value, (int, float)) and not isinstance(value, bool)
                         and math.isfinite(value)):
-                    raise ResultsFileError(f"field 'information': {key!r} must be a finite "
+                    raise ResultsFileError(f"field {part!r}: {key!r} must be a finite "
                                            f"number, got {value!r}", path, line)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in obj.items() if k in known}
@@ -434,9 +467,12 @@ _REQUIRED: Mapping[str, Tuple[type, ...]] = {
     "model": (str,), "seed": (int,),
 }
 _OPTIONAL_STR = ("suite", "language", "protocol", "fallback", "revision", "pooling", "device",
-                 "prompt", "data_digest", "features")
-_OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "prompt", "control", "mdl",
-                      "information", "degenerate", "capped", "data_digest", "encoding")
+                 "prompt", "data_digest", "features", "given", "erase")
+_OMITTED_WHEN_NONE = ("device", "chance", "ci", "random_init", "prompt", "control", "given",
+                      "conditional", "erase", "erasure", "mdl", "information", "degenerate",
+                      "capped", "data_digest", "encoding")
+#: the numbers of a conditional cell's ``conditional`` (bits)
+CONDITIONAL_FIELDS: Tuple[str, ...] = ("given_cross_entropy", "cross_entropy", "gain")
 
 
 def _plain(value: Any) -> Any:

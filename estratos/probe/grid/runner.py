@@ -37,6 +37,7 @@ from estratos.options import parse_layers
 from estratos.optiontable import OptionPair
 from estratos.outputs import check_output_file
 from estratos.probe.cells import ACCELERATOR_DEVICES, FUSED_SEED_DEVICES, resolve_probe_device
+from estratos.probe.conditional import given_layers
 from estratos.probe.config import ProbeConfig
 from estratos.probe.estimators.settings import task_estimator
 from estratos.probe.grid.loop import Grid, Pending, RunStats, collect, execute, pending_cells
@@ -63,7 +64,7 @@ from estratos.results.provenance import check_done_cells
 from estratos.results.reader import done_keys, expand_paths
 from estratos.tasks.datadirs import DataDirs
 from estratos.tasks.types import TaskSpec
-from estratos.vocab import CONTROL_L2_TASK, RAW_FEATURES, LayerSpec
+from estratos.vocab import CONTROL_L2_TASK, RAW_FEATURES, LayerSpec, Role
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class RunPlan:
         c = self.config
         return self.system.key(task=task, layer=layer, pooling=c.pooling, seed=seed,
                                classifier=c.classifier_name, features=c.features,
-                               control=c.control_identity)
+                               control=c.control_identity, given=c.given)
 
     @property
     def grid_cells(self) -> int:
@@ -188,6 +189,9 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[TaskSpec], out: os.P
         specs = _trained_only(specs, "--control", "has no control")
     elif config.features != RAW_FEATURES:
         specs = _trained_only(specs, "--features", "reads raw vectors")
+    for flag, value in (("--given", config.given),):
+        if value is not None:
+            _classification_only(specs, flag)
     ids = [spec.id for spec in specs]
     if len(set(ids)) != len(ids):
         raise OptionError(f"--tasks: a task is selected twice ({', '.join(ids)})")
@@ -206,6 +210,9 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[TaskSpec], out: os.P
             raise OptionError(f"--pooling: {pooling!r} is not in the cache {cache_path} "
                               f"(it has {', '.join(cache.poolings)})")
         layer_specs = tuple(parse_layers(config.layers, cache.n_states, cache.states))
+        if config.given is not None:
+            layer_specs = given_layers(config.given, layer_specs, config.layers,
+                                       cache.n_states, cache.states)
         identity = cache.identity()
         encode_options = tuple(options_for_cache(cache.attrs))
         if config.features == RAW_FEATURES and cache_is_decoder(cache.attrs):
@@ -233,6 +240,19 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[TaskSpec], out: os.P
     if config.control_l2 == CONTROL_L2_TASK and plan.pending:
         plan.task_l2.update(_task_cells_l2(plan, [out_path, *expand_paths(list(resume_from))]))
     return plan
+
+
+def _classification_only(specs: Sequence[TaskSpec], flag: str) -> None:
+    """Refuse ``flag`` (``--given``) for tasks that are not classified: their
+    probes give no class probabilities to measure bits with (one :class:`OptionError`
+    naming them all)."""
+    from estratos.protocols import get_protocol
+
+    other = [spec.id for spec in specs if get_protocol(spec.protocol).trains != Role.CLASSIFIER]
+    if other:
+        raise OptionError(f"{flag}: classification tasks only; {', '.join(other)} "
+                          f"{'is' if len(other) == 1 else 'are'} scored by correlation (leave "
+                          f"{'it' if len(other) == 1 else 'them'} out of --tasks)")
 
 
 def _task_cells_l2(plan: RunPlan, files: Sequence[Union[str, Path]]

@@ -31,10 +31,11 @@ import numpy as np
 
 from estratos.errors import CacheError, MissingSentences
 from estratos.probe.cells import chance_levels, classifier_record, evaluate_cells
+from estratos.probe.conditional import GivenFeatures, group_given, is_baseline
 from estratos.probe.config import ProbeConfig
 from estratos.probe.controls import control_record, control_task
 from estratos.probe.estimators.runtime import torch_runtime
-from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec
+from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec, build_features
 from estratos.probe.grid.plan import TaskShape, WorkUnit
 from estratos.probe.records import CellSource, cell_record, store_cells
 from estratos.results import ResultRecord, ResultsStore
@@ -238,18 +239,42 @@ class UnitRunner:
         # width and the number of hidden states (docs/probe.md, "Memory")
         per_layer = layer_bytes(len(rows), self.cache.dim, n_examples, n_features)
         for chunk in _layer_chunks(list(unit.layers), per_layer):
-            vectors, positions = self._vectors(unit.task, rows, chunk, task.sentences)
+            given_specs, of_group = ((), ()) if config.given is None else group_given(
+                config.given, chunk, self.cache.states)
+            read = list(dict.fromkeys([*chunk, *(b for b in given_specs if b is not None)]))
+            vectors, read_positions = self._vectors(unit.task, rows, read, task.sentences)
+            position_of = dict(zip(read, read_positions))
+            positions = [position_of[layer] for layer in chunk]
+            given = None if config.given is None else self._given(
+                task, vectors, given_specs, of_group, position_of)
             for labelled, seeds in runs:
                 self._evaluate(labelled, vectors, positions, seeds, chunk, system, classifier,
-                               results, report, task.digest, device)
+                               results, report, task.digest, device, given)
             del vectors
         return time.perf_counter() - t_start
+
+    def _given(self, task: Any, vectors: np.ndarray, specs: Sequence[Optional[LayerSpec]],
+               of_group: Tuple[int, ...], position_of: Mapping[LayerSpec, Any]
+               ) -> GivenFeatures:
+        """``--given``'s B for one program: the given layer specs' features from the
+        vectors read (their positions in ``position_of``), or the surface baseline's."""
+        name = str(self.context.config.given)
+        if is_baseline(name):
+            from estratos.probe.baseline import given_features
+
+            return GivenFeatures(name, given_features(task, name), of_group, (None,))
+        positions = [position_of[spec] for spec in specs if spec is not None]
+
+        def features(split: str) -> np.ndarray:
+            return build_features(vectors, positions, task.splits[split], task.spec.combiner)
+
+        return GivenFeatures(name, features, of_group, tuple(specs))
 
     def _evaluate(self, task: Any, vectors: np.ndarray, positions: List[Any],
                   seeds: Sequence[int], chunk: List[LayerSpec], system: CellSource,
                   classifier: Mapping[str, Any], results: ResultsStore,
                   report: Callable[[List[ResultRecord]], None], data_digest: str,
-                  device: str) -> None:
+                  device: str, given: Optional[GivenFeatures] = None) -> None:
         """Train the cells of ``chunk`` x ``seeds`` on ``device`` and store each seed's as
         soon as final (``data_digest``: of the task's data, a control task's source
         included)."""
@@ -266,7 +291,8 @@ class UnitRunner:
                                        seed=seed, classifier=classifier, seconds=seconds,
                                        chance=chance, data_digest=data_digest,
                                        control=control_record(config.control, seed,
-                                                              config.control_l2))
+                                                              config.control_l2),
+                                       given=config.given)
                            for layer, o in zip(layers, outcomes)]
                 written = store_cells(ctx.out, task, records, list(outcomes),
                                       overwrite=config.overwrite, store=results)
@@ -277,7 +303,7 @@ class UnitRunner:
 
         if config.control_l2 != CONTROL_L2_TASK:
             evaluate_cells(task, vectors, positions, seeds, config, device=device,
-                           on_seed=storing(chunk))
+                           on_seed=storing(chunk), given=given)
             return
         # each control cell with the L2 its task cell chose: one program per layer spec and
         # seed (their L2 values differ), the L2 grid reduced to that value

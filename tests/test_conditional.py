@@ -1,0 +1,164 @@
+"""Conditional probing (issue 46, item 2): ``probe --given B`` trains the probe on B alone and
+on [B; layer] and records what the layer adds in bits, H(Y|B) - H(Y|B,R), with an interval
+from the stored per-example log2-probabilities. The reviewer's checks: a layer gains 0 over
+itself, a layer given pure noise gains what it gains alone, B alone is the ordinary cell of
+B, and each number matches its formula."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from probe_toys import toy_similarity_tasks, toy_split_task, write_cache, write_toml_task
+
+from estratos.cli import cli
+from estratos.errors import OptionError
+from estratos.probe.baseline import fitted_matrix, given_features, split_matrix
+from estratos.probe.conditional import given_layer, given_layers, group_given
+from estratos.probe.config import ProbeConfig
+from estratos.probe.grid.runner import run_probe
+from estratos.protocols.information import conditional
+from estratos.report.intervals import pvi_interval
+from estratos.results import read_results
+from estratos.results.predictions import PredictionsReader
+from estratos.results.record import CellKey
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """A split task whose layers 1 and 2 carry the label and layer 0 is pure noise, and its
+    cache."""
+    folder = tmp_path_factory.mktemp("toy")
+    task, sentences, vec = toy_split_task(400, informative=(1, 2))
+    return task, write_cache(folder / "c.h5", sentences, vec)
+
+
+def _run(toy, tmp_path, name, **options):
+    task, cache = toy
+    out = tmp_path / f"{name}.jsonl"
+    run_probe(cache, [task.spec], None, out,
+              ProbeConfig.build(classifier="lbfgs", threads=1, **options),
+              loader=lambda s, d: task)
+    reader = PredictionsReader()
+    return {(r.layer, r.seed): (r, reader.find(r, out).preds) for r in read_results(out)}
+
+
+def test_the_gain_is_the_difference_of_the_two_cross_entropies():
+    log2p = np.log2(np.array([0.9, 0.6, 0.3, 0.8]))
+    given = np.log2(np.array([0.5, 0.5, 0.4, 0.7]))
+    got = conditional(log2p, given)
+    assert got["cross_entropy"] == pytest.approx(-log2p.mean(), abs=1e-6)
+    assert got["given_cross_entropy"] == pytest.approx(-given.mean(), abs=1e-6)
+    assert got["gain"] == pytest.approx((log2p - given).mean(), abs=1e-6)
+
+
+def test_a_layer_gains_nothing_over_itself_within_its_interval(toy, tmp_path):
+    cells = _run(toy, tmp_path, "self", layers="1", seeds=(1, 2), given="1")
+    gains = np.stack([preds.gain for _, preds in cells.values()])
+    interval = pvi_interval(gains, resamples=1000)
+    assert interval.lo <= 0.0 <= interval.hi, interval
+    for record, preds in cells.values():
+        assert record.given == "1" and record.conditional["given_layer"] == 1
+        assert record.conditional["gain"] == pytest.approx(float(preds.gain.mean()), abs=1e-5)
+
+
+def test_a_layer_given_pure_noise_gains_what_it_gains_alone(toy, tmp_path):
+    alone = _run(toy, tmp_path, "alone", layers="1", seeds=(1,))
+    given = _run(toy, tmp_path, "noise", layers="1", seeds=(1,), given="0")
+    (record, preds), = given.values()
+    (plain, _), = alone.values()
+    interval = pvi_interval(preds.gain[None], resamples=1000)
+    v_alone = plain.information["v_information"]
+    assert v_alone > 0.3  # the layer carries the label
+    assert interval.lo <= v_alone <= interval.hi, (v_alone, interval)
+
+
+def test_b_alone_is_the_ordinary_cell_of_b(toy, tmp_path):
+    """The probe on B alone is trained as an ordinary cell of layer B is: same score, same
+    cross-entropy (so the gain is measured against what `probe --layers B` reports)."""
+    plain = _run(toy, tmp_path, "plain", layers="2", seeds=(3,))
+    given = _run(toy, tmp_path, "given", layers="1", seeds=(3,), given="2")
+    (b, b_preds), = plain.values()
+    (record, preds), = given.values()
+    assert record.conditional["given_test"]["accuracy"] == b.score
+    assert record.conditional["given_l2"] == b.l2
+    assert record.conditional["given_cross_entropy"] == pytest.approx(
+        b.information["cross_entropy"], abs=1e-6)
+    np.testing.assert_allclose(preds.given_log2p, b_preds.log2p)
+    assert record.information["cross_entropy"] == record.conditional["cross_entropy"]
+
+
+def test_prev_gives_each_layer_the_stored_state_below_it(toy, tmp_path):
+    assert given_layer("prev", 3, (0, 2, 3, 6)) == 2
+    assert given_layer("prev", 0, (0, 1)) is None and given_layer("prev", "avg", (0, 1)) is None
+    assert group_given("prev", [1, 2], (0, 1, 2)) == ((0, 1), (0, 1))
+    assert group_given("0", [1, 2, "avg"], (0, 1, 2)) == ((0,), (0, 0, 0))
+    # --layers all leaves out what has nothing below; asking for it by name is an error
+    assert given_layers("prev", (0, 1, 2, "avg"), "all", 3, (0, 1, 2)) == (1, 2)
+    with pytest.raises(OptionError, match="given prev: layer spec"):
+        given_layers("prev", (0, 2), "0,2", 3, (0, 1, 2))
+    cells = _run(toy, tmp_path, "prev", layers="all", seeds=(1,), given="prev")
+    assert sorted(layer for layer, _ in cells) == [1, 2]
+    assert {r.conditional["given_layer"] for r, _ in cells.values()} == {0, 1}
+
+
+def test_a_surface_baseline_is_given_as_its_dense_features(toy, tmp_path):
+    task, _ = toy
+    features = given_features(task, "length-tokens")("test")
+    want = split_matrix(fitted_matrix(task, "length-tokens"), task.splits["test"], "single")
+    np.testing.assert_array_equal(features[0], want.toarray().astype(np.float32))
+    cells = _run(toy, tmp_path, "length", layers="1", seeds=(1,), given="length-tokens")
+    (record, preds), = cells.values()
+    assert "given_layer" not in record.conditional  # B is no layer
+    # toy sentences' lengths say nothing of the label: the layer keeps what it has alone
+    assert record.conditional["gain"] > 0.3
+
+
+def test_given_is_part_of_the_cell_identity(toy, tmp_path):
+    task, cache = toy
+    out = tmp_path / "both.jsonl"
+    for given in (None, "0"):
+        run_probe(cache, [task.spec], None, out,
+                  ProbeConfig.build(layers="1", seeds=(1,), classifier="lbfgs", threads=1,
+                                    given=given), loader=lambda s, d: task)
+    records = read_results(out)
+    assert sorted(str(r.given) for r in records) == ["0", "None"]
+    key = records[-1].key
+    assert key.to_json()[-1] == ["given", "0"]
+    assert CellKey.from_json(key.to_json()) == key
+    both = CellKey(task="t", layer=1, pooling="cls", seed=1, classifier="lbfgs", model="m",
+                   revision=None, control="control-task", prompt="{}", given="prev",
+                   erase="length")
+    assert CellKey.from_json(json.loads(json.dumps(both.to_json()))) == both
+
+
+def test_a_correlation_task_is_refused_before_anything_is_written(tmp_path):
+    sentences, vec, (sts, sick) = toy_similarity_tasks(60)
+    cache = write_cache(tmp_path / "c.h5", sentences, vec)
+    out = tmp_path / "r.jsonl"
+    for flag, value in (("given", "0"),):
+        with pytest.raises(OptionError, match=f"{flag}: classification tasks only; toy:SICKR"):
+            run_probe(cache, [sick.spec], None, out,
+                      ProbeConfig.build(classifier="lbfgs", **{flag: value}),
+                      loader=lambda s, d: sick)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--given", "7"], "--given: hidden state 7 is not in the cache"),
+    (["--given", "0", "--control", "control-task"], "--given: 0: not with --control"),
+    (["--given", "layer0"], "--given: unknown value 'layer0'"),
+    (["--given", "prev", "--layers", "0,1"], "--given prev: layer spec(s) 0 have no stored"),
+])
+def test_bad_given_is_one_error_line_and_nothing_written(tmp_path, args, message):
+    task_file, cache = write_toml_task(tmp_path, 120, informative=(1,), train=80, dev=20)
+    out = tmp_path / "r.jsonl"
+    res = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--task-file",
+                                   str(task_file), "--out", str(out), "--classifier", "lbfgs",
+                                   *args])
+    assert res.exit_code == 2, res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], res.output
+    assert not out.exists() and not (tmp_path / "r.predictions").exists()
