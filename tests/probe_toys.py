@@ -18,9 +18,11 @@ MODEL = "test/tiny-model"
 
 def write_cache(path: Path, sentences: Sequence[str], cls: np.ndarray,
                 mean: Optional[np.ndarray] = None, *, model: str = MODEL,
-                dtype: str = "float32", complete: bool = True, **settings) -> Path:
-    """A cache holding ``sentences`` with vectors ``cls``/``mean`` (N, L+1, D);
-    ``settings``: root attributes other than the defaults (e.g. ``max_length``)."""
+                dtype: str = "float32", complete: bool = True,
+                n_tokens: Optional[Sequence[int]] = None, **settings) -> Path:
+    """A cache holding ``sentences`` with vectors ``cls``/``mean`` (N, L+1, D) and token
+    counts ``n_tokens`` (default 5 each); ``settings``: root attributes other than the
+    defaults (e.g. ``max_length``)."""
     import h5py
 
     from estratos.cache import schema
@@ -32,7 +34,8 @@ def write_cache(path: Path, sentences: Sequence[str], cls: np.ndarray,
              "poolings": ("cls", "mean"), **settings}
     writer = CacheWriter.create(schema.partial_path(path), attrs)
     writer.append([sentence_key(s) for s in sentences], list(sentences),
-                  [5] * len(sentences), [False] * len(sentences),
+                  list(n_tokens) if n_tokens is not None else [5] * len(sentences),
+                  [False] * len(sentences),
                   {"cls": np.asarray(cls), "mean": np.asarray(mean)})
     writer.finish(path)
     if not complete:

@@ -138,7 +138,7 @@ def test_a_correlation_task_is_refused_before_anything_is_written(tmp_path):
     sentences, vec, (sts, sick) = toy_similarity_tasks(60)
     cache = write_cache(tmp_path / "c.h5", sentences, vec)
     out = tmp_path / "r.jsonl"
-    for flag, value in (("given", "0"),):
+    for flag, value in (("given", "0"), ("erase", "length")):
         with pytest.raises(OptionError, match=f"{flag}: classification tasks only; toy:SICKR"):
             run_probe(cache, [sick.spec], None, out,
                       ProbeConfig.build(classifier="lbfgs", **{flag: value}),
@@ -151,6 +151,7 @@ def test_a_correlation_task_is_refused_before_anything_is_written(tmp_path):
     (["--given", "0", "--control", "control-task"], "--given: 0: not with --control"),
     (["--given", "layer0"], "--given: unknown value 'layer0'"),
     (["--given", "prev", "--layers", "0,1"], "--given prev: layer spec(s) 0 have no stored"),
+    (["--given", "0", "--erase", "length"], "--given: not with --erase"),
 ])
 def test_bad_given_is_one_error_line_and_nothing_written(tmp_path, args, message):
     task_file, cache = write_toml_task(tmp_path, 120, informative=(1,), train=80, dev=20)

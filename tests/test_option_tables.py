@@ -31,7 +31,7 @@ EXAMPLES: Dict[str, Dict[str, str]] = {
     "probe": {"--layers": "0,avg", "--pooling": "mean", "--seeds": "1,2",
               "--classifier": "lbfgs", "--features": "raw", "--control": "control-task",
               "--control-l2": "task", "--mdl": "", "--sequential": "", "--device": "cpu",
-              "--given": "prev"},
+              "--given": "prev", "--erase": "random:2"},
     "encode": {"--encoder": "", "--pooling": "mean", "--states": "0,1", "--dtype": "float32",
                "--max-length": "16", "--lowercase": "", "--prompt": 'Dice: "{}"',
                "--chat-template": "", "--mean-first-token": "keep", "--model-dtype": "float32",
@@ -97,6 +97,7 @@ def test_every_identity_and_execution_option_reaches_the_job_scripts(synth, tmp_
 @pytest.mark.parametrize("args, stage, line", [
     (["--mdl"], "probe", "    --mdl \\"),
     (["--given", "prev"], "probe", "    --given prev \\"),
+    (["--erase", "random:2"], "probe", "    --erase random:2 \\"),
     (["--device-map", "auto"], "encode", "    --device-map auto \\"),
 ])
 def test_options_that_need_their_own_call_reach_the_scripts(synth, tmp_path, args, stage, line):

@@ -168,6 +168,12 @@ class CacheReader:
             return list(ds[: self.n_rows])
         return [ds[int(r)] for r in rows]
 
+    def token_counts(self, rows: Union[Sequence[int], np.ndarray]) -> np.ndarray:
+        """Each row's token count under the model's tokenizer as encoded (at most the
+        cache's ``max_length``), int64, rows in the order given."""
+        counts = np.asarray(self._f[schema.N_TOKENS][: self.n_rows], dtype=np.int64)
+        return counts[np.asarray(rows, dtype=np.int64)]
+
     # -- vectors ------------------------------------------------------------------------------
     def read(self, rows: Union[Sequence[int], np.ndarray], pooling: str,
              states: Optional[Sequence[Union[int, str]]] = None) -> np.ndarray:

@@ -23,6 +23,7 @@ from estratos.devices import PROBE_DEVICES, resolve_device
 from estratos.probe.conditional import GivenFeatures, add_given
 from estratos.probe.config import Classifier, ProbeConfig
 from estratos.probe.controls import DEV_PART, permuted, shuffled_labels_factory
+from estratos.probe.erasure import Concept, ErasedFeatures, attach_erasure
 from estratos.probe.estimators.registry import RecordedEstimator
 from estratos.probe.estimators.settings import resolve_classifier, resolve_regressor
 from estratos.probe.features import AVG, build_features, layer_matrix, slot_vectors
@@ -102,7 +103,8 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
                    device: Union[str, "torch.device", None] = None,
                    on_seed: Optional[SeedSink] = None,
                    l2_grid: Optional[Sequence[float]] = None,
-                   given: Optional[GivenFeatures] = None) -> List[List[CellOutcome]]:
+                   given: Optional[GivenFeatures] = None,
+                   erase: Optional[Concept] = None) -> List[List[CellOutcome]]:
     """Train and evaluate the cells (layer spec x seed) of one task as the run's ``config``
     says (its classifier, features, control, MDL, sequential training); outer list: seeds,
     inner: ``states`` in order.
@@ -125,6 +127,10 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
     the probes train on B alone first (each distinct B once, no MDL), then on [B; R] for each
     layer spec R, whose outcomes gain B's log-probabilities and the ``conditional`` record;
     each seed's cells are reported with the seconds of both.
+
+    ``erase`` (``probe --erase``): the concept is erased from each layer spec's features
+    (:mod:`estratos.probe.erasure`, fitted on the training split) before anything trains;
+    each outcome gains its layer spec's ``erasure`` record.
     """
     spec = task.spec
     torch_device = resolve_probe_device(config.device if device is None else device)
@@ -154,6 +160,16 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
                                shuffle_labels=config.control == LABEL_SHUFFLE, mdl=mdl,
                                on_seed=sink, l2_grid=l2_grid)
 
+    if erase is not None:
+        erased = ErasedFeatures(task, erase, group_features)
+        report_erased = on_seed or (lambda seed, outcomes, seconds: None)
+
+        def with_erasure(seed: int, outcomes: List[CellOutcome], seconds: float) -> None:
+            t0 = time.perf_counter()
+            attach_erasure(outcomes, erased.describe())
+            report_erased(seed, outcomes, seconds + time.perf_counter() - t0)
+
+        return run(erased, len(states), config.mdl, with_erasure)
     if given is None:
         return run(group_features, len(states), config.mdl, on_seed)
 

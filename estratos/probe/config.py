@@ -20,6 +20,7 @@ from estratos.devices import PROBE_DEVICES, check_device, default_jobs, device_h
 from estratos.options import (
     AUTO_SHARD,
     parse_baselines,
+    parse_erase,
     parse_given,
     parse_layers,
     parse_seeds,
@@ -123,7 +124,8 @@ class ProbeConfig:
     cache's first), ``seeds``, ``classifier`` (a registered name or an estimator),
     ``features`` (``raw`` or ``standardized``; None resolves to the classifier's own),
     ``control`` and ``control_l2`` (:mod:`estratos.probe.controls`), ``given``
-    (conditional probing, :mod:`estratos.probe.conditional`), ``mdl``. How the same
+    (conditional probing, :mod:`estratos.probe.conditional`), ``erase`` (concept erasure,
+    :mod:`estratos.probe.erasure`), ``mdl``. How the same
     numbers are computed (``EXECUTION``): ``sequential``, ``device``. How one run is placed
     (``PLACEMENT``): ``jobs`` (None: :func:`estratos.devices.default_jobs`), ``threads``,
     ``shard``, ``overwrite``, ``expect_model`` (refuse a cache of another model).
@@ -166,6 +168,12 @@ class ProbeConfig:
         "a hidden-state index (0: the embeddings), avg, prev (the stored state below each "
         "probed one) or a surface baseline (e.g. length-tokens). Classification tasks only.",
         check=parse_given, metavar="B")
+    erase: Optional[str] = option(
+        None, "--erase", "Erase a concept from the features with LEACE (Belrose et al. 2023; "
+        "fitted on the train split only) before probing: length (token-count bins), words "
+        "(word-count bins), labels (the task's own: the sanity check) or random:RANK (a "
+        "random subspace of that rank: the control). Classification tasks only.",
+        check=parse_erase, metavar="CONCEPT")
     mdl: bool = option(
         False, "--mdl", "Also record each classification cell's online code length, its "
         "compression against the uniform code and against a code of the labels alone "
@@ -197,10 +205,13 @@ class ProbeConfig:
         bad one; None or an absent key: the default) and return the configuration. Needs
         neither torch nor the cache."""
         values = check_fields(cls, given)
-        for name, flag in (("given", "--given"),):
+        for name, flag in (("given", "--given"), ("erase", "--erase")):
             if values[name] is not None and values["control"] is not None:
                 raise reject(flag, f"{values[name]}: not with --control (a control cell's "
                              "labels are another task's; run the control without it)")
+        if values["given"] is not None and values["erase"] is not None:
+            raise reject("--given", "not with --erase: run them as two probe commands "
+                         "(same --out)")
         if values["control_l2"] == CONTROL_L2_TASK and values["control"] is None:
             raise reject("--control-l2", "task: only with --control (it fixes a control "
                          "cell's L2 to its task cell's)")

@@ -127,7 +127,7 @@ class RunPlan:
         c = self.config
         return self.system.key(task=task, layer=layer, pooling=c.pooling, seed=seed,
                                classifier=c.classifier_name, features=c.features,
-                               control=c.control_identity, given=c.given)
+                               control=c.control_identity, given=c.given, erase=c.erase)
 
     @property
     def grid_cells(self) -> int:
@@ -189,7 +189,7 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[TaskSpec], out: os.P
         specs = _trained_only(specs, "--control", "has no control")
     elif config.features != RAW_FEATURES:
         specs = _trained_only(specs, "--features", "reads raw vectors")
-    for flag, value in (("--given", config.given),):
+    for flag, value in (("--given", config.given), ("--erase", config.erase)):
         if value is not None:
             _classification_only(specs, flag)
     ids = [spec.id for spec in specs]
@@ -243,9 +243,9 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[TaskSpec], out: os.P
 
 
 def _classification_only(specs: Sequence[TaskSpec], flag: str) -> None:
-    """Refuse ``flag`` (``--given``) for tasks that are not classified: their
-    probes give no class probabilities to measure bits with (one :class:`OptionError`
-    naming them all)."""
+    """Refuse ``flag`` (``--given``, ``--erase``) for tasks that are not classified: their
+    probes give no class probabilities to measure bits with, and have no classes to erase
+    (one :class:`OptionError` naming them all)."""
     from estratos.protocols import get_protocol
 
     other = [spec.id for spec in specs if get_protocol(spec.protocol).trains != Role.CLASSIFIER]

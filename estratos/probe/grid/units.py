@@ -34,12 +34,13 @@ from estratos.probe.cells import chance_levels, classifier_record, evaluate_cell
 from estratos.probe.conditional import GivenFeatures, group_given, is_baseline
 from estratos.probe.config import ProbeConfig
 from estratos.probe.controls import control_record, control_task
+from estratos.probe.erasure import Concept, concept_of
 from estratos.probe.estimators.runtime import torch_runtime
 from estratos.probe.features import AVG, COMBINER_WIDTH, LayerSpec, build_features
 from estratos.probe.grid.plan import TaskShape, WorkUnit
 from estratos.probe.records import CellSource, cell_record, store_cells
 from estratos.results import ResultRecord, ResultsStore
-from estratos.vocab import CONTROL_L2_TASK, CONTROL_TASK
+from estratos.vocab import CONTROL_L2_TASK, CONTROL_TASK, ERASE_LENGTH
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from estratos.tasks.datadirs import DataDirs
@@ -182,6 +183,14 @@ class UnitRunner:
             self._tasks[task_id] = (spec, task, rows)
         return rows
 
+    def _concept(self, task_id: str) -> Concept:
+        """``--erase``'s concept in a loaded task (:func:`estratos.probe.erasure.concept_of`;
+        ``length`` reads the task's token counts from the cache)."""
+        _, task = self._load(task_id)
+        erase = str(self.context.config.erase)
+        counts = self.cache.token_counts(self._rows(task_id)) if erase == ERASE_LENGTH else None
+        return concept_of(task, erase, counts)
+
     def survey(self, task_id: str) -> TaskShape:
         """Load the task and look its sentences up in the cache (keys only, no vectors)."""
         spec, task = self._load(task_id)
@@ -190,6 +199,8 @@ class UnitRunner:
             self._rows(task_id)
         except MissingSentences as exc:
             missing = exc.missing
+        if not missing and self.context.config.erase is not None:
+            self._concept(task_id)  # a concept that cannot be erased stops the run here
         return TaskShape(task=task_id, protocol=task.protocol,
                          sizes={name: len(split) for name, split in task.splits.items()},
                          n_classes=len(task.labels),
@@ -238,6 +249,7 @@ class UnitRunner:
         # program (and the vectors behind them) stay under FEATURE_BUDGET_BYTES whatever the
         # width and the number of hidden states (docs/probe.md, "Memory")
         per_layer = layer_bytes(len(rows), self.cache.dim, n_examples, n_features)
+        concept = None if config.erase is None else self._concept(unit.task)
         for chunk in _layer_chunks(list(unit.layers), per_layer):
             given_specs, of_group = ((), ()) if config.given is None else group_given(
                 config.given, chunk, self.cache.states)
@@ -249,7 +261,7 @@ class UnitRunner:
                 task, vectors, given_specs, of_group, position_of)
             for labelled, seeds in runs:
                 self._evaluate(labelled, vectors, positions, seeds, chunk, system, classifier,
-                               results, report, task.digest, device, given)
+                               results, report, task.digest, device, given, concept)
             del vectors
         return time.perf_counter() - t_start
 
@@ -274,7 +286,8 @@ class UnitRunner:
                   seeds: Sequence[int], chunk: List[LayerSpec], system: CellSource,
                   classifier: Mapping[str, Any], results: ResultsStore,
                   report: Callable[[List[ResultRecord]], None], data_digest: str,
-                  device: str, given: Optional[GivenFeatures] = None) -> None:
+                  device: str, given: Optional[GivenFeatures] = None,
+                  concept: Optional[Concept] = None) -> None:
         """Train the cells of ``chunk`` x ``seeds`` on ``device`` and store each seed's as
         soon as final (``data_digest``: of the task's data, a control task's source
         included)."""
@@ -292,7 +305,7 @@ class UnitRunner:
                                        chance=chance, data_digest=data_digest,
                                        control=control_record(config.control, seed,
                                                               config.control_l2),
-                                       given=config.given)
+                                       given=config.given, erase=config.erase)
                            for layer, o in zip(layers, outcomes)]
                 written = store_cells(ctx.out, task, records, list(outcomes),
                                       overwrite=config.overwrite, store=results)
@@ -303,7 +316,7 @@ class UnitRunner:
 
         if config.control_l2 != CONTROL_L2_TASK:
             evaluate_cells(task, vectors, positions, seeds, config, device=device,
-                           on_seed=storing(chunk), given=given)
+                           on_seed=storing(chunk), given=given, erase=concept)
             return
         # each control cell with the L2 its task cell chose: one program per layer spec and
         # seed (their L2 values differ), the L2 grid reduced to that value
