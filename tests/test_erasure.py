@@ -150,3 +150,18 @@ def test_bad_erase_is_one_error_line_and_nothing_written(tmp_path, args, message
     errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and message in errors[0], res.output
     assert not out.exists() and not (tmp_path / "r.predictions").exists()
+
+
+def test_the_report_shows_the_concept_probe_after_erasure_beside_its_majority(length_toy,
+                                                                              tmp_path):
+    from estratos.report.build import build_report
+    from estratos.report.writers import to_markdown
+
+    erased = _run(length_toy, tmp_path, "shown", layers="1", erase="labels")
+    _run(length_toy, tmp_path, "shown", layers="1")  # the unerased cell, same file
+    md = to_markdown(build_report([tmp_path / "shown.jsonl"]))
+    section = md[md.index("## Concept erasure"):]
+    info = erased[1].erasure
+    assert (f"{info['concept_accuracy']:.2f} ({info['concept_accuracy_before']:.2f}) / "
+            f"{info['concept_majority']:.2f}") in section
+    assert "[erase labels]" in section and section.count("| SC |") == 1  # the erased row only

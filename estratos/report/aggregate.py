@@ -335,6 +335,9 @@ class Aggregate:
     #: (field: one of :data:`INFORMATION_FIELDS`; classification cells written since it exists)
     #: or ``conditional`` (field: one of :data:`CONDITIONAL_FIELDS`, conditional cells)
     information: Dict[Tuple[Row, str, str], Dict[int, float]] = field(default_factory=dict)
+    #: (row, task) -> the ``erasure`` record of an erased cell (``probe --erase``; the same
+    #: for every seed: the eraser and the concept's probe do not depend on it)
+    erasure: Dict[Tuple[Row, str], Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def systems(self) -> List[System]:
@@ -462,6 +465,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     compression: Dict[Tuple[Row, str], Dict[int, float]] = {}
     floor_compression: Dict[Tuple[Row, str], Dict[int, float]] = {}
     information: Dict[Tuple[Row, str, str], Dict[int, float]] = {}
+    erasure: Dict[Tuple[Row, str], Mapping[str, Any]] = {}
     facts: Dict[str, Dict[str, Any]] = {}
     chances: Dict[str, Mapping[str, Any]] = {}
     fallbacks: Dict[str, Dict[str, None]] = {}
@@ -500,6 +504,8 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
                 if isinstance(value, (int, float)) and not isinstance(value, bool) \
                         and math.isfinite(value):
                     information.setdefault((row, task, name), {})[d.seed] = float(value)
+        if d.erasure:
+            erasure.setdefault((row, task), d.erasure)
         if d.fallback:
             fallbacks.setdefault(task, {})[str(d.fallback)] = None
         if d.chance:
@@ -527,7 +533,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     groups = sorted({ds.group for ds in datasets}, key=group_order)
     rows = sorted({row for row, _ in seeds} | {row for row, _ in undefined}, key=Row.sort_key)
     return Aggregate(rows, datasets, groups, seeds, extras, undefined, degenerate, compression,
-                     floor_compression, deterministic, information)
+                     floor_compression, deterministic, information, erasure)
 
 
 def _seed_free(record: Any) -> bool:

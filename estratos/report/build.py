@@ -27,6 +27,9 @@ from estratos.outputs import check_output_folder
 from estratos.registry import unknown_name
 from estratos.report import odesia
 from estratos.report.aggregate import Aggregate, Stat, aggregate, layer_label
+from estratos.report.erasure import INTRO as ERASURE_INTRO
+from estratos.report.erasure import SECTION_TITLE as ERASURE_TITLE
+from estratos.report.erasure import erasure_tables
 from estratos.report.examples import example_section
 from estratos.report.html import to_html
 from estratos.report.information import (
@@ -349,6 +352,9 @@ def _score_sections(agg: Aggregate, notes: Footnotes, intervals: Dict[Any, Any],
             "pointwise V-information", "pointwise gain"))
         if gains:
             sections.append(Section(CONDITIONAL_TITLE, gains, CONDITIONAL_INTRO))
+    erased = erasure_tables(agg)
+    if erased:
+        sections.append(Section(ERASURE_TITLE, erased, ERASURE_INTRO))
     surface = surface_tables(agg)
     if surface:
         sections.append(Section("Surface baselines", surface, SURFACE_INTRO))
