@@ -156,6 +156,17 @@ CONTROL_L2: Tuple[str, ...] = ("own", "task")
 CONTROL_L2_OWN, CONTROL_L2_TASK = CONTROL_L2
 #: ``probe --given prev``: each probed layer is given the stored hidden state below it
 GIVEN_PREVIOUS = "prev"
+#: how a protocol picks a model's L2 on dev: its accuracy (SentEval's rule, every ordinary
+#: cell) or its cross-entropy (conditional cells: the gain is a difference of
+#: cross-entropies, and a model chosen for accuracy can be far from the family's best log
+#: loss, e.g. MiniLM's layer 6 on Length: 2.65 bits against 1.61)
+SELECT_ACCURACY = "accuracy"
+SELECT_CROSS_ENTROPY = "cross-entropy"
+#: the L2 values a conditional cell chooses from on dev cross-entropy: SentEval's grid
+#: (1e-5 .. 1e-2) goes on to 1, since [B; R] has twice the columns of B and each column's
+#: penalty then counts half (on SICK-E the best log loss of B alone was at 0.1, of [B; B]
+#: at 0.3: outside SentEval's grid, where a layer "lost" 0.09 bits against itself)
+CONDITIONAL_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 #: ``probe --erase``: the concepts LEACE erases from a probe's features
 #: (:mod:`estratos.probe.erasure`): ``length`` (bins of the example's token count under the
 #: model's tokenizer), ``words`` (bins of its whitespace word count), ``labels`` (the task's

@@ -6,6 +6,7 @@ B, and each number matches its formula."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -18,12 +19,14 @@ from estratos.errors import OptionError
 from estratos.probe.baseline import fitted_matrix, given_features, split_matrix
 from estratos.probe.conditional import given_layer, given_layers, group_given
 from estratos.probe.config import ProbeConfig
+from estratos.probe.estimators.classifiers import get_estimator
 from estratos.probe.grid.runner import run_probe
-from estratos.protocols.information import conditional
+from estratos.protocols.information import conditional, gold_log2p
 from estratos.report.intervals import pvi_interval
 from estratos.results import read_results
 from estratos.results.predictions import PredictionsReader
 from estratos.results.record import CellKey
+from estratos.vocab import CONDITIONAL_L2_GRID
 
 
 @pytest.fixture(scope="module")
@@ -75,19 +78,39 @@ def test_a_layer_given_pure_noise_gains_what_it_gains_alone(toy, tmp_path):
     assert interval.lo <= v_alone <= interval.hi, (v_alone, interval)
 
 
-def test_b_alone_is_the_ordinary_cell_of_b(toy, tmp_path):
-    """The probe on B alone is trained as an ordinary cell of layer B is: same score, same
-    cross-entropy (so the gain is measured against what `probe --layers B` reports)."""
-    plain = _run(toy, tmp_path, "plain", layers="2", seeds=(3,))
+def test_b_alone_is_layer_b_probed_with_l2_chosen_on_dev_cross_entropy(toy, tmp_path):
+    """The probe on B alone is layer B's own probe, its L2 chosen (as the probe on [B; R]
+    chooses its own) by the dev examples' cross-entropy from the conditional grid: a
+    reference from the split protocol's parts picks the same L2 and gives the same bits."""
+    task, _ = toy
     given = _run(toy, tmp_path, "given", layers="1", seeds=(3,), given="2")
-    (b, b_preds), = plain.values()
     (record, preds), = given.values()
-    assert record.conditional["given_test"]["accuracy"] == b.score
-    assert record.conditional["given_l2"] == b.l2
-    assert record.conditional["given_cross_entropy"] == pytest.approx(
-        b.information["cross_entropy"], abs=1e-6)
-    np.testing.assert_allclose(preds.given_log2p, b_preds.log2p)
+    X = {s: toy_split_task(400, informative=(1, 2))[2][task.splits[s].slots[0].indices][:, 2]
+         for s in ("train", "dev", "test")}
+    y = {s: np.asarray(task.splits[s].labels) for s in X}
+    est = get_estimator("lbfgs")(n_classes=2, seed=3).fit(
+        X["train"][None], y["train"], X["dev"][None], y["dev"], list(CONDITIONAL_L2_GRID))
+    dev_ce = -gold_log2p(est.gold_log_proba(X["dev"][None], y["dev"]))[0].mean(axis=-1)
+    r = int(np.argmin(np.round(dev_ce, 6)))
+    assert record.conditional["given_l2"] == CONDITIONAL_L2_GRID[r]
+    assert record.conditional["selection"] == "cross-entropy"
+    test_bits = gold_log2p(est.gold_log_proba(X["test"][None], y["test"]))[0, r]
+    np.testing.assert_allclose(preds.given_log2p, test_bits, atol=1e-9)
+    assert record.conditional["given_cross_entropy"] == pytest.approx(-test_bits.mean(),
+                                                                      abs=1e-6)
     assert record.information["cross_entropy"] == record.conditional["cross_entropy"]
+    assert "cross_entropy" in record.dev  # the [B; R] probe's own choice, recorded
+
+
+def test_a_kfold_task_is_refused_for_given(toy, tmp_path):
+    task, cache = toy
+    kfold = dataclasses.replace(task, spec=dataclasses.replace(task.spec, protocol="kfold"),
+                                protocol="kfold")
+    with pytest.raises(OptionError, match="given: tasks with a dev split only"):
+        run_probe(cache, [kfold.spec], None, tmp_path / "r.jsonl",
+                  ProbeConfig.build(classifier="lbfgs", given="0"),
+                  loader=lambda s, d: kfold)
+    assert not (tmp_path / "r.jsonl").exists()
 
 
 def test_prev_gives_each_layer_the_stored_state_below_it(toy, tmp_path):

@@ -165,3 +165,22 @@ def test_the_report_shows_the_concept_probe_after_erasure_beside_its_majority(le
     assert (f"{info['concept_accuracy']:.2f} ({info['concept_accuracy_before']:.2f}) / "
             f"{info['concept_majority']:.2f}") in section
     assert "[erase labels]" in section and section.count("| SC |") == 1  # the erased row only
+
+
+def test_a_feature_constant_on_train_stays_exactly_constant():
+    """LEACE leaves a constant feature as rounding noise that follows the concept; erased
+    features keep it constant, so no standardizing probe can scale the noise up."""
+    rng = np.random.default_rng(4)
+    z = rng.integers(0, 4, size=3000)
+    X = rng.normal(size=(3000, 16)) * 0.1 + np.eye(4, 16)[z] * 0.5
+    X[:, 5] = 0.3070427  # constant, as three of MiniLM's layer-6 features are
+    X[:, 9] = -1.25
+    erased = fit_erasure(Concept("length", {"train": z}), X.astype(np.float32), z)
+    out = erased.apply(X.astype(np.float32))
+    assert np.all(out[:, 5] == out[0, 5]) and np.all(out[:, 9] == out[0, 9])
+    assert out[0, 5] == pytest.approx(0.3070427, abs=1e-6)
+    from estratos.probe.erasure import check_probe
+
+    majority = 100.0 * np.bincount(z).max() / len(z)
+    assert check_probe(out[:2000], z[:2000], out[2000:], z[2000:]) <= majority + _tolerance(
+        majority / 100, 1000)

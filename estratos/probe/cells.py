@@ -30,7 +30,13 @@ from estratos.probe.features import AVG, build_features, layer_matrix, slot_vect
 from estratos.probe.mdl import online_codes
 from estratos.protocols import CellOutcome, Inputs, OneAtATime, get_protocol, positive_class
 from estratos.tasks.types import TaskData
-from estratos.vocab import LABEL_SHUFFLE, Role
+from estratos.vocab import (
+    CONDITIONAL_L2_GRID,
+    LABEL_SHUFFLE,
+    SELECT_ACCURACY,
+    SELECT_CROSS_ENTROPY,
+    Role,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -125,7 +131,9 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
 
     ``given`` (``probe --given``): conditional cells (:mod:`estratos.probe.conditional`):
     the probes train on B alone first (each distinct B once, no MDL), then on [B; R] for each
-    layer spec R, whose outcomes gain B's log-probabilities and the ``conditional`` record;
+    layer spec R, both choosing L2 by dev cross-entropy from
+    :data:`~estratos.vocab.CONDITIONAL_L2_GRID`; the outcomes on [B; R] gain B's
+    log-probabilities and the ``conditional`` record;
     each seed's cells are reported with the seconds of both.
 
     ``erase`` (``probe --erase``): the concept is erased from each layer spec's features
@@ -153,12 +161,13 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
         return built[key]
 
     def run(features: Callable[[str], Any], n_groups: int, mdl: bool,
-            sink: Optional[SeedSink]) -> List[List[CellOutcome]]:
+            sink: Optional[SeedSink], select: str = SELECT_ACCURACY,
+            grid: Optional[Sequence[float]] = l2_grid) -> List[List[CellOutcome]]:
         return evaluate_groups(task, features, pairs, n_groups, seeds, config.classifier,
                                sequential=config.sequential, device=torch_device,
                                features=config.features,
                                shuffle_labels=config.control == LABEL_SHUFFLE, mdl=mdl,
-                               on_seed=sink, l2_grid=l2_grid)
+                               on_seed=sink, l2_grid=grid, select=select)
 
     if erase is not None:
         erased = ErasedFeatures(task, erase, group_features)
@@ -189,7 +198,9 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
     def heard_alone(seed: int, outcomes: List[CellOutcome], seconds: float) -> None:
         took_alone[seed] = seconds
 
-    alone = run(given_features, len(given.layers), False, heard_alone)
+    # both probes choose L2 on dev cross-entropy from the conditional grid (vocab: why)
+    alone = run(given_features, len(given.layers), False, heard_alone, SELECT_CROSS_ENTROPY,
+                CONDITIONAL_L2_GRID)
     alone_of = {int(seed): outcomes for seed, outcomes in zip(seeds, alone)}
     report = on_seed or (lambda seed, outcomes, seconds: None)
 
@@ -198,7 +209,8 @@ def evaluate_cells(task: TaskData, vectors: np.ndarray, states: Sequence[StatePo
             add_given(outcome, alone_of[int(seed)][g], given.layers[g])
         report(seed, outcomes, seconds + took_alone.get(int(seed), 0.0))
 
-    return run(joint_features, len(states), config.mdl, with_given)
+    return run(joint_features, len(states), config.mdl, with_given, SELECT_CROSS_ENTROPY,
+               CONDITIONAL_L2_GRID)
 
 
 def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
@@ -207,7 +219,8 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
                     device: Optional["torch.device"] = None, features: Optional[str] = None,
                     shuffle_labels: bool = False, mdl: bool = False,
                     on_seed: Optional[SeedSink] = None,
-                    l2_grid: Optional[Sequence[float]] = None) -> List[List[CellOutcome]]:
+                    l2_grid: Optional[Sequence[float]] = None,
+                    select: str = SELECT_ACCURACY) -> List[List[CellOutcome]]:
     """The cells of one task over ``n_groups`` feature groups (outer list: seeds, inner:
     groups), whatever the features are: ``group_features(split)`` gives the G groups of a split's
     examples (a ``(G, n, F)`` stack or a list of G matrices, sparse ones included),
@@ -228,14 +241,15 @@ def evaluate_groups(task: TaskData, group_features: Callable[[str], Any],
     fused seeds: all at the end, each with an equal share of the time), so a caller can
     store them before the next seed trains. ``l2_grid``: the L2 values to choose from
     instead of the estimator's (after the task's overrides; one value fixes it:
-    ``probe --control-l2 task``); estimators without an L2 grid ignore it.
+    ``probe --control-l2 task``); estimators without an L2 grid ignore it. ``select``: what
+    a protocol that chooses L2 on dev chooses it by (:class:`~estratos.protocols.Inputs`).
     """
     protocol = get_protocol(task.protocol)
     if not n_groups or not seeds:
         return [[] for _ in seeds]
     run = _TaskCells(task, protocol, group_features, pairs, classifier, sequential=sequential,
                      device=device, features=features, shuffle_labels=shuffle_labels,
-                     l2_grid=l2_grid)
+                     l2_grid=l2_grid, select=select)
     report = on_seed or (lambda seed, outcomes, seconds: None)
     if run.trains is None:  # nothing trained: every seed gets the same numbers
         t0 = time.perf_counter()
@@ -278,8 +292,10 @@ class _TaskCells:
     def __init__(self, task: TaskData, protocol: Any, group_features: Callable[[str], Any],
                  pairs: Callable[[str], Tuple[Any, Any]], classifier: Classifier, *,
                  sequential: bool, device: Optional["torch.device"], features: Optional[str],
-                 shuffle_labels: bool, l2_grid: Optional[Sequence[float]]) -> None:
+                 shuffle_labels: bool, l2_grid: Optional[Sequence[float]],
+                 select: str = SELECT_ACCURACY) -> None:
         self.task, self.protocol = task, protocol
+        self.select = select
         self.group_features, self.pairs = group_features, pairs
         self.sequential, self.device, self.shuffle_labels = sequential, device, shuffle_labels
         clf = _classifier(task, classifier)
@@ -338,7 +354,7 @@ class _TaskCells:
             seed=int(seed if isinstance(seed, int) else seed[0]),
             l2_grid=tuple(params["l2_grid"]), kfold=int(params["kfold"]),
             validation_split=float(params["validation_split"]), positive=self.positive,
-            score_range=spec.score_range)
+            score_range=spec.score_range, select=self.select)
 
 
 def _add_online_codes(task: TaskData, protocol: Any, inputs: Inputs, clf: Any, seed: int,

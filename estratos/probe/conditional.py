@@ -7,10 +7,13 @@ answer with two probes of one family: one trained on B alone, one on the concate
 [B; R]; the layer's conditional V-information is ``H(Y|B) - H(Y|B,R)``
 (:func:`estratos.protocols.information.conditional`).
 
-Both probes are trained by the task's protocol with the run's estimator, its feature reading
-(``--features standardized`` standardizes every column on the training split, B's and R's
-alike) and the same L2 selection on dev; the B-alone probes of one program train first, once
-per distinct B (a fixed B is shared by every layer, ``prev`` is one per layer). What B can be:
+Both probes are trained by the task's protocol with the run's estimator and its feature
+reading (``--features standardized`` standardizes every column on the training split, B's
+and R's alike), and both choose their L2 the same way: by dev cross-entropy from
+:data:`~estratos.vocab.CONDITIONAL_L2_GRID` (the vocabulary says why not SentEval's rule of
+dev accuracy on its grid), so tasks without a dev split of their own (k-fold protocols) are
+refused. The B-alone probes of one program train first, once per distinct B (a fixed B is
+shared by every layer, ``prev`` is one per layer). What B can be:
 
 - a hidden-state index or ``avg`` of the same cache (its vectors go through the task's
   combiner like the layer's);
@@ -30,7 +33,14 @@ import numpy as np
 from estratos.errors import OptionError
 from estratos.protocols import CellOutcome
 from estratos.protocols.information import conditional
-from estratos.vocab import ALL_LAYERS, AVG, GIVEN_PREVIOUS, SURFACE_BASELINES, LayerSpec
+from estratos.vocab import (
+    ALL_LAYERS,
+    AVG,
+    GIVEN_PREVIOUS,
+    SELECT_CROSS_ENTROPY,
+    SURFACE_BASELINES,
+    LayerSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,7 @@ def add_given(outcome: CellOutcome, alone: CellOutcome, layer: Optional[LayerSpe
     """Give a probe-on-[B; R] ``outcome`` what the probe on B ``alone`` scored: its
     per-example log2-probabilities (``given_log2p``) and the ``conditional`` record
     (``extra["conditional"]``: the given layer spec when B is one, H(Y|B), H(Y|B,R), the gain,
-    and B's own test metrics and L2)."""
+    B's own test metrics and L2, and how both L2 were chosen)."""
     if outcome.gold_log2p is None or alone.gold_log2p is None:
         raise OptionError("--given: the classifier gives no class probabilities, so no "
                           "cross-entropy (use senteval or lbfgs)")
@@ -117,6 +127,7 @@ def add_given(outcome: CellOutcome, alone: CellOutcome, layer: Optional[LayerSpe
     record.update(conditional(outcome.gold_log2p, alone.gold_log2p))
     record["given_test"] = dict(alone.test)
     record["given_l2"] = alone.l2
+    record["selection"] = SELECT_CROSS_ENTROPY
     outcome.extra["conditional"] = record
 
 

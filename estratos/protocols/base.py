@@ -21,7 +21,13 @@ from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Se
 import numpy as np
 
 from estratos.registry import Registry
-from estratos.vocab import DEFAULT_KFOLD, DEFAULT_SEED, VALIDATION_SPLIT, Role
+from estratos.vocab import (
+    DEFAULT_KFOLD,
+    DEFAULT_SEED,
+    SELECT_ACCURACY,
+    VALIDATION_SPLIT,
+    Role,
+)
 
 #: name of the split a held-out part is cut from while loading
 POOL = "pool"
@@ -101,7 +107,9 @@ class Inputs:
     ``classifier`` / ``regressor``: estimator factories (``regressor=None``: relatedness scores
     the untrained cosine). ``l2_grid``, ``kfold`` and ``validation_split`` come from the
     estimator's parameters; ``positive`` is the class whose F1 is reported (None: no F1);
-    ``score_range`` the task's gold score range (relatedness).
+    ``score_range`` the task's gold score range (relatedness); ``select`` what a protocol
+    that chooses L2 on a dev split chooses it by (:data:`~estratos.vocab.SELECT_ACCURACY`, or
+    :data:`~estratos.vocab.SELECT_CROSS_ENTROPY` where :attr:`Protocol.selects_on_dev`).
     """
 
     labels: Callable[[str], np.ndarray]
@@ -116,6 +124,7 @@ class Inputs:
     validation_split: float = VALIDATION_SPLIT
     positive: Optional[int] = None
     score_range: Optional[Tuple[float, float]] = None
+    select: str = SELECT_ACCURACY
 
     def feature_source(self) -> Callable[[str], Any]:
         """:attr:`features`, which a protocol that trains on features needs."""
@@ -149,7 +158,9 @@ class Protocol:
     - ``seeds_share_data``: every seed sees the same examples (only init, order and dropout
       depend on the seed), so seeds may be trained as one batched program;
     - ``scored_split``: the split whose examples a classification protocol's accuracy is
-      measured on (None: the protocol reports correlations), e.g. for chance levels.
+      measured on (None: the protocol reports correlations), e.g. for chance levels;
+    - ``selects_on_dev``: it chooses L2 on a dev split of its own, so it can choose it by
+      dev cross-entropy (``Inputs.select``) as well as by accuracy.
     """
 
     name: str = ""
@@ -159,6 +170,7 @@ class Protocol:
     subset_splits: bool = False
     seeds_share_data: bool = False
     scored_split: Optional[str] = "test"
+    selects_on_dev: bool = False
 
     def plan(self, published: Sequence[str], present: AbstractSet[str],
              names: Callable[[str], str], holdout: float) -> SplitPlan:

@@ -9,7 +9,7 @@ seeded by 1111 (SentEval fixes that seed) and reports the mean outer test accura
 
 from __future__ import annotations
 
-from typing import AbstractSet, Any, Callable, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from estratos.protocols.estimators import n_groups, take
 from estratos.protocols.folds import INNER_KFOLD_SEED, holdout_split, stratified_folds
 from estratos.protocols.information import gold_bits, prior_log2p
 from estratos.protocols.metrics import accuracy, f1_positive, test_metrics
-from estratos.vocab import DEFAULT_KFOLD, DEFAULT_SEED
+from estratos.vocab import DEFAULT_KFOLD, DEFAULT_SEED, SELECT_ACCURACY, SELECT_CROSS_ENTROPY
 
 Data = Tuple[Any, np.ndarray]
 
@@ -41,19 +41,32 @@ def _choose(dev_pct: np.ndarray) -> np.ndarray:
 # ---- the protocols as functions (any estimator factory) ------------------------------------
 
 def split_protocol(make: EstimatorFactory, train: Data, dev: Data, test: Data,
-                   l2_grid: Sequence[float], positive: Optional[int] = None
-                   ) -> List[CellOutcome]:
-    """Train every (group, L2) on train with dev early stopping; best L2 on dev; test it."""
+                   l2_grid: Sequence[float], positive: Optional[int] = None,
+                   select: str = SELECT_ACCURACY) -> List[CellOutcome]:
+    """Train every (group, L2) on train with dev early stopping; best L2 on dev (by
+    accuracy, SentEval's rule, or with ``select`` cross-entropy by the dev examples' mean
+    gold-label log-loss, first minimum; the dev record then holds it too); test it."""
     est = make().fit(train[0], train[1], dev[0], dev[1], list(l2_grid))
     dev_pct = 100.0 * np.asarray(est.dev_score_)
-    best = _choose(dev_pct)
+    dev_ce: Optional[np.ndarray] = None
+    if select == SELECT_CROSS_ENTROPY:
+        dev_bits = gold_bits(est, dev[0], dev[1])
+        if dev_bits is None:
+            raise ValueError("choosing L2 by dev cross-entropy needs class probabilities")
+        dev_ce = -dev_bits.mean(axis=-1)
+        best = np.argmin(np.round(dev_ce, 6), axis=1)
+    else:
+        best = _choose(dev_pct)
     pred = np.asarray(est.predict(test[0]))
     bits = gold_bits(est, test[0], test[1])
     prior = prior_log2p(train[1], test[1])
     out = []
     for g, r in enumerate(best):
+        dev_record: Dict[str, Optional[float]] = {"accuracy": round(float(dev_pct[g, r]), 2)}
+        if dev_ce is not None:
+            dev_record["cross_entropy"] = round(float(dev_ce[g, r]), 6)
         out.append(CellOutcome(
-            l2=float(l2_grid[r]), dev={"accuracy": round(float(dev_pct[g, r]), 2)},
+            l2=float(l2_grid[r]), dev=dev_record,
             test=test_metrics(pred[g, r], test[1], positive),
             epochs=int(est.epochs_[g, r]), predictions=pred[g, r], predicted=("test",),
             positive=positive, capped=capped_at(est, (g, r)),
@@ -242,6 +255,7 @@ class SplitProtocol(Protocol):
 
     name = "split"
     seeds_share_data = True
+    selects_on_dev = True
 
     def plan(self, published, present, names, holdout):
         return plan_train_dev_test(self.name, published, present, names, holdout)
@@ -254,7 +268,7 @@ class SplitProtocol(Protocol):
         f, y = inputs.feature_source(), inputs.labels
         return split_protocol(inputs.classifier_factory(), (f("train"), y("train")),
                               (f("dev"), y("dev")), (f("test"), y("test")), inputs.l2_grid,
-                              positive=inputs.positive)
+                              positive=inputs.positive, select=inputs.select)
 
 
 @register

@@ -192,6 +192,8 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[TaskSpec], out: os.P
     for flag, value in (("--given", config.given), ("--erase", config.erase)):
         if value is not None:
             _classification_only(specs, flag)
+    if config.given is not None:
+        _dev_selection_only(specs)
     ids = [spec.id for spec in specs]
     if len(set(ids)) != len(ids):
         raise OptionError(f"--tasks: a task is selected twice ({', '.join(ids)})")
@@ -253,6 +255,19 @@ def _classification_only(specs: Sequence[TaskSpec], flag: str) -> None:
         raise OptionError(f"{flag}: classification tasks only; {', '.join(other)} "
                           f"{'is' if len(other) == 1 else 'are'} scored by correlation (leave "
                           f"{'it' if len(other) == 1 else 'them'} out of --tasks)")
+
+
+def _dev_selection_only(specs: Sequence[TaskSpec]) -> None:
+    """Refuse ``--given`` for tasks whose protocol chooses L2 by cross-validation: the
+    conditional probes choose it by dev cross-entropy, which needs a dev split of their own
+    (:attr:`~estratos.protocols.Protocol.selects_on_dev`)."""
+    from estratos.protocols import get_protocol
+
+    other = [spec.id for spec in specs if not get_protocol(spec.protocol).selects_on_dev]
+    if other:
+        raise OptionError(f"--given: tasks with a dev split only (the probes choose L2 by dev "
+                          f"cross-entropy); {', '.join(other)} choose it by k-fold "
+                          "cross-validation (leave them out of --tasks)")
 
 
 def _task_cells_l2(plan: RunPlan, files: Sequence[Union[str, Path]]
