@@ -342,6 +342,9 @@ STATS = ("minilm-statistics/stats.jsonl",)
 DEMO = ("demo/results.jsonl",)
 SURFACE = ("demo/surface.jsonl",)
 INFORMATION = ("minilm-information/probing.jsonl", "minilm-information/downstream.jsonl")
+CONDITIONAL = ("minilm-information/conditional.jsonl",
+               "minilm-information/downstream-conditional.jsonl")
+ERASURE = ("minilm-information/probing.jsonl", "minilm-information/erasure.jsonl")
 SIMILARITY = ("similarity-es5k/similarity.jsonl",)
 GEOMETRY = ("similarity-es5k/geometry.jsonl",)
 TASS1, SICKE, RST = "es-senteval:TASS1", "es-senteval:SICKEntailment", "es-discoeval:RST"
@@ -451,6 +454,18 @@ def _tables_list() -> List[DocTable]:
     out.append(DocTable("information-examples-tass1", "information.md", INFORMATION[1:],
                         lambda: examples_table(INFORMATION[1:], 5, "TASS1", pooling="mean",
                                                features=STD)))
+    for given, name in (("0", "information-gain-layer0"),
+                        ("length-tokens", "information-gain-length")):
+        out.append(DocTable(name, "information.md", CONDITIONAL,
+                            lambda given=given: report_table(
+                                CONDITIONAL, "gain", ci=True, pooling="mean", features=STD,
+                                given=given)))
+    for erase, key, name in (("length", "layers", "information-erased-length"),
+                             ("length", "erasure", "information-erasure-check"),
+                             ("random:5", "layers", "information-erased-random")):
+        out.append(DocTable(name, "information.md", ERASURE,
+                            lambda erase=erase, key=key: report_table(
+                                ERASURE, key, pooling="mean", features=STD, erase=erase)))
     out.append(DocTable("geometry-smollm2", "similarity.md", GEOMETRY,
                         lambda: geometry_rows(GEOMETRY, "smollm2")))
     return out

@@ -162,11 +162,14 @@ GIVEN_PREVIOUS = "prev"
 #: loss, e.g. MiniLM's layer 6 on Length: 2.65 bits against 1.61)
 SELECT_ACCURACY = "accuracy"
 SELECT_CROSS_ENTROPY = "cross-entropy"
-#: the L2 values a conditional cell chooses from on dev cross-entropy: SentEval's grid
-#: (1e-5 .. 1e-2) goes on to 1, since [B; R] has twice the columns of B and each column's
-#: penalty then counts half (on SICK-E the best log loss of B alone was at 0.1, of [B; B]
-#: at 0.3: outside SentEval's grid, where a layer "lost" 0.09 bits against itself)
-CONDITIONAL_L2_GRID: Tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
+#: the L2 values a conditional cell chooses from on dev cross-entropy: half decades from
+#: SentEval's smallest to 1. Past SentEval's largest (1e-2) because [B; R] has twice the
+#: columns of B and each column's penalty then counts half (on SICK-E the best log loss of
+#: B alone was at 0.1, of [B; B] at 0.3); in half decades because a layer given itself is
+#: best at twice B's L2, which a grid of decades misses (Length, layer 0: a "gain" of 0.083
+#: bits over itself with decades, 0.007 with half decades)
+CONDITIONAL_L2_GRID: Tuple[float, ...] = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1,
+                                          0.3, 1.0)
 #: ``probe --erase``: the concepts LEACE erases from a probe's features
 #: (:mod:`estratos.probe.erasure`): ``length`` (bins of the example's token count under the
 #: model's tokenizer), ``words`` (bins of its whitespace word count), ``labels`` (the task's
