@@ -135,13 +135,16 @@ def layer_cells(content: ReportContent, key: str, task: str) -> Dict[str, Cell]:
 def cell_text(cell: Optional[Cell]) -> str:
     """A cell as the report writes it, without its best / runner-up marks (they rank the
     report's own rows, not this layout's columns); a missing cell is '-'."""
-    return "-" if cell is None else value_text(cell, " ± ")
+    if cell is None:
+        return "-"
+    return cell.text if cell.text and cell.stat is None else value_text(cell, " ± ")
 
 
 # --------------------------------------------------------------------------- layouts
 
 #: a column of a layer-by-layer table: header, report (files), table kind, system, task.
-#: kind: "layers" (scores), "selectivity", "mdl", "mdl-floor"
+#: kind: "layers" (scores), "selectivity", "selectivity-majority", "control-majority",
+#: "mdl", "mdl-floor"
 @dataclass(frozen=True)
 class Column:
     header: str
@@ -365,16 +368,22 @@ def _controls(task: str) -> str:
     return layer_rows([
         Column("[CLS] accuracy", MINILM, "layers", task, "cls", STD),
         Column("[CLS] control task", MINILM, "layers", task, "cls", STD, "control-task"),
+        Column("[CLS] control / its majority", MINILM, "control-majority", task, "cls", STD),
         Column("[CLS] label shuffle", MINILM, "layers", task, "cls", STD, "label-shuffle"),
         Column("mean accuracy", MINILM, "layers", task, "mean", STD),
-        Column("mean control task", MINILM, "layers", task, "mean", STD, "control-task")])
+        Column("mean control task", MINILM, "layers", task, "mean", STD, "control-task"),
+        Column("mean control / its majority", MINILM, "control-majority", task, "mean", STD)])
 
 
 def _selectivity(task: str) -> str:
     return layer_rows([
         Column("[CLS] raw", MINILM, "selectivity", task, "cls", RAW),
         Column("[CLS] standardized", MINILM, "selectivity", task, "cls", STD),
-        Column("mean standardized", MINILM, "selectivity", task, "mean", STD)])
+        Column("mean standardized", MINILM, "selectivity", task, "mean", STD),
+        Column("[CLS] std., over majorities", MINILM, "selectivity-majority", task, "cls",
+               STD),
+        Column("mean std., over majorities", MINILM, "selectivity-majority", task, "mean",
+               STD)])
 
 
 def _mdl(task: str) -> str:

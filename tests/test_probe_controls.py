@@ -319,8 +319,10 @@ def test_report_shows_controls_selectivity_mdl_and_one_class_cells(tmp_path):
     assert "[label-shuffle]" in md and "[control-task]" in md  # apart from the model's
     assert "## Controls: selectivity" in md and "## Controls: MDL compression" in md
     assert "score - control-task score" in md
-    selectivity = md.split("## Controls: selectivity")[1].split("## ")[0]
+    selectivity = md.split("## Controls: selectivity")[1].split("\n## ")[0]
     assert "(one class" in selectivity  # layer 0's sides predict one class
+    assert "Selectivity over the majorities" in selectivity
+    assert "Control task vs its own majority" in selectivity
     assert "MDL compression over the floor" in md
     for line in md.splitlines():  # control rows are references: never marked best
         if "[label-shuffle]" in line or "[control-task]" in line:
@@ -605,3 +607,62 @@ def test_control_task_cells_under_ci_are_explained_not_reported_as_faults(tmp_pa
     md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     assert "2 control-task cell(s) have no interval over their seeds" in md
     assert "as intended" in md and "no usable predictions" not in md
+
+
+def test_control_labels_keep_the_training_shares_on_every_split():
+    """The test split's control scores sit apart from the training split's (its sentences
+    hold other words): cut once at the training quantiles, its control shares drifted (a
+    probe that learnt nothing then scored below the control's own test majority); cut at
+    each split's own quantiles, every split has the training split's class shares."""
+    from estratos.probe.controls import control_task
+
+    rng = np.random.default_rng(1)
+    n = 1500
+    sentences = [" ".join(f"w{j}" for j in rng.integers(0, 300, size=8)) + f" u{i}"
+                 for i in range(n)]
+    # the test examples share one frequent word the others lack: their scores shift
+    sentences = [s + (" común común común" if i >= 1200 else "") for i, s in enumerate(sentences)]
+    y = np.array([0] * 500 + [1] * 300 + [2] * 200 + [0] * 100 + [1] * 60 + [2] * 40
+                 + [0] * 150 + [1] * 90 + [2] * 60)
+    ids = np.arange(n)
+    task = single_task(spec(), sentences, {"train": (ids[:1000], y[:1000]),
+                                           "dev": (ids[1000:1200], y[1000:1200]),
+                                           "test": (ids[1200:], y[1200:])}, ("a", "b", "c"))
+    for seed in (1, 2, 3):
+        control = control_task(task, seed)
+        train = np.bincount(control.splits["train"].labels, minlength=3) / 1000
+        for name, size in (("dev", 200), ("test", 300)):
+            shares = np.bincount(control.splits[name].labels, minlength=3) / size
+            assert np.abs(shares - train).max() <= 2.0 / size, (seed, name, shares, train)
+
+
+def test_a_control_below_its_own_majority_is_flagged_and_read_over_the_majorities(tmp_path):
+    """RST's shape (docs/controls.md): the control task scores 12.5 while its own test
+    labels' majority is 28.0; the task scores 33.6 against its majority of 20.7. Selectivity
+    (21.1) is flagged, never marked best, and the reading over the majorities subtracts
+    each side's majority: (33.6 - 20.7) - (12.5 - 28.0) = 28.4."""
+    from report_toys import record, write_lines
+
+    from estratos.report.build import build_report
+    from estratos.report.writers import to_markdown
+
+    lines = []
+    for layer, (score, control) in {1: (33.6, 12.5), 2: (30.0, 29.0)}.items():
+        plain = record("es-discoeval:RST", "DR", layer, 1, score)
+        plain["chance"] = {"n_classes": 29, "majority": 20.7}
+        ctrl = record("es-discoeval:RST", "DR", layer, 1, control)
+        ctrl["chance"] = {"n_classes": 29, "majority": 28.0}
+        ctrl["control"] = {"kind": "control-task", "seed": 1}
+        lines += [plain, ctrl]
+    path = write_lines(tmp_path / "r.jsonl", lines)
+    content = build_report([path])
+    md = to_markdown(content)
+    section = md.split("## Controls: selectivity")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| DR")]
+    plain_row, majority_row, control_row = rows
+    assert "21.1 (control below its majority)" in plain_row and "**21.1" not in plain_row
+    assert "28.4 (control below its majority)" in majority_row
+    assert "12.5 / 28.0 (below)" in control_row and "29.0 / 28.0 |" in control_row
+    # the dataset's own majority stays the task's, not the control task's
+    assert content.agg.datasets[0].chance is None or "28.0" not in str(
+        content.agg.datasets[0].chance)

@@ -30,7 +30,7 @@ from estratos.errors import ResultsError
 from estratos.results import Located
 from estratos.results.record import Layer
 from estratos.tasks.types import GROUPS
-from estratos.vocab import RANDOM_INIT_PREFIX, RAW_FEATURES
+from estratos.vocab import CONTROL_TASK, RANDOM_INIT_PREFIX, RAW_FEATURES
 
 #: the numbers of a cell's ``information`` (bits, ``ResultRecord.information``) a report
 #: carries: the probe's held-out cross-entropy H(Y|X), the class prior's H(Y|0), and the
@@ -338,6 +338,9 @@ class Aggregate:
     #: (row, task) -> the ``erasure`` record of an erased cell (``probe --erase``; the same
     #: for every seed: the eraser and the concept's probe do not depend on it)
     erasure: Dict[Tuple[Row, str], Mapping[str, Any]] = field(default_factory=dict)
+    #: (row, task) -> seed -> the majority-class rate (%) of the labels the cell was scored
+    #: on (``ResultRecord.chance``): a control task's are its own, drawn from the seed
+    majority: Dict[Tuple[Row, str], Dict[int, float]] = field(default_factory=dict)
 
     @property
     def systems(self) -> List[System]:
@@ -466,6 +469,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     floor_compression: Dict[Tuple[Row, str], Dict[int, float]] = {}
     information: Dict[Tuple[Row, str, str], Dict[int, float]] = {}
     erasure: Dict[Tuple[Row, str], Mapping[str, Any]] = {}
+    majority: Dict[Tuple[Row, str], Dict[int, float]] = {}
     facts: Dict[str, Dict[str, Any]] = {}
     chances: Dict[str, Mapping[str, Any]] = {}
     fallbacks: Dict[str, Dict[str, None]] = {}
@@ -509,7 +513,11 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
         if d.fallback:
             fallbacks.setdefault(task, {})[str(d.fallback)] = None
         if d.chance:
-            chances.setdefault(task, d.chance)
+            if (d.control or {}).get("kind") != CONTROL_TASK:  # its labels are not the task's
+                chances.setdefault(task, d.chance)
+            rate = d.chance.get("majority")
+            if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+                majority.setdefault((row, task), {})[d.seed] = float(rate)
         test = d.test or {}
         for metric, factor in EXTRA_METRICS.items():
             value = test.get(metric)
@@ -533,7 +541,7 @@ def aggregate(records: Iterable[Located]) -> Aggregate:
     groups = sorted({ds.group for ds in datasets}, key=group_order)
     rows = sorted({row for row, _ in seeds} | {row for row, _ in undefined}, key=Row.sort_key)
     return Aggregate(rows, datasets, groups, seeds, extras, undefined, degenerate, compression,
-                     floor_compression, deterministic, information, erasure)
+                     floor_compression, deterministic, information, erasure, majority)
 
 
 def _seed_free(record: Any) -> bool:

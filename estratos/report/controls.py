@@ -5,7 +5,10 @@ it the layer knows. Three controls answer that, each read from results alone:
 
 - control-task cells (``probe --control control-task``, rows marked ``[control-task]``):
   *selectivity* = the layer's score - its control task's score (Hewitt & Liang 2019), per
-  (dataset, layer), the mean of the per-seed differences over the seeds both have.
+  (dataset, layer), the mean of the per-seed differences over the seeds both have; also
+  over the majorities, (score - task majority) - (control - the control's own majority),
+  and the control's score beside its own majority: a control below its majority (a probe
+  that learnt less than the commonest control label) is flagged, never marked best.
   Label-shuffle cells (``[label-shuffle]``) are a majority-rate floor, shown as rows of
   their own and never turned into selectivity;
 - MDL (``probe --mdl``): the compression over the uniform code and over the labels-only
@@ -98,7 +101,12 @@ def _layer_table(key: str, title: str, agg: Aggregate, system: System,
 
 
 def selectivity_tables(agg: Aggregate) -> List[Table]:
-    """Per system with control-task rows: datasets x layers of score - control score."""
+    """Per system with control-task rows, datasets x layers: the selectivity (score -
+    control score), the selectivity over the majorities ((score - the task's majority) -
+    (control score - the control's own majority), per seed), and the control's score beside
+    its own majority. A cell whose control scored below its own majority on some seed is
+    flagged in the first two and never marked best: that much of the difference is the
+    control's deficit, not what the layer holds."""
     tables = []
     own, fixed = CONTROL_TASK, control_identity(CONTROL_TASK, CONTROL_L2_TASK)
     pairs = [(system, twin) for system in agg.systems if system.control is None
@@ -106,27 +114,101 @@ def selectivity_tables(agg: Aggregate) -> List[Table]:
              if twin.control == kind and twin.without_control() == system]
     for system, twin in pairs:
         by_layer = {r.layer: r for r in agg.layers_of(twin)}
-
-        def value(row: Row, task: str, by_layer=by_layer) -> Cell:
-            control = by_layer.get(row.layer)
-            pairs = _paired_seeds(agg, row, control, task) if control else []
-            if not pairs:
-                return Cell()
-            # a difference with a one-class side is no selectivity: flagged, never best
-            flagged = _one_class(agg, row, task) or _one_class(agg, control, task)
-            return Cell(stat=Stat.of([a - b for a, b in pairs]), degenerate=flagged)
-
         same_l2 = twin.control == fixed
-        table = _layer_table(f"selectivity-{system.slug}" + ("-task-l2" if same_l2 else ""),
-                             f"Selectivity: {agg.name(system)}{system_title(system)}"
-                             + (" (control with the task's L2)" if same_l2 else ""),
-                             agg, system, value,
-                             "score - control-task score, per layer" + (
-                                 "; each control cell trained with the L2 its task cell "
-                                 "chose" if same_l2 else ""))
+        suffix = "-task-l2" if same_l2 else ""
+        l2_title = " (control with the task's L2)" if same_l2 else ""
+        l2_caption = ("; each control cell trained with the L2 its task cell chose"
+                      if same_l2 else "")
+        for key, what, over_majority, caption in (
+                ("selectivity", "Selectivity", False,
+                 f"score - control-task score, per layer{l2_caption}; {BELOW_MAJORITY_NOTE}"),
+                ("selectivity-majority", "Selectivity over the majorities", True,
+                 "(score - the task's majority rate) - (control-task score - the control "
+                 f"task's own majority rate), per seed, per layer{l2_caption}; "
+                 f"{BELOW_MAJORITY_NOTE}")):
+            def value(row: Row, task: str, by_layer=by_layer,
+                      over_majority: bool = over_majority) -> Cell:
+                control = by_layer.get(row.layer)
+                if control is None:
+                    return Cell()
+                seeds = _paired_majorities(agg, row, control, task, over_majority)
+                if not seeds:
+                    return Cell()
+                # a difference with a one-class side is no selectivity: flagged, never best
+                flagged = _one_class(agg, row, task) or _one_class(agg, control, task)
+                return Cell(stat=Stat.of([d for d, _ in seeds]), degenerate=flagged,
+                            below_majority=_below_majority(seeds))
+
+            table = _layer_table(f"{key}-{system.slug}{suffix}",
+                                 f"{what}: {agg.name(system)}{system_title(system)}{l2_title}",
+                                 agg, system, value, caption)
+            if table is not None:
+                tables.append(table)
+        table = _control_majority_table(agg, system, twin, suffix, l2_title)
         if table is not None:
             tables.append(table)
     return tables
+
+
+#: the selectivity tables' note on a flagged cell
+BELOW_MAJORITY_NOTE = ("(control below its majority) = the control task scored below the "
+                       "majority rate of its own test labels on that many seeds, so part of "
+                       "the difference is the control's deficit; never marked best")
+
+
+def _paired_majorities(agg: Aggregate, row: Row, control: Row, task: str,
+                       over_majority: bool) -> List[Tuple[float, bool]]:
+    """Per seed both rows have: (score - control score, or with ``over_majority`` each side
+    less its own majority rate; whether the control scored below its own majority). A seed
+    without a recorded majority is left out of the second reading."""
+    scores, controls = agg.seeds.get((row, task), {}), agg.seeds.get((control, task), {})
+    own, theirs = agg.majority.get((row, task), {}), agg.majority.get((control, task), {})
+    out = []
+    for seed in sorted(set(scores) & set(controls)):
+        below = seed in theirs and controls[seed] < theirs[seed]
+        if over_majority:
+            if seed not in own or seed not in theirs:
+                continue
+            diff = (scores[seed] - own[seed]) - (controls[seed] - theirs[seed])
+        else:
+            diff = scores[seed] - controls[seed]
+        out.append((diff, below))
+    return out
+
+
+def _below_majority(seeds: Sequence[Tuple[float, bool]]) -> Optional[Tuple[int, int]]:
+    k = sum(1 for _, below in seeds if below)
+    return (k, len(seeds)) if k else None
+
+
+def _control_majority_table(agg: Aggregate, system: System, twin: System, suffix: str,
+                            l2_title: str) -> Optional[Table]:
+    """Datasets x layers of the control task's score beside its own majority rate (mean
+    over seeds of each): what the first selectivity reading subtracts, and the level it
+    must be read against."""
+    rows = [r for r in agg.layers_of(twin) if r.layer is not None]
+    body = []
+    for ds in agg.datasets:
+        cells = []
+        for row in rows:
+            score, rate = agg.cell(row, ds.task), agg.majority.get((row, ds.task), {})
+            if score is None or score.mean is None or not rate:
+                cells.append(Cell(""))
+                continue
+            mean_rate = sum(rate.values()) / len(rate)
+            cells.append(Cell(f"{score.mean:.1f} / {mean_rate:.1f}"
+                              + (" (below)" if score.mean < mean_rate else "")))
+        if any(c.text for c in cells):
+            body.append([Cell(ds.group), Cell(ds.label)] + cells)
+    if not body:
+        return None
+    header = ["Group", "Dataset"] + [layer_label(r.layer) for r in rows]
+    return Table(f"control-majority-{system.slug}{suffix}",
+                 f"Control task vs its own majority: {agg.name(system)}"
+                 f"{system_title(system)}{l2_title}", header, [()] * len(header), body,
+                 caption="control-task score / the majority rate of the control task's own "
+                         "test labels (mean over seeds); (below) = the control scored below "
+                         "it")
 
 
 def mdl_tables(agg: Aggregate) -> List[Table]:

@@ -41,6 +41,9 @@ class Cell:
     #: an MDL cell: (seeds whose online code is longer than the labels-only code, seeds)
     #: when the first is > 0: the probe codes the labels worse than their frequencies alone
     below_floor: Optional[Tuple[int, int]] = None
+    #: a selectivity cell: (seeds whose control task scored below its own majority rate,
+    #: seeds) when the first is > 0: part of that selectivity is the control's deficit
+    below_majority: Optional[Tuple[int, int]] = None
     #: decimals the number is shown with
     decimals: int = DECIMALS
 
@@ -114,7 +117,8 @@ def mark_cells(cells: List[List[Cell]], columns: Sequence[int], by: str = "colum
         # partial means, one-class cells and codes below the labels-only floor are not
         # comparable scores
         line = [(r, c) for r, c in line if not cells[r][c].partial
-                and not cells[r][c].one_class and cells[r][c].below_floor is None]
+                and not cells[r][c].one_class and cells[r][c].below_floor is None
+                and cells[r][c].below_majority is None]
         present = [v for r, c in line
                    if (v := _rounded(cells[r][c].stat, decimals)) is not None]
         if len(present) < 2:  # a lone value is not "best" of anything

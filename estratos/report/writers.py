@@ -34,6 +34,8 @@ UNDEFINED = "undef."
 ONE_CLASS = "(one class)"
 #: shown after an MDL cell whose online code is longer than the labels-only code
 BELOW_FLOOR = "(below floor)"
+#: what follows a selectivity cell whose control task scored below its own majority rate
+BELOW_MAJORITY = "(control below its majority)"
 #: shown after a cell whose seeds could not differ (no spread was measured)
 DETERMINISTIC = "(deterministic)"
 LEGEND = ("Scores on the paper's scale: accuracy and F1 in %, correlations (SS) Pearson x100. "
@@ -136,6 +138,9 @@ def degenerate_text(cell: Cell) -> str:
     if cell.below_floor is not None:
         k, n = cell.below_floor
         text += f" {BELOW_FLOOR}" if k == n else f" {BELOW_FLOOR[:-1]}: {k}/{n} seeds)"
+    if cell.below_majority is not None:
+        k, n = cell.below_majority
+        text += f" {BELOW_MAJORITY}" if k == n else f" {BELOW_MAJORITY[:-1]}: {k}/{n} seeds)"
     return text
 
 
@@ -433,6 +438,8 @@ def cell_record(cell: Cell) -> Dict[str, Any]:
                         ("one_class_datasets", list(cell.one_class_datasets)
                          if cell.one_class_datasets else None),
                         ("below_floor", list(cell.below_floor) if cell.below_floor else None),
+                        ("control_below_majority", list(cell.below_majority)
+                         if cell.below_majority else None),
                         ("notes", list(cell.notes) or None)):
         if value is not None:
             out[name] = list(value) if isinstance(value, tuple) else value
