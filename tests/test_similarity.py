@@ -546,3 +546,24 @@ def test_float32_products_keep_every_streamed_measure_close_to_float64():
                     angle = M.procrustes_stats(acc.pair(1, 1, standardized), exact=exact)
                     assert angle.value < 1e-6
         assert found["float32"] == pytest.approx(found["float64"], abs=1e-5)
+
+
+def test_an_offset_dimension_carries_anisotropy_but_no_variance():
+    """Issue 48, item 2: a dimension constant over every sentence (an offset, as MiniLM's
+    [CLS] dimension 99 at layers 1-3) carries most of the anisotropy and none of the
+    variance; the geometry record says both, and names the dimensions of largest variance."""
+    import numpy as np
+
+    from estratos.similarity.geometry import _Layer, anisotropy
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 8))
+    x[:, 3] = 40.0  # the offset
+    layer = _Layer(8)
+    layer.add(x)
+    value = anisotropy(layer, x.var(axis=0))
+    first = value.detail["top_dims"][0]
+    assert first["dim"] == 3 and first["share"] > 0.9
+    assert first["variance_share"] == 0.0
+    assert value.detail["top_variance_dims"][0]["dim"] != 3
+    assert abs(sum(d["variance_share"] for d in value.detail["top_variance_dims"]) - 3 / 7) < 0.1

@@ -34,9 +34,12 @@ SIMILARITY_INTRO = (
 GEOMETRY_INTRO = (
     "Each layer's shape from `estratos geometry` (docs/similarity.md): anisotropy (mean "
     "cosine over all pairs of sentences) and the dimension contributing most to it with its "
-    "share (a rogue dimension), the largest absolute activation and its ratio to the median "
-    "(massive activations), the mean vector norm, the effective rank of the covariance "
-    "spectrum and the TwoNN intrinsic dimension (on the subsample, duplicates dropped).")
+    "share (a rogue dimension) and its share of the variance (an offset dimension carries "
+    "anisotropy but no variance, and CKA and Procrustes, which centre the data, see only "
+    "variance), the dimension with the largest variance share, the largest absolute "
+    "activation and its ratio to the median (massive activations), the mean vector norm, "
+    "the effective rank of the covariance spectrum and the TwoNN intrinsic dimension (on "
+    "the subsample, duplicates dropped).")
 
 GroupKey = Tuple[Any, ...]
 #: a model folder's last part that names nothing (its parent is shown instead)
@@ -139,20 +142,24 @@ def geometry_table(group: Sequence[MapRecord], index: int) -> Table:
     """Per layer: the geometry measures."""
     by: Dict[Tuple[Any, str], MapRecord] = {(r.layer_a, r.measure): r for r in group}
     layers = sorted({r.layer_a for r in group}, key=_layer_order)
-    header = ["Layer", "anisotropy", "top dim (share)", "max |a|", "max / median",
-              "mean norm", "effective rank", "TwoNN"]
+    header = ["Layer", "anisotropy", "top dim (share; variance share)", "top variance dim",
+              "max |a|", "max / median", "mean norm", "effective rank", "TwoNN"]
     out = []
     for la in layers:
         aniso, act, norm, erank, twonn = (by.get((la, m)) for m in (
             "anisotropy", "max-abs", "norm", "effective-rank", "twonn"))
-        top = "—"
+        top = spread = "—"
         if aniso is not None and aniso.detail.get("top_dims"):
             first = aniso.detail["top_dims"][0]
-            share = first.get("share")
-            top = f"{first['dim']} ({'undef.' if share is None else f'{share:.2f}'})"
+            share, var = first.get("share"), first.get("variance_share")
+            top = (f"{first['dim']} ({'undef.' if share is None else f'{share:.2f}'}"
+                   + ("" if var is None else f"; {var:.3f}") + ")")
+        if aniso is not None and aniso.detail.get("top_variance_dims"):
+            most = aniso.detail["top_variance_dims"][0]
+            spread = f"{most['dim']} ({most['variance_share']:.3f})"
         ratio = None if act is None else act.detail.get("ratio")
         out.append([Cell(_layer_text(la)),
-                    Cell(_fmt(aniso.value) if aniso else "—"), Cell(top),
+                    Cell(_fmt(aniso.value) if aniso else "—"), Cell(top), Cell(spread),
                     Cell(f"{act.value:.2f}" if act and act.value is not None else "—"),
                     Cell(f"{ratio:.1f}" if isinstance(ratio, (int, float)) else "—"),
                     Cell(f"{norm.value:.2f}" if norm and norm.value is not None else "—"),

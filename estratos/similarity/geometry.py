@@ -14,7 +14,9 @@ Definitions (formulas only):
   from random pairs; all pairs is its exact value); dimension k contributes
   ``((sum u_k)^2 - sum u_k^2) / (n (n - 1))`` and its share is that over the whole
   (Timkey & van Schijndel 2021's rogue dimensions); zero rows have no direction and are left
-  out (counted);
+  out (counted). Each top dimension also carries its share of the variance (the centred
+  data's, what CKA and Procrustes weigh), and the dimensions with the largest variance
+  shares are listed beside them: a share of the anisotropy can be a constant offset;
 - max / median absolute activation: massive activations (Sun et al. 2024) make the ratio
   large;
 - effective rank: ``exp(-sum p log p)`` of the covariance spectrum normalised to sum 1
@@ -109,14 +111,28 @@ class GeometryAccumulator:
         cov = self.cov[i]
         if standardized:
             cov = cov * self.inverse[i][:, None] * self.inverse[i][None, :]
-        return {"anisotropy": anisotropy(layer),
+        return {"anisotropy": anisotropy(layer, np.diag(cov)),
                 "max-abs": max_abs(layer, rows),
                 "norm": norm_profile(layer),
                 "effective-rank": effective_rank(cov),
                 "twonn": twonn(rows)}
 
 
-def anisotropy(layer: _Layer) -> Value:
+def variance_shares(variances: np.ndarray) -> np.ndarray:
+    """Each dimension's share of the total variance: its share of the centred Gram matrix's
+    trace too (the trace of the centred Gram is n times the summed variances), which is what
+    CKA, RSA on centred rows and Procrustes weigh; all zeros for a constant layer."""
+    v = np.maximum(np.asarray(variances, dtype=np.float64), 0.0)
+    total = float(v.sum())
+    return v / total if total > 0 else np.zeros_like(v)
+
+
+def anisotropy(layer: _Layer, variances: np.ndarray) -> Value:
+    """The mean cosine, its top dimensions with their share of it and their share of the
+    variance (``variances``: per dimension, any common scale), and the top dimensions by
+    variance. Why both shares: a dimension can carry most of the anisotropy as a constant
+    offset while holding none of the variance (MiniLM's [CLS] dimension 99), and measures
+    that centre the data (CKA, Procrustes) see only the variance."""
     m = layer.unit_rows
     if m < 2:
         return Value(None, "fewer than 2 sentences with a non-zero vector",
@@ -129,9 +145,14 @@ def anisotropy(layer: _Layer) -> Value:
     if math.isfinite(total):
         total = min(1.0, max(-1.0 / (m - 1), total))
     top = np.argsort(-per_dim, kind="stable")[:TOP_DIMS]
+    var = variance_shares(variances)
     shares = [{"dim": int(k), "share": (float(per_dim[k] / total) if abs(total) > 1e-12
-                                         else None)} for k in top]
-    return Value.of(total, top_dims=shares, zero_rows=layer.zero_rows)
+                                         else None),
+               "variance_share": float(var[k])} for k in top]
+    by_variance = [{"dim": int(k), "variance_share": float(var[k])}
+                   for k in np.argsort(-var, kind="stable")[:TOP_DIMS]]
+    return Value.of(total, top_dims=shares, top_variance_dims=by_variance,
+                    zero_rows=layer.zero_rows)
 
 
 def max_abs(layer: _Layer, sample: np.ndarray) -> Value:
