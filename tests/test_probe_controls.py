@@ -609,31 +609,38 @@ def test_control_task_cells_under_ci_are_explained_not_reported_as_faults(tmp_pa
     assert "as intended" in md and "no usable predictions" not in md
 
 
-def test_control_labels_keep_the_training_shares_on_every_split():
-    """The test split's control scores sit apart from the training split's (its sentences
-    hold other words): cut once at the training quantiles, its control shares drifted (a
-    probe that learnt nothing then scored below the control's own test majority); cut at
-    each split's own quantiles, every split has the training split's class shares."""
+def test_control_labels_are_one_function_of_the_words_with_the_training_shares_everywhere():
+    """A test split whose new sentences share a frequent word sits apart from the training
+    scores. Cut at the training quantiles with one draw of word values, its control shares
+    drifted (seed 1: class c 40 % of test, 20 % of train); cut at the test split's own
+    quantiles, test copies of training sentences got other labels than their originals
+    (seed 1: 31 of 100). Here each split's shares stay within 3 binomial standard errors of
+    the training split's, and every copy keeps its original's label."""
     from estratos.probe.controls import control_task
 
     rng = np.random.default_rng(1)
-    n = 1500
-    sentences = [" ".join(f"w{j}" for j in rng.integers(0, 300, size=8)) + f" u{i}"
-                 for i in range(n)]
-    # the test examples share one frequent word the others lack: their scores shift
-    sentences = [s + (" común común común" if i >= 1200 else "") for i, s in enumerate(sentences)]
-    y = np.array([0] * 500 + [1] * 300 + [2] * 200 + [0] * 100 + [1] * 60 + [2] * 40
-                 + [0] * 150 + [1] * 90 + [2] * 60)
-    ids = np.arange(n)
-    task = single_task(spec(), sentences, {"train": (ids[:1000], y[:1000]),
-                                           "dev": (ids[1000:1200], y[1000:1200]),
-                                           "test": (ids[1200:], y[1200:])}, ("a", "b", "c"))
+    plain = [" ".join(f"w{j}" for j in rng.integers(0, 300, size=8)) + f" u{i}"
+             for i in range(1200)]
+    # as long as the others (one word-count band), but three of their words are one word
+    shared = [" ".join(f"w{j}" for j in rng.integers(0, 300, size=5))
+              + f" común común común v{i}" for i in range(200)]
+    y = np.array(([0] * 5 + [1] * 3 + [2] * 2) * 150)
+    ids = np.arange(1200)
+    copies = ids[:100]  # test examples that are training sentences again
+    task = single_task(spec(), plain + shared,
+                       {"train": (ids[:1000], y[:1000]), "dev": (ids[1000:1200], y[1000:1200]),
+                        "test": (np.concatenate([copies, np.arange(1200, 1400)]), y[:300])},
+                       ("a", "b", "c"))
     for seed in (1, 2, 3):
         control = control_task(task, seed)
         train = np.bincount(control.splits["train"].labels, minlength=3) / 1000
+        assert np.abs(train - [0.5, 0.3, 0.2]).max() <= 0.001
         for name, size in (("dev", 200), ("test", 300)):
             shares = np.bincount(control.splits[name].labels, minlength=3) / size
-            assert np.abs(shares - train).max() <= 2.0 / size, (seed, name, shares, train)
+            z = np.abs(shares - train) / np.sqrt(train * (1 - train) / size)
+            assert z.max() < 3.0, (seed, name, shares, train)
+        np.testing.assert_array_equal(control.splits["test"].labels[:100],
+                                      control.splits["train"].labels[:100])
 
 
 def test_a_control_below_its_own_majority_is_flagged_and_read_over_the_majorities(tmp_path):
