@@ -50,7 +50,7 @@ from estratos.report.compare import compare_cells, p_text  # noqa: E402
 from estratos.report.intervals import StatsOptions  # noqa: E402
 from estratos.report.tables import Cell, Table  # noqa: E402
 from estratos.report.writers import ReportContent, markdown_table, value_text  # noqa: E402
-from estratos.results.similarity import MapRecord, read_maps  # noqa: E402
+from estratos.results.similarity import MapRecord, most_similar, read_maps  # noqa: E402
 
 DOCS = REPO / "docs"
 MEASUREMENTS = DOCS / "measurements"
@@ -260,13 +260,16 @@ def _stem(part: Optional[Dict]) -> Optional[str]:
     return None if not part else Path(part["path"]).stem
 
 
-def _map_values(files: Tuple[str, ...], a: str, b: Optional[str], features: str
+def _map_values(files: Tuple[str, ...], a: str, b: Optional[str], features: str,
+                residualize: Optional[str] = None
                 ) -> Dict[Tuple[str, str, str], Optional[float]]:
     """(measure, layer a, layer b) -> value of the map of cache ``a`` with ``b`` (caches named
-    by their file's stem), mean pooling, under ``features``."""
+    by their file's stem), mean pooling, under ``features``, with ``residualize`` (None:
+    the map of the vectors as they are)."""
     out = {(r.measure, str(r.layer_a), str(r.layer_b)): r.value for r in maps(files)
            if r.kind == "similarity" and _stem(r.a) == a and _stem(r.b) == (b or a)
-           and r.pooling == "mean" and r.features == features}
+           and r.pooling == "mean" and r.features == features
+           and r.settings.get("residualize") == residualize}
     if not out:
         raise DocTableError(f"no similarity records of {a} with {b or a} ({features})")
     return out
@@ -294,47 +297,139 @@ def same_layer_rows(files: Tuple[str, ...], a: str, b: str, features: str) -> st
     return "\n".join(lines) + "\n"
 
 
+def _map_records(files: Tuple[str, ...], a: str, b: str, measure: str, features: str,
+                 residualize: Optional[str] = None) -> Dict[Tuple[str, str], MapRecord]:
+    """(layer a, layer b) -> record of one measure of the map of cache ``a`` with ``b``
+    (with ``residualize``: of that map)."""
+    out = {(str(r.layer_a), str(r.layer_b)): r for r in maps(files)
+           if r.kind == "similarity" and _stem(r.a) == a and _stem(r.b) == b
+           and r.pooling == "mean" and r.features == features and r.measure == measure
+           and r.settings.get("residualize") == residualize}
+    if not out:
+        raise DocTableError(f"no {measure} records of {a} with {b} ({features})")
+    return out
+
+
 def best_layer_rows(files: Tuple[str, ...], a: str, b: str,
-                    columns: Sequence[Tuple[str, str]]) -> str:
+                    columns: Sequence[Tuple[str, str]], residualize: Optional[str] = None
+                    ) -> str:
     """Rows = layer specs of ``a``: per column (measure, features), the most similar layer of
-    ``b`` and its value (the report's "most similar layers" rule: the largest value, the
-    smallest Procrustes angle)."""
-    per = {(m, f): _map_values(files, a, b, f) for m, f in columns}
-    layers = _ordered([la for values in per.values() for (_, la, _) in values])
+    ``b`` and its value (the report's rule, ``most_similar``: the largest value, the
+    smallest Procrustes angle); where the record holds a bootstrap, its interval and the
+    layers tied with it (``~ L``: their paired difference's interval reaches 0);
+    ``residualize``: the map made with it."""
+    per = {(m, f): _map_records(files, a, b, m, f, residualize) for m, f in columns}
+    layers = _ordered([la for found in per.values() for (la, _) in found])
     lines = ["| layer of " + a + " | " + " | ".join(f"{m}, {f}" for m, f in columns) + " |",
              "| --- |" + " ---: |" * len(columns)]
     for la in layers:
         texts = []
         for m, f in columns:
-            found = [(v, lb) for (mm, aa, lb), v in per[(m, f)].items()
-                     if mm == m and aa == la and v is not None]
-            pick = (min if m == "procrustes" else max)(found, default=None)
-            texts.append("undef." if pick is None else f"{pick[1]} ({pick[0]:.2f})")
+            row = {lb: r for (aa, lb), r in per[(m, f)].items() if aa == la}
+            pick = most_similar([(lb, r.value) for lb, r in row.items()], m)
+            if pick is None:
+                texts.append("undef.")
+                continue
+            text = f"{pick[0]} ({pick[1]:.2f}"
+            boot = row[str(pick[0])].detail.get("bootstrap") or {}
+            if boot.get("lo") is not None:
+                text += f" [{boot['lo']:.2f}, {boot['hi']:.2f}]"
+            text += ")"
+            tied = [lb for lb, r in row.items() if (r.detail.get("bootstrap") or {}).get("tie")]
+            if tied:
+                text += " ~ " + ", ".join(_ordered(tied))
+            texts.append(text)
         lines.append(f"| {la} | " + " | ".join(texts) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def length_rows(files: Tuple[str, ...], a: str, b: str, features: str) -> str:
+    """Rows = layer specs both caches have: each measure of layer i of ``a`` with layer i of
+    ``b`` as they are and with length regressed out (``--residualize length``), and the
+    share of each side's variance length explained."""
+    plain = _map_values(files, a, b, features)
+    out = _map_values(files, a, b, features, "length")
+    shares = {str(r.layer_a): r.detail.get("residualized", {}) for r in maps(files)
+              if r.kind == "similarity" and _stem(r.a) == a and _stem(r.b) == b
+              and r.settings.get("residualize") == "length" and r.features == features
+              and r.measure == "linear-cka" and r.layer_a == r.layer_b}
+    header = ["linear-cka", "debiased-cka", "rsa", "mutual-knn"]
+    lines = [f"| layer | length's share of the variance: {a}, {b} | linear CKA | debiased CKA "
+             "| RSA | mutual k-NN |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for la in _ordered([la for (_, la, lb) in out if la == lb]):
+        share = shares.get(la, {})
+        cells = [f"{_v(plain.get((m, la, la)))} -> {_v(out.get((m, la, la)))}" for m in header]
+        lines.append(f"| {la} | {_share(share.get('explained_a'))}, "
+                     f"{_share(share.get('explained_b'))} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def geometry_rows(files: Tuple[str, ...], cache_name: str, pooling: str = "mean") -> str:
     """Rows = layer specs of one cache: its geometry, raw beside standardized where they
-    differ (anisotropy and its top dimensions, max / median activation, effective rank)."""
+    differ (anisotropy and its top dimensions with their shares of the anisotropy and of
+    the variance, the dimension of largest variance share, max / median activation,
+    effective rank)."""
     by = {(r.measure, r.features, str(r.layer_a)): r for r in maps(files)
           if r.kind == "geometry" and _stem(r.a) == cache_name and r.pooling == pooling}
     if not by:
         raise DocTableError(f"no geometry records of {cache_name} ({pooling})")
-    lines = ["| layer | anisotropy | top dims (share) | max \\|a\\| (dim) | max / median "
-             "| effective rank, raw | effective rank, standardized | TwoNN |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| layer | anisotropy | top dims (share of anisotropy; of variance) "
+             "| top variance dim (share of variance; of Gram) | max \\|a\\| (dim) "
+             "| max / median | effective rank, raw | effective rank, standardized | TwoNN |",
+             "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for la in _ordered([k[2] for k in by]):
         aniso, act = by[("anisotropy", RAW, la)], by[("max-abs", RAW, la)]
-        tops = ", ".join(f"{t['dim']} ({_v(t.get('share'))})"
+        tops = ", ".join(f"{t['dim']} ({_v(t.get('share'))}; {_v(t.get('variance_share'))})"
                          for t in aniso.detail.get("top_dims", [])[:2])
+        spread = [f"{t['dim']} ({_v(t.get('variance_share'))}; {_v(t.get('gram_share'))})"
+                  for t in aniso.detail.get("top_variance_dims", [])[:1]]
         ratio = act.detail.get("ratio")
         lines.append(f"| {la} | {_v(aniso.value)} | {tops or '-'} | "
+                     f"{spread[0] if spread else '-'} | "
                      f"{_v(act.value, 0)} ({act.detail.get('dim')}) | "
                      f"{_v(ratio, 0) if isinstance(ratio, (int, float)) else 'undef.'} | "
                      f"{_v(by[('effective-rank', RAW, la)].value, 1)} | "
                      f"{_v(by[('effective-rank', STD, la)].value, 1)} | "
                      f"{_v(by[('twonn', RAW, la)].value, 1)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _share(value: Optional[float]) -> str:
+    """A share as a percentage: one decimal, two below 1 %."""
+    if value is None:
+        return "undef."
+    return f"{100 * value:.2f} %" if value < 0.01 else f"{100 * value:.1f} %"
+
+
+def geometry_shares_rows(files: Tuple[str, ...], cache_name: str, pooling: str) -> str:
+    """Rows = layer specs of one cache (raw features): the anisotropy and its top dimension
+    with that dimension's share of the anisotropy, of the variance and of the centred Gram;
+    the dimension of largest variance share with its two shares; the largest activation's
+    dimension, its max / median ratio and its share of the variance (an offset carries
+    anisotropy and a large activation, and no variance)."""
+    by = {(r.measure, str(r.layer_a)): r for r in maps(files)
+          if r.kind == "geometry" and _stem(r.a) == cache_name and r.pooling == pooling
+          and r.features == RAW}
+    if not by:
+        raise DocTableError(f"no geometry records of {cache_name} ({pooling})")
+    lines = ["| layer | anisotropy | top dim: share of anisotropy, of variance, of Gram "
+             "| top variance dim: share of variance, of Gram | max / median (dim): its "
+             "share of variance |",
+             "| --- | ---: | --- | --- | --- |"]
+    for la in _ordered([k[1] for k in by]):
+        aniso, act = by[("anisotropy", la)], by[("max-abs", la)]
+        tops = aniso.detail.get("top_dims") or []
+        spread = aniso.detail.get("top_variance_dims") or []
+        first = (f"{tops[0]['dim']}: {_share(tops[0].get('share'))}, "
+                 f"{_share(tops[0].get('variance_share'))}, "
+                 f"{_share(tops[0].get('gram_share'))}") if tops else "-"
+        most = (f"{spread[0]['dim']}: {_share(spread[0].get('variance_share'))}, "
+                f"{_share(spread[0].get('gram_share'))}") if spread else "-"
+        ratio = act.detail.get("ratio")
+        lines.append(f"| {la} | {_v(aniso.value, 3)} | {first} | {most} | "
+                     f"{_v(ratio, 0) if isinstance(ratio, (int, float)) else 'undef.'} "
+                     f"({act.detail.get('dim')}): {_share(act.detail.get('variance_share'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -450,6 +545,12 @@ def _tables_list() -> List[DocTable]:
     out.append(DocTable("similarity-minilm-e5", "similarity.md", SIMILARITY,
                         lambda: best_layer_rows(SIMILARITY, "minilm", "e5", [
                             ("linear-cka", RAW), ("linear-cka", STD), ("rsa", RAW)])))
+    out.append(DocTable("similarity-minilm-control-length", "similarity.md", SIMILARITY,
+                        lambda: length_rows(SIMILARITY, "minilm", "minilm-random", RAW)))
+    out.append(DocTable("similarity-minilm-e5-length", "similarity.md", SIMILARITY,
+                        lambda: best_layer_rows(SIMILARITY, "minilm", "e5", [
+                            ("linear-cka", RAW), ("linear-cka", STD), ("rsa", RAW)],
+                            residualize="length")))
     out.append(DocTable("similarity-smollm2-minilm", "similarity.md", SIMILARITY,
                         lambda: best_layer_rows(SIMILARITY, "smollm2", "minilm", [
                             ("linear-cka", RAW), ("linear-cka", STD), ("rsa", RAW),
@@ -477,6 +578,11 @@ def _tables_list() -> List[DocTable]:
                                 ERASURE, key, pooling="mean", features=STD, erase=erase)))
     out.append(DocTable("geometry-smollm2", "similarity.md", GEOMETRY,
                         lambda: geometry_rows(GEOMETRY, "smollm2")))
+    for name, cache_name, pooling in (("geometry-minilm-cls", "minilm", "cls"),
+                                      ("geometry-e5", "e5", "mean")):
+        out.append(DocTable(name, "similarity.md", GEOMETRY,
+                            lambda c=cache_name, p=pooling: geometry_shares_rows(
+                                GEOMETRY, c, p)))
     return out
 
 

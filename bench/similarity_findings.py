@@ -10,13 +10,25 @@
 2. builds multilingual-e5-small and SmolLM2-135M-Instruct with the shared tools and encodes four
    caches in WORK: the packaged all-MiniLM-L6-v2, its random-init control (``--random-init 0``),
    e5 and SmolLM2 (``--dtype bfloat16``); an existing cache is kept;
-3. runs the four maps (MiniLM with itself, with its control, with e5; SmolLM2 with MiniLM) and
-   the geometry of each cache (MiniLM's ``cls`` too), mean pooling, the default subsample, and
-   writes their records to OUT/similarity.jsonl and OUT/geometry.jsonl (replaced);
+3. runs the four maps (MiniLM with itself, with its control, with e5; SmolLM2 with MiniLM),
+   MiniLM's maps with its control and with e5 again with ``--residualize length``, and the
+   geometry of each cache (MiniLM's ``cls`` too), mean pooling, the default subsample and
+   resamples, and writes their records to OUT/similarity.jsonl and OUT/geometry.jsonl
+   (replaced);
 4. prints each command's wall time.
 
 ``--numbers`` only reads OUT's records and prints the figures docs/similarity.md quotes, per
 comparison (what the findings' prose is checked against after a rerun).
+
+``--drop-dim 99`` reads WORK's MiniLM cache (``cls`` pooling) and prints, per measure, how
+much the layer x layer map changes when that one dimension is left out of every layer
+(linear CKA over every sentence, RSA and mutual k-NN on the default subsample): what an
+offset dimension does to measures that centre the data and to those that do not.
+
+``--compare-bootstrap FULL.jsonl`` compares the linear CKA intervals and ties of OUT's
+records with those of the same map in FULL (made with another ``--max-sentences``, e.g.
+every sentence resampled): the ratio of their interval widths and paired-difference widths,
+and how many tie decisions agree.
 """
 
 from __future__ import annotations
@@ -54,12 +66,16 @@ def built(tool: Path, folder: Path) -> str:
 
 def records(path: Path) -> Dict[Tuple[Any, ...], Dict[str, Any]]:
     """Each record of ``path`` by (caches, pooling, measure, features, layer a, layer b); a
-    cache is named by its file's stem."""
+    cache is named by its file's stem (the second one followed by ``[length out]`` in a map
+    made with ``--residualize length``)."""
     found = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         r = json.loads(line)
-        caches = (Path(r["a"]["path"]).stem,
-                  Path(r["b"]["path"]).stem if r.get("b") else None)
+        residualized = (r.get("settings") or {}).get("residualize")
+        other = Path(r["b"]["path"]).stem if r.get("b") else None
+        if other is not None and residualized:
+            other += f" [{residualized} out]"
+        caches = (Path(r["a"]["path"]).stem, other)
         found[(caches, r["pooling"], r["measure"], r["features"], str(r["layer_a"]),
                str(r["layer_b"]))] = r
     return found
@@ -101,16 +117,79 @@ def numbers(out: Path) -> None:
                 key = ((cache, None), pooling)
                 an = geo[(*key, "anisotropy", features, la, "None")]
                 mx = geo[(*key, "max-abs", features, la, "None")]
-                tops = ", ".join(f"{t['dim']}:{(t['share'] or 0):.2f}"
-                                 for t in an["detail"].get("top_dims", []))
+                tops = ", ".join(
+                    f"{t['dim']}:{(t['share'] or 0):.2f}/var {(t.get('variance_share') or 0):.4f}"
+                    f"/gram {(t.get('gram_share') or 0):.4f}"
+                    for t in an["detail"].get("top_dims", []))
+                tops += " | top var " + ", ".join(
+                    f"{t['dim']}:{t['variance_share']:.4f}/gram {t.get('gram_share') or 0:.4f}"
+                    for t in an["detail"].get("top_variance_dims", []))
                 ratio = mx["detail"].get("ratio")
                 tw = geo[(*key, "twonn", features, la, "None")]
                 print(f"  {features:12s} layer {la:>3}: anisotropy {value(geo, *key, 'anisotropy', features, la, 'None')} [{tops}]"  # noqa: E501
                       f" max-abs {value(geo, *key, 'max-abs', features, la, 'None')} dim "
                       f"{mx['detail'].get('dim')} ratio {ratio and round(ratio, 1)}"
+                      f" (var {mx['detail'].get('variance_share')})"
                       f" eff-rank {value(geo, *key, 'effective-rank', features, la, 'None')}"
                       f" twonn {value(geo, *key, 'twonn', features, la, 'None')}"
                       f" dup {tw['detail'].get('duplicates')}")
+
+
+def drop_dim(work: Path, dim: int, seed: int, pooling: str = "cls") -> None:
+    """Print the largest change of each measure of MiniLM's layer x layer map (layers 1 to
+    the last; layer 0's ``cls`` is constant) when dimension ``dim`` is left out."""
+    import numpy as np
+
+    from estratos.cache import open_cache
+    from estratos.similarity import measures as M
+    from estratos.similarity.config import DEFAULT_K, DEFAULT_MAX_SENTENCES
+
+    sentences = select_sentences(work / "sentences.txt")
+    with open_cache(work / "minilm.h5") as reader:
+        rows = reader.rows_for(sentences.sentences)
+        specs = [s for s in reader.states if s != 0]
+        block = reader.read(rows, pooling, states=specs).astype(np.float64)
+    sample = sentences.subsample(DEFAULT_MAX_SENTENCES, seed)
+    kept = [k for k in range(block.shape[2]) if k != dim]
+    changes: Dict[str, List[float]] = {"linear-cka": [], "rsa": [], "mutual-knn": []}
+    for i in range(len(specs)):
+        for j in range(i + 1, len(specs)):
+            x, y = block[:, i], block[:, j]
+            xd, yd = x[:, kept], y[:, kept]
+            pairs = {"linear-cka": (M.linear_cka, x, y, xd, yd),
+                     "rsa": (M.rsa, x[sample], y[sample], xd[sample], yd[sample]),
+                     "mutual-knn": (lambda a, b: M.mutual_knn(a, b, DEFAULT_K), x[sample],
+                                    y[sample], xd[sample], yd[sample])}
+            for name, (fn, a, b, ad, bd) in pairs.items():
+                changes[name].append(abs(fn(a, b).value - fn(ad, bd).value))
+    print(f"minilm {pooling}, layers {specs[0]}-{specs[-1]} pairwise, dimension {dim} "
+          "left out: largest change " + ", ".join(
+              f"{name} {max(found):.4f}" for name, found in changes.items()))
+
+
+def compare_bootstrap(out: Path, full: Path) -> None:
+    """Print how OUT's linear CKA intervals and ties compare with FULL's, pair by pair (the
+    pairs both hold, by caches, features and layers)."""
+    import numpy as np
+
+    def cka(path: Path) -> Dict[Tuple[Any, ...], Dict[str, Any]]:
+        return {k[:2] + k[3:]: r["detail"]["bootstrap"] for k, r in records(path).items()
+                if k[2] == "linear-cka" and "bootstrap" in r["detail"]}
+
+    ours, theirs = cka(out / "similarity.jsonl"), cka(full)
+    shared = [k for k in theirs if k in ours and "lo" in theirs[k] and "lo" in ours[k]]
+    widths = np.array([(ours[k]["hi"] - ours[k]["lo"]) / (theirs[k]["hi"] - theirs[k]["lo"])
+                       for k in shared])
+    paired = [k for k in shared if "difference" in ours[k] and "difference" in theirs[k]]
+    diffs = np.array([(ours[k]["difference"]["hi"] - ours[k]["difference"]["lo"])
+                      / (theirs[k]["difference"]["hi"] - theirs[k]["difference"]["lo"])
+                      for k in paired])
+    agree = sum(ours[k].get("tie") == theirs[k].get("tie") for k in paired)
+    print(f"{len(shared)} intervals: width ratio median {np.median(widths):.2f}, 10th-90th "
+          f"percentile {np.percentile(widths, 10):.2f}-{np.percentile(widths, 90):.2f}; "
+          f"{len(paired)} paired differences: width ratio median {np.median(diffs):.2f}, "
+          f"{np.percentile(diffs, 10):.2f}-{np.percentile(diffs, 90):.2f}; "
+          f"tie decisions agree on {agree} of {len(paired)}")
 
 
 def main() -> None:
@@ -123,9 +202,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1111)
     parser.add_argument("--numbers", action="store_true",
                         help="only print the figures the findings quote, from OUT's records")
+    parser.add_argument("--drop-dim", type=int, default=None, metavar="DIM",
+                        help="only print how MiniLM's cls map changes without dimension DIM")
+    parser.add_argument("--compare-bootstrap", type=Path, default=None, metavar="FULL",
+                        help="only compare OUT's linear CKA intervals and ties with FULL's")
     args = parser.parse_args()
     if args.numbers:
         numbers(args.out)
+        return
+    if args.compare_bootstrap is not None:
+        compare_bootstrap(args.out, args.compare_bootstrap)
+        return
+    if args.drop_dim is not None:
+        drop_dim(args.work, args.drop_dim, args.seed)
         return
     if not args.data_dir.is_dir():
         sys.exit(f"{args.data_dir}: no benchmark data here (give --data-dir)")
@@ -161,7 +250,11 @@ def main() -> None:
         ["similarity", "--cache", str(caches["minilm"])],
         ["similarity", "--cache", str(caches["minilm"]), "--other", str(caches["minilm-random"])],
         ["similarity", "--cache", str(caches["minilm"]), "--other", str(caches["e5"])],
-        ["similarity", "--cache", str(caches["smollm2"]), "--other", str(caches["minilm"])]]
+        ["similarity", "--cache", str(caches["smollm2"]), "--other", str(caches["minilm"])],
+        ["similarity", "--cache", str(caches["minilm"]), "--other", str(caches["minilm-random"]),
+         "--residualize", "length"],
+        ["similarity", "--cache", str(caches["minilm"]), "--other", str(caches["e5"]),
+         "--residualize", "length"]]
     for words in runs:
         seconds = estratos(*words, *common, "--out", str(similarity))
         print(f"{' '.join(Path(w).stem if w.endswith('.h5') else w for w in words)}: "

@@ -168,7 +168,8 @@ def test_every_option_is_in_its_commands_help(command, config_cls):
                     "random_init": 5, "batch_tokens": 100}),
     (BaselineConfig, {"baselines": "length-tokens,tfidf", "seeds": "2"}),
     (MapConfig, {"layers": "0,avg", "measures": "rsa,linear-cka", "features": ["raw"],
-                 "max_sentences": 100, "seed": 3, "k": 5, "products": "float64"}),
+                 "max_sentences": 100, "seed": 3, "k": 5, "products": "float64",
+                 "bootstrap": 50, "bootstrap_seed": 7}),
 ])
 def test_the_command_line_written_parses_back_to_the_same_configuration(config_cls, given):
     config = config_cls.build(**given)

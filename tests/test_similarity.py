@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -567,3 +568,257 @@ def test_an_offset_dimension_carries_anisotropy_but_no_variance():
     assert first["variance_share"] == 0.0
     assert value.detail["top_variance_dims"][0]["dim"] != 3
     assert abs(sum(d["variance_share"] for d in value.detail["top_variance_dims"]) - 3 / 7) < 0.1
+
+
+def test_variance_and_gram_shares_equal_their_plain_references_and_an_offset_holds_none():
+    """Issue 48, item 2: through the streamed accumulator, each named dimension's share of
+    the variance (of the centred Gram's trace) and of the centred Gram's squared Frobenius
+    norm (linear CKA's normalisation) equal their n x n references; a dimension with one
+    large value in every sentence (an offset) carries most of the anisotropy and the
+    largest activation, and none of the variance or the Gram."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(300, 12)) * np.linspace(0.5, 3.0, 12)
+    x[:, 5] = 60.0  # the offset: same value in every sentence
+    acc = G.GeometryAccumulator(layer_moments(_chunks([x], 64)), "float64")
+    for c in _chunks([x], 64):
+        acc.add(c)
+    found = acc.measures(0, False, x)
+    xc = x - x.mean(0)
+    xc[:, 5] = 0.0
+    k = xc @ xc.T  # the centred Gram, n x n
+    var_ref = np.array([xc[:, j] @ xc[:, j] for j in range(12)]) / np.trace(k)
+    gram_ref = np.array([xc[:, j] @ k @ xc[:, j] for j in range(12)]) / np.sum(k * k)
+    aniso, act = found["anisotropy"], found["max-abs"]
+    offset = aniso.detail["top_dims"][0]
+    assert offset["dim"] == 5 and offset["share"] > 0.9
+    assert offset["variance_share"] == 0.0 and offset["gram_share"] == 0.0
+    assert act.detail["dim"] == 5 and act.detail["variance_share"] == 0.0
+    assert act.detail["gram_share"] == 0.0 and act.detail["ratio"] > 10
+    for d in aniso.detail["top_dims"] + aniso.detail["top_variance_dims"]:
+        assert d["variance_share"] == pytest.approx(var_ref[d["dim"]], abs=TOL)
+        assert d["gram_share"] == pytest.approx(gram_ref[d["dim"]], abs=TOL)
+    assert [d["dim"] for d in aniso.detail["top_variance_dims"]] == list(
+        np.argsort(-var_ref)[:3])
+    # a constant layer has no variance to share: no shares, no dimension of largest share
+    still = np.repeat(x[:1], 50, axis=0)
+    acc = G.GeometryAccumulator(layer_moments([[still]]), "float64")
+    acc.add([still])
+    constant = acc.measures(0, False, still)
+    assert constant["anisotropy"].detail["top_variance_dims"] == []
+    assert constant["anisotropy"].detail["top_dims"][0]["variance_share"] is None
+    assert constant["max-abs"].detail["gram_share"] is None
+    # dropping the offset leaves CKA with any other layer unchanged: CKA centres it away
+    y = x @ rng.normal(size=(12, 7))
+    assert M.linear_cka(np.delete(x, 5, axis=1), y).value == pytest.approx(
+        M.linear_cka(x, y).value, abs=1e-12)
+
+
+# ---- linear CKA on resampled sentences (issue 48, item 5) ------------------------------------
+
+def test_resampled_cka_equals_cka_of_the_resampled_rows():
+    from estratos.similarity import bootstrap as B
+
+    x, y = _related(9, n=150)
+    z = x[:, :5] ** 2
+    weights = np.vstack([np.ones((1, 150), np.float32), B.resample_weights(150, 6, 3)])
+    assert (weights.sum(axis=1) == 150).all()
+    two = B.resampled_cka([x, z], [y], weights)
+    one = B.resampled_cka([x, z, y], None, weights)
+    for b in range(7):
+        rows = np.repeat(np.arange(150), weights[b].astype(int))
+        for i, a in enumerate((x, z)):
+            expected = ref_linear_cka(a[rows], y[rows])
+            assert two[b, i, 0] == pytest.approx(expected, abs=1e-6)
+            assert one[b, i, 2] == pytest.approx(expected, abs=1e-6)
+        assert one[b, 0, 0] == pytest.approx(1.0, abs=1e-6)
+    again = B.resample_weights(150, 6, 3)
+    assert (again == weights[1:]).all()
+    assert not (B.resample_weights(150, 6, 4) == weights[1:]).all()
+
+
+def test_a_close_runner_up_is_a_tie_and_a_distant_one_is_not():
+    """Row 0 of x against three layers: y0 and y1 equally related to x (a tie whichever
+    wins), y2 much less (never tied); the interval holds the value over every sentence."""
+    from estratos.similarity import bootstrap as B
+
+    rng = np.random.default_rng(5)
+    n = 400
+    x = rng.normal(size=(n, 6))
+    ys = [x @ rng.normal(size=(6, 6)) + 1.0 * rng.normal(size=(n, 6)) for _ in range(2)]
+    ys.append(x @ rng.normal(size=(6, 6)) + 6.0 * rng.normal(size=(n, 6)))
+    weights = B.resample_weights(n, 300, 0)
+    drawn = B.resampled_cka([x], ys, weights)
+    full = np.array([[M.linear_cka(x, y).value for y in ys]])
+    found = B.cka_intervals(full, drawn, n, n, within=False)[0]
+    best = int(np.argmax(full[0, :2]))
+    assert found[best]["best"] and found[1 - best]["tie"] and not found[2]["tie"]
+    assert found[2]["difference"]["lo"] > 0
+    for j, entry in enumerate(found):
+        assert entry["lo"] <= full[0, j] <= entry["hi"] and entry["resamples"] == 300
+        assert entry["level"] == 0.95 and entry["scale"] == 1.0
+    # a subsample of m of n sentences: the spread is rescaled by sqrt(m / n)
+    scaled = B.cka_intervals(full, drawn, n, 4 * n, within=False)[0]
+    assert scaled[2]["scale"] == 0.5
+    assert scaled[2]["hi"] - scaled[2]["lo"] == pytest.approx(
+        (found[2]["hi"] - found[2]["lo"]) / 2, rel=1e-9)
+
+
+def test_similarity_records_linear_ckas_interval_and_ties_seeded(caches, tmp_path):
+    a, b, listed, _ = caches
+    common = ["similarity", "--cache", a, "--other", b, "--sentences", listed,
+              "--measures", "linear-cka,rsa", "--max-sentences", 60, "--bootstrap", 50]
+    first, second = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    assert _run(common + ["--out", first]).exit_code == 0
+    assert _run(common + ["--out", second]).exit_code == 0
+    records = [json.loads(line) for line in first.read_text().splitlines()]
+    assert first.read_text().count('"bootstrap"') == second.read_text().count('"bootstrap"')
+    cka = [r for r in records if r["measure"] == "linear-cka"]
+    for r in cka:
+        boot = r["detail"]["bootstrap"]
+        assert r["settings"]["bootstrap"] == {"resamples": 50, "seed": 0, "level": 0.95,
+                                              "size": 60, "sample_seed": 1111}
+        assert boot["lo"] <= r["value"] <= boot["hi"] and boot["scale"] == pytest.approx(
+            math.sqrt(60 / 100))
+    assert [r["detail"] for r in cka] == [
+        json.loads(line)["detail"] for line in second.read_text().splitlines()
+        if json.loads(line)["measure"] == "linear-cka"]
+    for la in (0, 1, 2):  # one best per row, the others tied or not
+        row = [r["detail"]["bootstrap"] for r in cka if r["layer_a"] == la
+               and r["features"] == "raw"]
+        assert sum(bool(d.get("best")) for d in row) == 1
+        assert all("tie" in d for d in row if not d.get("best"))
+    assert all("bootstrap" not in r["detail"] for r in records if r["measure"] == "rsa")
+    other_seed = tmp_path / "three.jsonl"
+    assert _run(common + ["--out", other_seed, "--bootstrap-seed", 7]).exit_code == 0
+    seeded = [json.loads(line) for line in other_seed.read_text().splitlines()]
+    assert {r["settings"]["bootstrap"]["seed"] for r in seeded
+            if r["measure"] == "linear-cka"} == {7}
+    none = tmp_path / "none.jsonl"
+    assert _run(common + ["--out", none, "--bootstrap", 0]).exit_code == 0
+    plain = [json.loads(line) for line in none.read_text().splitlines()]
+    assert all("bootstrap" not in r["detail"] and "bootstrap" not in r["settings"]
+               for r in plain)
+    report = tmp_path / "report"
+    assert _run(["report", "--out", report, "--similarity", first,
+                 "--format", "md"]).exit_code == 0
+    text = (report / "report.md").read_text()
+    assert re.search(r"\d \(\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", text), text
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--bootstrap", "-1"], "--bootstrap: must be at least 0, got -1"),
+    (["--bootstrap", "x"], "'x' is not a valid integer"),
+    (["--bootstrap-seed", "1.5"], "'1.5' is not a valid integer"),
+])
+def test_bad_bootstrap_options_are_one_error_line_and_write_nothing(caches, tmp_path, extra,
+                                                                    message):
+    a, b, listed, _ = caches
+    out = tmp_path / "sim.jsonl"
+    result = _run(["similarity", "--cache", a, "--other", b, "--sentences", listed, "--out",
+                   out, *extra])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], result.output
+    assert not out.exists()
+
+
+# ---- a covariate regressed out: --residualize length (issue 48, item 4) ----------------------
+
+def _length_caches(tmp_path, n=240):
+    """Two caches of the same sentences, other tokenizers (token counts differ), whose
+    layer 1 is length alone plus independent noise, and layer 0 shares a signal."""
+    rng = np.random.default_rng(3)
+    sentences = toy_sentences(n)
+    na = rng.integers(3, 60, size=n)
+    nb = np.maximum(1, (na * rng.uniform(0.8, 1.4, size=n)).astype(int))
+    shared = rng.normal(size=(n, 4))
+    length = np.stack([na, na ** 2 / 60.0, np.log(na)], axis=1)
+    va = np.empty((n, 2, 6), dtype=np.float32)
+    vb = np.empty((n, 2, 5), dtype=np.float32)
+    va[:, 0] = np.c_[shared, rng.normal(size=(n, 2))]
+    vb[:, 0] = shared @ rng.normal(size=(4, 5)) + 0.3 * rng.normal(size=(n, 5))
+    va[:, 1] = length @ rng.normal(size=(3, 6)) + 0.05 * rng.normal(size=(n, 6))
+    vb[:, 1] = np.log(nb)[:, None] * rng.normal(size=(1, 5)) + 0.05 * rng.normal(size=(n, 5))
+    a = write_cache(tmp_path / "la.h5", sentences, va, n_tokens=na)
+    b = write_cache(tmp_path / "lb.h5", sentences[::-1], vb[::-1], n_tokens=nb[::-1],
+                    model="test/other")
+    listed = tmp_path / "ls.txt"
+    listed.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    return a, b, listed, va, vb, na, nb
+
+
+def _residuals(x, covariates):
+    design = np.c_[np.ones(len(x)), covariates]
+    coef = np.linalg.lstsq(design, x, rcond=None)[0]
+    return x - design @ coef
+
+
+def test_residualize_length_takes_length_out_of_every_measure(tmp_path):
+    a, b, listed, va, vb, na, nb = _length_caches(tmp_path)
+    common = ["similarity", "--cache", a, "--other", b, "--sentences", listed,
+              "--products", "float64", "--bootstrap", 20]
+    plain, res = tmp_path / "plain.jsonl", tmp_path / "res.jsonl"
+    assert _run(common + ["--out", plain]).exit_code == 0
+    result = _run(common + ["--out", res, "--residualize", "length"])
+    assert result.exit_code == 0, result.output
+
+    def values(path):
+        return {(r["measure"], r["features"], r["layer_a"], r["layer_b"]): r
+                for r in map(json.loads, path.read_text().splitlines())}
+
+    before, after = values(plain), values(res)
+    # length's layers agree before (both are length), not after; the shared signal stays
+    assert before[("linear-cka", "raw", 1, 1)]["value"] > 0.5
+    assert after[("linear-cka", "raw", 1, 1)]["value"] < 0.1
+    assert after[("linear-cka", "raw", 0, 0)]["value"] > 0.5
+    # the residualized value is CKA of the least-squares residuals on both caches'
+    # n, n^2, log n (an intercept too), computed one shot
+    covariates = np.c_[na, na ** 2, np.log(na), nb, nb ** 2, np.log(nb)].astype(float)
+    for i in (0, 1):
+        for j in (0, 1):
+            x, y = _residuals(va[:, i], covariates), _residuals(vb[:, j], covariates)
+            r = after[("linear-cka", "raw", i, j)]
+            assert r["value"] == pytest.approx(M.linear_cka(x, y).value, abs=1e-5)
+            assert r["settings"]["residualize"] == "length"
+            assert r["detail"]["bootstrap"]["lo"] <= r["value"] <= r["detail"]["bootstrap"]["hi"]
+            explained = r["detail"]["residualized"]
+            xa = va[:, i].astype(float)
+            total = ((xa - xa.mean(0)) ** 2).sum()
+            assert explained["explained_a"] == pytest.approx(
+                1 - (_residuals(xa, covariates) ** 2).sum() / total, abs=1e-5)
+            assert explained["covariates"] == 6
+            assert after[("rsa", "raw", i, j)]["settings"]["residualize"] == "length"
+    assert all("residualize" not in r["settings"] and "residualized" not in r["detail"]
+               for r in before.values())
+    # both in one file are two maps, not one: the report shows them apart
+    both = tmp_path / "both.jsonl"
+    both.write_text(plain.read_text() + res.read_text(), encoding="utf-8")
+    report = tmp_path / "report"
+    assert _run(["report", "--out", report, "--similarity", both,
+                 "--format", "md"]).exit_code == 0
+    text = (report / "report.md").read_text()
+    assert "length regressed out" in text
+
+
+def test_one_tokenizer_gives_three_covariates_and_a_constant_length_none():
+    from estratos.similarity.residualize import length_covariates, orthonormal_basis
+
+    counts = np.array([3, 5, 8, 13, 21, 34])
+    basis = orthonormal_basis(length_covariates([counts, counts]))
+    assert basis.shape == (6, 3)
+    assert np.allclose(basis.T @ basis, np.eye(3)) and np.allclose(basis.sum(axis=0), 0)
+    assert orthonormal_basis(length_covariates([np.full(6, 7)])).shape == (6, 0)
+
+
+def test_a_bad_residualize_is_one_error_line_and_writes_nothing(caches, tmp_path):
+    a, b, listed, _ = caches
+    out = tmp_path / "sim.jsonl"
+    result = _run(["similarity", "--cache", a, "--other", b, "--sentences", listed, "--out",
+                   out, "--residualize", "lenght"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "--residualize" in errors[0] and "length" in errors[0]
+    assert not out.exists()
+    result = _run(["geometry", "--cache", a, "--sentences", listed, "--out", out,
+                   "--residualize", "length"])
+    assert result.exit_code == 2 and not out.exists()

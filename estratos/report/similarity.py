@@ -15,11 +15,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from estratos.report.tables import Cell, Table
 from estratos.report.writers import Section
-from estratos.results.similarity import MapRecord
+from estratos.results.similarity import DISTANCES, MapRecord, most_similar
 from estratos.vocab import AVG
 
-#: measures where a smaller value means more similar (a distance)
-DISTANCES = ("procrustes",)
 #: how each measure is named in tables and figures
 MEASURE_LABELS = {"linear-cka": "linear CKA", "debiased-cka": "debiased CKA",
                   "procrustes": "Procrustes angle (rad)", "rsa": "RSA (Spearman)",
@@ -29,14 +27,21 @@ SIMILARITY_INTRO = (
     "of the first cache: the layer of the other cache (within one cache: another layer) "
     "that is most similar under each measure, and its value (Procrustes: the smallest "
     "angle). CKA and Procrustes use every sentence; RSA and mutual k-NN a seeded subsample "
-    "(its size is in the records). A few high-variance dimensions can dominate CKA on raw "
-    "features: compare with the standardized reading before concluding.")
+    "(its size is in the records). Linear CKA recorded with `--bootstrap` shows its "
+    "interval over resampled sentences, [lo, hi], and the layers tied with the most "
+    "similar one (their paired difference's interval reaches 0): a tie means another "
+    "sample of sentences could rank them the other way. A map made with `--residualize "
+    "length` is a table of its own (token counts regressed out of every layer first). A "
+    "few high-variance dimensions "
+    "can dominate CKA on raw features: compare with the standardized reading before "
+    "concluding.")
 GEOMETRY_INTRO = (
     "Each layer's shape from `estratos geometry` (docs/similarity.md): anisotropy (mean "
     "cosine over all pairs of sentences) and the dimension contributing most to it with its "
     "share (a rogue dimension) and its share of the variance (an offset dimension carries "
     "anisotropy but no variance, and CKA and Procrustes, which centre the data, see only "
-    "variance), the dimension with the largest variance share, the largest absolute "
+    "variance), the dimension with the largest variance share and its share of the "
+    "centred Gram's squared norm (what linear CKA normalises by), the largest absolute "
     "activation and its ratio to the median (massive activations), the mean vector norm, "
     "the effective rank of the covariance spectrum and the TwoNN intrinsic dimension (on "
     "the subsample, duplicates dropped).")
@@ -81,7 +86,7 @@ def _groups(records: Sequence[MapRecord], kind: str) -> Dict[GroupKey, List[MapR
         if r.kind != kind:
             continue
         key = (_identity(r.a), _identity(r.b), r.pooling, r.features,
-               r.sentences.get("digest"))
+               r.sentences.get("digest"), r.settings.get("residualize"))
         out.setdefault(key, []).append(r)
     return out
 
@@ -90,8 +95,10 @@ def _title(first: MapRecord) -> str:
     a = cache_label(first.a)
     pair = a if first.b is None or _identity(first.b) == _identity(first.a) \
         else f"{a} vs {cache_label(first.b)}"
+    residualized = first.settings.get("residualize")
     return (f"{pair}, {first.pooling} pooling, {first.features} features, "
-            f"{first.sentences.get('n')} sentences")
+            f"{first.sentences.get('n')} sentences"
+            + (f", {residualized} regressed out" if residualized else ""))
 
 
 def _fmt(value: Optional[float]) -> str:
@@ -119,23 +126,39 @@ def matrices(group: Sequence[MapRecord]) -> Tuple[List[Any], List[Any], Dict[str
 def most_similar_table(group: Sequence[MapRecord], index: int) -> Table:
     """Per layer of A, the most similar layer of B under each measure."""
     rows, _, values = matrices(group)
+    records = {(r.measure, r.layer_a, r.layer_b): r for r in group}
     within = group[0].b is None or _identity(group[0].b) == _identity(group[0].a)
     header = ["Layer"] + [MEASURE_LABELS[m] for m in values]
     out = []
     for la in rows:
         line = [Cell(_layer_text(la))]
         for m, cells in values.items():
-            found = [(v, lb) for (a, lb), v in cells.items()
-                     if a == la and v is not None and not (within and lb == la)]
-            if not found:
+            pick = most_similar([(lb, v) for (a, lb), v in cells.items()
+                                 if a == la and not (within and lb == la)], m)
+            if pick is None:
                 line.append(Cell("—"))
                 continue
-            pick = (min if m in DISTANCES else max)(found, key=lambda t: t[0])
-            line.append(Cell(f"{_layer_text(pick[1])} ({_fmt(pick[0])})"))
+            line.append(Cell(f"{_layer_text(pick[0])} ({_fmt(pick[1])}"
+                             + _uncertainty(records, m, la, pick[0]) + ")"))
         out.append(line)
     other = "the other layers of this cache" if within else cache_label(group[0].b)
     return Table(f"similarity-{index}", _title(group[0]), header, [()] * len(header), out,
                  caption=f"each cell: the most similar layer among {other} (its value)")
+
+
+def _uncertainty(records: Mapping[Tuple[Any, Any, Any], MapRecord], measure: str, la: Any,
+                 best: Any) -> str:
+    """`` [lo, hi]; tie: L, ...`` of a most similar layer whose record holds a bootstrap
+    (the layers whose paired difference with it reaches 0), else nothing."""
+    boot = records[(measure, la, best)].detail.get("bootstrap") or {}
+    if boot.get("lo") is None or boot.get("hi") is None:
+        return ""
+    tied = [lb for (m, a, lb), r in records.items() if m == measure and a == la
+            and (r.detail.get("bootstrap") or {}).get("tie")]
+    text = f" [{boot['lo']:.3f}, {boot['hi']:.3f}]"
+    if tied:
+        text += "; tie: " + ", ".join(_layer_text(t) for t in sorted(tied, key=_layer_order))
+    return text
 
 
 def geometry_table(group: Sequence[MapRecord], index: int) -> Table:
@@ -156,7 +179,9 @@ def geometry_table(group: Sequence[MapRecord], index: int) -> Table:
                    + ("" if var is None else f"; {var:.3f}") + ")")
         if aniso is not None and aniso.detail.get("top_variance_dims"):
             most = aniso.detail["top_variance_dims"][0]
-            spread = f"{most['dim']} ({most['variance_share']:.3f})"
+            gram = most.get("gram_share")
+            spread = (f"{most['dim']} ({most['variance_share']:.3f}"
+                      + ("" if gram is None else f"; Gram {gram:.3f}") + ")")
         ratio = None if act is None else act.detail.get("ratio")
         out.append([Cell(_layer_text(la)),
                     Cell(_fmt(aniso.value) if aniso else "—"), Cell(top), Cell(spread),

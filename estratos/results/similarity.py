@@ -44,9 +44,25 @@ CACHE_FIELDS = ("model", "revision", "random_init", "prompt", "path", "n_states"
 #: the parts that make two caches' vectors different systems (a record's identity)
 CACHE_IDENTITY = ("model", "revision", "random_init", "prompt")
 
+#: measures where a smaller value means more similar (a distance)
+DISTANCES = ("procrustes",)
+
 Layer = Union[int, str, None]
 MapKey = Tuple[Any, ...]
 PathLike = Union[str, os.PathLike]
+
+
+def most_similar(candidates: Iterable[Tuple[Layer, Optional[float]]], measure: str
+                 ) -> Optional[Tuple[Layer, float]]:
+    """The most similar layer among ``(layer, value)`` candidates, with its value: the
+    largest value (the smallest for a distance, :data:`DISTANCES`), the first in the given
+    order among equal values; None when no value is defined. The one rule behind the
+    report's "most similar layers" and the ties ``estratos similarity`` records."""
+    defined = [(layer, value) for layer, value in candidates if value is not None]
+    if not defined:
+        return None
+    pick = min if measure in DISTANCES else max
+    return pick(defined, key=lambda c: c[1])
 
 
 def cache_part(identity: Mapping[str, Any]) -> Dict[str, Any]:
@@ -229,5 +245,5 @@ def append_maps(path: PathLike, records: Iterable[MapRecord], *, skip_done: bool
         return written
 
 
-__all__ = ["CACHE_FIELDS", "MAP_KINDS", "MAP_SCHEMA", "Layer", "MapKey", "MapRecord", "append_maps",
-           "cache_part", "done_map_keys", "read_maps"]
+__all__ = ["CACHE_FIELDS", "DISTANCES", "MAP_KINDS", "MAP_SCHEMA", "Layer", "MapKey", "MapRecord",
+           "append_maps", "cache_part", "done_map_keys", "most_similar", "read_maps"]

@@ -5,7 +5,10 @@
   Procrustes from d x d cross-products streamed over chunks (:mod:`.streaming`), RSA and
   mutual k-NN on a seeded subsample; formulas in :mod:`.measures`.
 - :func:`geometry_maps` (``estratos geometry``): per layer anisotropy and its rogue
-  dimensions, massive activations, norms, effective rank and TwoNN (:mod:`.geometry`).
+  dimensions, each dimension's share of the variance, massive activations, norms, effective
+  rank and TwoNN (:mod:`.geometry`).
+- :mod:`.bootstrap`: linear CKA on resampled sentences (intervals, ties between most similar
+  layers); :mod:`.residualize`: a covariate (sentence length) regressed out of every layer.
 - :mod:`.sentences`: the sentence set, its digest and subsample, each cache's rows.
 
 Records are :class:`estratos.results.similarity.MapRecord` lines. Names are imported on

@@ -19,7 +19,7 @@ from estratos.errors import OptionError
 from estratos.options import parse_layers, positive
 from estratos.optiontable import OptionPair, Role, check_fields, option, to_options
 from estratos.registry import unknown_name
-from estratos.vocab import ALL_LAYERS, CACHE_POOLINGS, DEFAULT_SEED, FEATURES
+from estratos.vocab import ALL_LAYERS, BOOTSTRAP_SEED, CACHE_POOLINGS, DEFAULT_SEED, FEATURES
 
 #: every similarity measure, in the order records and the report show them
 SIMILARITY_MEASURES: Tuple[str, ...] = ("linear-cka", "debiased-cka", "procrustes", "rsa",
@@ -30,8 +30,15 @@ PRODUCTS: Tuple[str, ...] = ("float32", "float64")
 DEFAULT_MAX_SENTENCES = 2000
 #: ``--k``: neighbours of mutual k-NN (Huh et al. 2024 use 10)
 DEFAULT_K = 10
+#: ``--bootstrap``: resamples of the subsample behind each linear CKA's interval and the
+#: ties between most similar layers (:mod:`estratos.similarity.bootstrap`)
+DEFAULT_BOOTSTRAP = 200
+#: what ``--residualize`` can regress out of every layer
+#: (:mod:`estratos.similarity.residualize`)
+RESIDUALIZE: Tuple[str, ...] = ("length",)
 #: the options only ``similarity`` takes (``geometry`` reads one cache, every measure)
-SIMILARITY_ONLY: Tuple[str, ...] = ("other_layers", "measures", "k")
+SIMILARITY_ONLY: Tuple[str, ...] = ("other_layers", "measures", "k", "bootstrap",
+                                    "bootstrap_seed", "residualize")
 
 
 def parse_choices(option: str, given: Union[str, Sequence[str], None],
@@ -63,10 +70,15 @@ def _features(value: Union[str, Sequence[str]]) -> Tuple[str, ...]:
     return parse_choices("--features", value, FEATURES)
 
 
-def _seed(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise OptionError(f"--seed: {value!r} is not an integer")
-    return int(value)
+def _integer(flag: str, at_least: Optional[int] = None) -> Any:
+    """The check of an integer option (at least ``at_least`` when given), naming ``flag``."""
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise OptionError(f"{flag}: {value!r} is not an integer")
+        if at_least is not None and value < at_least:
+            raise OptionError(f"{flag}: must be at least {at_least}, got {value!r}")
+        return int(value)
+    return check
 
 
 def _names(value: Sequence[str]) -> str:
@@ -99,10 +111,21 @@ class MapConfig:
         DEFAULT_MAX_SENTENCES, "--max-sentences", "Size of the seeded subsample that the "
         "sentence x sentence measures read (it is recorded).",
         check=positive("--max-sentences"), click_type=integer)
-    seed: int = option(DEFAULT_SEED, "--seed", "Seed of the subsample.", check=_seed,
-                       click_type=integer)
+    seed: int = option(DEFAULT_SEED, "--seed", "Seed of the subsample.",
+                       check=_integer("--seed"), click_type=integer)
     k: int = option(DEFAULT_K, "--k", "Neighbours of mutual-knn.",
                     check=positive("--k"), click_type=integer)
+    bootstrap: int = option(
+        DEFAULT_BOOTSTRAP, "--bootstrap", "Resamples of the subsample's sentences behind each "
+        "linear CKA's interval and the ties between most similar layers (0: none; "
+        "recorded).", check=_integer("--bootstrap", 0), click_type=integer)
+    bootstrap_seed: int = option(
+        BOOTSTRAP_SEED, "--bootstrap-seed", "Seed of the resampling (recorded).",
+        check=_integer("--bootstrap-seed"), click_type=integer)
+    residualize: Optional[str] = option(
+        None, "--residualize", "Regress this out of every layer before measuring: length "
+        "(each cache's token count of each sentence: n, n^2, log n; both caches' when "
+        "two). Recorded.", choices=RESIDUALIZE)
     products: str = option(
         "float32", "--products", "Precision of each chunk's products (summed in float64 "
         "either way).", choices=PRODUCTS)
@@ -120,5 +143,6 @@ class MapConfig:
         return to_options(self)
 
 
-__all__ = ["DEFAULT_K", "DEFAULT_MAX_SENTENCES", "PRODUCTS", "SIMILARITY_MEASURES",
-           "SIMILARITY_ONLY", "MapConfig", "parse_choices"]
+__all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_K", "DEFAULT_MAX_SENTENCES", "PRODUCTS",
+           "RESIDUALIZE", "SIMILARITY_MEASURES", "SIMILARITY_ONLY", "MapConfig",
+           "parse_choices"]

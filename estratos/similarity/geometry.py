@@ -14,9 +14,18 @@ Definitions (formulas only):
   from random pairs; all pairs is its exact value); dimension k contributes
   ``((sum u_k)^2 - sum u_k^2) / (n (n - 1))`` and its share is that over the whole
   (Timkey & van Schijndel 2021's rogue dimensions); zero rows have no direction and are left
-  out (counted). Each top dimension also carries its share of the variance (the centred
-  data's, what CKA and Procrustes weigh), and the dimensions with the largest variance
-  shares are listed beside them: a share of the anisotropy can be a constant offset;
+  out (counted). That contribution is about ``mean(u_k)^2``: an offset (a dimension with
+  the same large value in every sentence carries it) counts as much as a spread. Each top
+  dimension also carries its share of the variance and of the centred Gram, and the
+  dimensions with the largest variance shares are listed beside them;
+- a dimension's share of the variance: ``C_kk / tr C`` with ``C = X~^T X~`` (X~ the rows
+  centred over the sentences), which is also its share of the trace of the centred Gram
+  ``K = X~ X~^T``, Procrustes's normalisation (``|X~|_F^2 = tr K``); its share of the centred
+  Gram (``gram_share``): ``sum_l C_kl^2 / |C|_F^2``, its part of ``|K|_F^2 = |C|_F^2``,
+  linear CKA's normalisation (``sum_l C_kl^2 = x~_k^T K x~_k``). CKA and Procrustes centre
+  the data, so these shares, not the anisotropy share or the max / median ratio, say how
+  much of what they compare one dimension holds; RSA's correlation distance and mutual
+  k-NN's cosine do not centre over sentences, so an offset reaches them (a little);
 - max / median absolute activation: massive activations (Sun et al. 2024) make the ratio
   large;
 - effective rank: ``exp(-sum p log p)`` of the covariance spectrum normalised to sum 1
@@ -30,7 +39,7 @@ Definitions (formulas only):
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -111,8 +120,9 @@ class GeometryAccumulator:
         cov = self.cov[i]
         if standardized:
             cov = cov * self.inverse[i][:, None] * self.inverse[i][None, :]
-        return {"anisotropy": anisotropy(layer, np.diag(cov)),
-                "max-abs": max_abs(layer, rows),
+        gram = gram_shares(cov)
+        return {"anisotropy": anisotropy(layer, np.diag(cov), gram),
+                "max-abs": max_abs(layer, rows, np.diag(cov), gram),
                 "norm": norm_profile(layer),
                 "effective-rank": effective_rank(cov),
                 "twonn": twonn(rows)}
@@ -120,19 +130,42 @@ class GeometryAccumulator:
 
 def variance_shares(variances: np.ndarray) -> np.ndarray:
     """Each dimension's share of the total variance: its share of the centred Gram matrix's
-    trace too (the trace of the centred Gram is n times the summed variances), which is what
-    CKA, RSA on centred rows and Procrustes weigh; all zeros for a constant layer."""
+    trace too (the trace of the centred Gram is n times the summed variances), which
+    Procrustes normalises by; all zeros for a constant layer."""
     v = np.maximum(np.asarray(variances, dtype=np.float64), 0.0)
     total = float(v.sum())
     return v / total if total > 0 else np.zeros_like(v)
 
 
-def anisotropy(layer: _Layer, variances: np.ndarray) -> Value:
+def gram_shares(cov: np.ndarray) -> np.ndarray:
+    """Each dimension's share of the centred Gram's squared Frobenius norm,
+    ``sum_l C_kl^2 / |C|_F^2`` for ``C = X~^T X~`` (``|X~ X~^T|_F = |C|_F``: what linear
+    CKA normalises by); all zeros for a constant layer."""
+    c = np.asarray(cov, dtype=np.float64)
+    rows = np.einsum("kl,kl->k", c, c)
+    total = float(rows.sum())
+    return rows / total if total > 0 and math.isfinite(total) else np.zeros(len(c))
+
+
+def _shares(k: int, var: np.ndarray, gram: Optional[np.ndarray]
+            ) -> Dict[str, Optional[float]]:
+    """Dimension k's shares as a record's detail holds them: None when the layer is
+    constant (no variance to share)."""
+    constant = not var.any()
+    found: Dict[str, Optional[float]] = {"variance_share": None if constant else float(var[k])}
+    if gram is not None:
+        found["gram_share"] = None if constant else float(gram[k])
+    return found
+
+
+def anisotropy(layer: _Layer, variances: np.ndarray, gram: Optional[np.ndarray] = None
+               ) -> Value:
     """The mean cosine, its top dimensions with their share of it and their share of the
-    variance (``variances``: per dimension, any common scale), and the top dimensions by
-    variance. Why both shares: a dimension can carry most of the anisotropy as a constant
-    offset while holding none of the variance (MiniLM's [CLS] dimension 99), and measures
-    that centre the data (CKA, Procrustes) see only the variance."""
+    variance (``variances``: per dimension, any common scale) and of the centred Gram
+    (``gram``: :func:`gram_shares`, when given), and the top dimensions by variance. Why
+    both shares: a dimension can carry most of the anisotropy as a constant offset while
+    holding none of the variance (MiniLM's [CLS] dimension 99), and measures that centre
+    the data (CKA, Procrustes) see only the variance."""
     m = layer.unit_rows
     if m < 2:
         return Value(None, "fewer than 2 sentences with a non-zero vector",
@@ -147,19 +180,25 @@ def anisotropy(layer: _Layer, variances: np.ndarray) -> Value:
     top = np.argsort(-per_dim, kind="stable")[:TOP_DIMS]
     var = variance_shares(variances)
     shares = [{"dim": int(k), "share": (float(per_dim[k] / total) if abs(total) > 1e-12
-                                         else None),
-               "variance_share": float(var[k])} for k in top]
-    by_variance = [{"dim": int(k), "variance_share": float(var[k])}
-                   for k in np.argsort(-var, kind="stable")[:TOP_DIMS]]
+                                         else None), **_shares(k, var, gram)} for k in top]
+    by_variance = [{"dim": int(k), **_shares(k, var, gram)}
+                   for k in np.argsort(-var, kind="stable")[:TOP_DIMS]] if var.any() else []
     return Value.of(total, top_dims=shares, top_variance_dims=by_variance,
                     zero_rows=layer.zero_rows)
 
 
-def max_abs(layer: _Layer, sample: np.ndarray) -> Value:
+def max_abs(layer: _Layer, sample: np.ndarray, variances: Optional[np.ndarray] = None,
+            gram: Optional[np.ndarray] = None) -> Value:
+    """The largest absolute activation, its dimension and its ratio to the subsample's
+    median; given ``variances`` (and ``gram``), that dimension's share of the variance (and
+    of the centred Gram): a massive activation that is the same in every sentence is an
+    offset, which CKA and Procrustes centre away."""
     median = float(np.median(np.abs(sample))) if sample.size else 0.0
     ratio = layer.max_abs / median if median > 0 else None
+    extra = ({} if variances is None
+             else _shares(layer.max_dim, variance_shares(variances), gram))
     return Value.of(layer.max_abs, dim=layer.max_dim, median_abs=median, ratio=ratio,
-                    median_of=len(sample))
+                    median_of=len(sample), **extra)
 
 
 def norm_profile(layer: _Layer) -> Value:
@@ -217,4 +256,4 @@ def twonn(x: np.ndarray) -> Value:
 
 
 __all__ = ["GEOMETRY_MEASURES", "GeometryAccumulator", "anisotropy", "effective_rank",
-           "max_abs", "norm_profile", "twonn"]
+           "gram_shares", "max_abs", "norm_profile", "twonn", "variance_shares"]

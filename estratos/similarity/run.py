@@ -34,8 +34,10 @@ from estratos.results.similarity import (
     done_map_keys,
 )
 from estratos.similarity import measures as M
+from estratos.similarity.bootstrap import LEVEL, cka_intervals, resample_weights, resampled_cka
 from estratos.similarity.config import MapConfig
 from estratos.similarity.geometry import GEOMETRY_MEASURES, GeometryAccumulator
+from estratos.similarity.residualize import Residualizer, length_covariates, orthonormal_basis
 from estratos.similarity.sentences import SentenceSet, cache_rows, select_sentences
 from estratos.similarity.streaming import CrossProducts, Moments, layer_moments
 from estratos.vocab import AVG, STANDARDIZED_FEATURES, LayerSpec, utc_now
@@ -57,20 +59,24 @@ PathLike = Union[str, os.PathLike]
 
 @dataclass
 class Side:
-    """One cache's part of a run: the reader, its layer specs and each sentence's row."""
+    """One cache's part of a run: the reader, its layer specs and each sentence's row; with
+    ``residual`` (``--residualize``, fitted), every read gives the layers' residuals."""
 
     reader: Any
     layers: Tuple[LayerSpec, ...]
     rows: np.ndarray
+    residual: Optional[Residualizer] = None
 
     @property
     def part(self) -> Dict[str, Any]:
         return cache_part(self.reader.identity())
 
     def read(self, positions: np.ndarray, pooling: str) -> List[np.ndarray]:
-        """The layers' (c, d) float32 rows of the sentences at ``positions``."""
+        """The layers' (c, d) float32 rows of the sentences at ``positions`` (their
+        residuals when ``residual`` is set)."""
         block = self.reader.read(self.rows[positions], pooling, states=list(self.layers))
-        return [block[:, i, :] for i in range(len(self.layers))]
+        xs = [block[:, i, :] for i in range(len(self.layers))]
+        return xs if self.residual is None else self.residual.apply(positions, xs)
 
 
 def _layers(reader: Any, text: str, option: str) -> Tuple[LayerSpec, ...]:
@@ -254,7 +260,10 @@ def similarity_maps(cache: PathLike, out: PathLike, config: Optional[MapConfig] 
         builder = _Records("similarity", a, b, pool, sentences)
         sample_pos = sentences.subsample(size, seed)
         sample = {"size": len(sample_pos), "of": n, "seed": seed}
-        planned = [builder.make(m, i, j, f, None, _settings(m, products, k),
+        resampling = _Resampling(config.bootstrap, config.bootstrap_seed, len(sample_pos),
+                                 seed)
+        planned = [builder.make(m, i, j, f, None,
+                                _settings(m, products, k, resampling, config.residualize),
                                 sample if m in SAMPLED else None)
                    for m in chosen for f in feats for i in a.layers for j in pair.lb]
         done: Set[Any] = set() if overwrite else done_map_keys(out)
@@ -263,7 +272,7 @@ def similarity_maps(cache: PathLike, out: PathLike, config: Optional[MapConfig] 
         values = _similarity_values(
             pair, [m for m in chosen if m in STREAMED and m in todo],
             [m for m in chosen if m in SAMPLED and m in todo], sample_pos, products, k,
-            run.timings)
+            run.timings, resampling, config.residualize)
         records = [builder.make(r.measure, r.layer_a, r.layer_b, r.features,
                                 values.get((r.measure, r.features, r.layer_a, r.layer_b)),
                                 r.settings, r.sample)
@@ -271,12 +280,37 @@ def similarity_maps(cache: PathLike, out: PathLike, config: Optional[MapConfig] 
     return _finish(run, out, records, overwrite, started, len(planned))
 
 
-def _settings(measure: str, products: str, k: int) -> Dict[str, Any]:
-    """The settings a similarity record of ``measure`` holds (what its value depends on
-    beyond the layers and features)."""
+@dataclass(frozen=True)
+class _Resampling:
+    """``--bootstrap`` resamples (0: none) of the subsample (``size`` sentences drawn with
+    ``sample_seed``) with ``seed``: linear CKA's intervals and ties
+    (:mod:`estratos.similarity.bootstrap`)."""
+
+    resamples: int
+    seed: int
+    size: int
+    sample_seed: int
+
+    def settings(self) -> Dict[str, Any]:
+        """What a linear CKA record holds of it (its interval depends on all of it)."""
+        return {"resamples": self.resamples, "seed": self.seed, "level": LEVEL,
+                "size": self.size, "sample_seed": self.sample_seed}
+
+
+def _settings(measure: str, products: str, k: int, resampling: Optional[_Resampling] = None,
+              residualize: Optional[str] = None) -> Dict[str, Any]:
+    """The settings a similarity record of ``measure`` holds (what its value and its
+    interval depend on beyond the layers and features)."""
+    found: Dict[str, Any] = {}
     if measure in STREAMED:
-        return {"products": products}
-    return {"k": k} if measure == "mutual-knn" else {}
+        found["products"] = products
+        if measure == "linear-cka" and resampling is not None and resampling.resamples:
+            found["bootstrap"] = resampling.settings()
+    elif measure == "mutual-knn":
+        found["k"] = k
+    if residualize is not None:
+        found["residualize"] = residualize
+    return found
 
 
 @dataclass
@@ -352,31 +386,81 @@ class _Subsample:
 
 def _similarity_values(pair: _Pair, streamed: Sequence[str], sampled: Sequence[str],
                        sample_pos: np.ndarray, products: str, k: int,
-                       timings: Dict[str, float]) -> Dict[Tuple[Any, ...], M.Value]:
+                       timings: Dict[str, float], resampling: Optional[_Resampling] = None,
+                       residualize: Optional[str] = None) -> Dict[Tuple[Any, ...], M.Value]:
     """The value of every (measure, features, layer, layer) still to do: a first pass for
     each layer's moments (needed by the streamed measures, and by the sampled ones to
     standardize; it picks the subsample's rows on its way), then the streamed measures'
-    cross-products, then the sampled measures on the subsample ``sample_pos``."""
+    cross-products, linear CKA's intervals from resamples of the subsample (``resampling``),
+    then the sampled measures on the subsample ``sample_pos``. With ``residualize``, a pass
+    before them all fits the covariates' regression (:func:`_residualize`), and every read
+    after it gives residuals."""
     values: Dict[Tuple[Any, ...], M.Value] = {}
+    if residualize is not None and (streamed or sampled):
+        with _timed(timings, "residualize"):
+            _residualize(pair)
     moments_a: Optional[List[Moments]] = None
     moments_b: Optional[List[Moments]] = None
     subsample = _Subsample(sample_pos, pair.n)
+    boot = resampling is not None and resampling.resamples > 0 and "linear-cka" in streamed
     if streamed or (sampled and STANDARDIZED_FEATURES in pair.feats):
         with _timed(timings, "moments"):
             chunks = pair.stream()
-            if sampled:
+            if sampled or boot:
                 chunks = subsample.picking(pair.order, chunks)
             moments_a, moments_b = _moments(chunks,
                                             None if pair.b is None else len(pair.a.layers))
     if streamed and moments_a is not None:
         _streamed(values, pair, streamed, moments_a, moments_b, products, timings)
+    if boot and resampling is not None:
+        with _timed(timings, "bootstrap"):
+            rows_a = subsample.read(0, pair.a, pair.pool)
+            rows_b = None if pair.b is None else subsample.read(1, pair.b, pair.pool)
+            _intervals(values, pair, resampling, rows_a, rows_b, moments_a, moments_b)
     if sampled:
         with _timed(timings, "sampled measures"):
             rows_a = subsample.read(0, pair.a, pair.pool)
             rows_b = None if pair.b is None else subsample.read(1, pair.b, pair.pool)
             _sampled(values, sampled, pair.feats, pair.a.layers, pair.lb, rows_a, rows_b,
                      moments_a, moments_b, k)
+    if pair.a.residual is not None:
+        _explained(values, pair)
     return values
+
+
+def _residualize(pair: _Pair) -> None:
+    """``--residualize length``: each side's token counts (both sides' between two caches)
+    as covariates, one pass over every sentence to fit each layer's regression on them
+    (:class:`estratos.similarity.residualize.Residualizer`), then each side reads
+    residuals."""
+    sides = [side for side in (pair.a, pair.b) if side is not None]
+    basis = orthonormal_basis(length_covariates(
+        [side.reader.token_counts(side.rows) for side in sides]))
+    fits = [Residualizer(basis, len(side.layers)) for side in sides]
+    for positions, chunk in zip(_chunks(pair.n, pair.order),
+                                _stream(sides, pair.n, pair.order, pair.pool)):
+        for f, xs in zip(fits, chunk):
+            assert xs is not None
+            f.add(positions, xs)
+    for side, f in zip(sides, fits):
+        f.finish()
+        side.residual = f
+
+
+def _explained(values: Dict[Tuple[Any, ...], M.Value], pair: _Pair) -> None:
+    """Each value's ``detail.residualized``: the share of each side's layer variance the
+    covariates explained (what was taken out before measuring)."""
+    ra = pair.a.residual
+    rb = ra if pair.b is None else pair.b.residual
+    assert ra is not None and rb is not None
+    index_a = {la: i for i, la in enumerate(pair.a.layers)}
+    index_b = {lb: j for j, lb in enumerate(pair.lb)}
+    for key, v in list(values.items()):
+        _, _, la, lb = key
+        values[key] = M.Value(v.value, v.undefined, {**v.detail, "residualized": {
+            "explained_a": ra.explained[index_a[la]],
+            "explained_b": rb.explained[index_b[lb]],
+            "covariates": int(ra.basis.shape[1])}})
 
 
 def _streamed(values: Dict[Tuple[Any, ...], M.Value], pair: _Pair, measures: Sequence[str],
@@ -404,6 +488,34 @@ def _streamed(values: Dict[Tuple[Any, ...], M.Value], pair: _Pair, measures: Seq
         for (f, i, j), found in zip(pairs, _each(measured, pairs)):
             for m, v in zip(measures, found):
                 values[(m, f, pair.a.layers[i], pair.lb[j])] = v
+
+
+def _intervals(values: Dict[Tuple[Any, ...], M.Value], pair: _Pair, resampling: _Resampling,
+               rows_a: List[np.ndarray], rows_b: Optional[List[np.ndarray]],
+               moments_a: Optional[Sequence[Moments]], moments_b: Optional[Sequence[Moments]]
+               ) -> None:
+    """Linear CKA's interval and ties (:func:`estratos.similarity.bootstrap.cka_intervals`)
+    added to the detail of each linear CKA value, per reading, from resamples of the
+    subsample's rows (standardized with the whole set's statistics)."""
+    weights = resample_weights(len(rows_a[0]), resampling.resamples, resampling.seed)
+    for f in pair.feats:
+        std = f == STANDARDIZED_FEATURES
+        xs = _scaled(rows_a, moments_a, std)
+        ys = None if rows_b is None else _scaled(rows_b, moments_b, std)
+        drawn = resampled_cka(xs, ys, weights, _each)
+        full = np.full(drawn.shape[1:], np.nan)
+        for i, la in enumerate(pair.a.layers):
+            for j, lb in enumerate(pair.lb):
+                v = values.get(("linear-cka", f, la, lb))
+                if v is not None and v.value is not None:
+                    full[i, j] = v.value
+        found = cka_intervals(full, drawn, len(rows_a[0]), pair.n, pair.b is None)
+        for i, la in enumerate(pair.a.layers):
+            for j, lb in enumerate(pair.lb):
+                v = values.get(("linear-cka", f, la, lb))
+                if v is not None and found[i][j] is not None:
+                    values[("linear-cka", f, la, lb)] = M.Value(
+                        v.value, v.undefined, {**v.detail, "bootstrap": found[i][j]})
 
 
 def _moments(chunks: Iterator[List[Optional[List[np.ndarray]]]], split: Optional[int]
