@@ -191,6 +191,25 @@ def write_toml_task(folder: Path, n: int, informative: Sequence[int], train: int
     return folder / "toy.toml", write_cache(folder / "c.h5", sentences, vec)
 
 
+def assert_probe_refuses(folder: Path, args: Sequence[str], message: str) -> None:
+    """``estratos probe`` on a toy task file and cache in ``folder`` with ``args`` fails as
+    bad input must: exit 2, one ``Error:`` line holding ``message``, no results file and no
+    predictions folder."""
+    from click.testing import CliRunner
+
+    from estratos.cli import cli
+
+    task_file, cache = write_toml_task(folder, 120, informative=(1,), train=80, dev=20)
+    out = folder / "r.jsonl"
+    res = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--task-file",
+                                   str(task_file), "--out", str(out), "--classifier", "lbfgs",
+                                   *args])
+    assert res.exit_code == 2, res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], res.output
+    assert not out.exists() and not (folder / "r.predictions").exists()
+
+
 class WorkerFailingLoader:
     """Toy tasks built in memory (picklable: it is sent to each worker with the error). In
     a worker process, not the parent, task ``fail`` raises ``error``. The parent is one of

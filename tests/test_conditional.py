@@ -11,10 +11,8 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-from probe_toys import toy_similarity_tasks, toy_split_task, write_cache, write_toml_task
+from probe_toys import assert_probe_refuses, toy_similarity_tasks, toy_split_task, write_cache
 
-from estratos.cli import cli
 from estratos.errors import OptionError
 from estratos.probe.baseline import fitted_matrix, given_features, split_matrix
 from estratos.probe.conditional import given_layer, given_layers, group_given
@@ -177,12 +175,4 @@ def test_a_correlation_task_is_refused_before_anything_is_written(tmp_path):
     (["--given", "0", "--erase", "length"], "--given: not with --erase"),
 ])
 def test_bad_given_is_one_error_line_and_nothing_written(tmp_path, args, message):
-    task_file, cache = write_toml_task(tmp_path, 120, informative=(1,), train=80, dev=20)
-    out = tmp_path / "r.jsonl"
-    res = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--task-file",
-                                   str(task_file), "--out", str(out), "--classifier", "lbfgs",
-                                   *args])
-    assert res.exit_code == 2, res.output
-    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1 and message in errors[0], res.output
-    assert not out.exists() and not (tmp_path / "r.predictions").exists()
+    assert_probe_refuses(tmp_path, args, message)

@@ -11,10 +11,8 @@ import math
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-from probe_toys import toy_split_task, write_cache, write_toml_task
+from probe_toys import assert_probe_refuses, toy_split_task, write_cache
 
-from estratos.cli import cli
 from estratos.probe.config import ProbeConfig
 from estratos.probe.erasure import (
     LENGTH_BINS,
@@ -141,15 +139,7 @@ def test_a_random_erasure_removes_a_subspace_of_its_rank(length_toy, tmp_path):
     (["--erase", "size"], "--erase: unknown concept 'size'"),
 ])
 def test_bad_erase_is_one_error_line_and_nothing_written(tmp_path, args, message):
-    task_file, cache = write_toml_task(tmp_path, 120, informative=(1,), train=80, dev=20)
-    out = tmp_path / "r.jsonl"
-    res = CliRunner().invoke(cli, ["probe", "--cache", str(cache), "--task-file",
-                                   str(task_file), "--out", str(out), "--classifier", "lbfgs",
-                                   *args])
-    assert res.exit_code == 2, res.output
-    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1 and message in errors[0], res.output
-    assert not out.exists() and not (tmp_path / "r.predictions").exists()
+    assert_probe_refuses(tmp_path, args, message)
 
 
 def test_the_report_shows_the_concept_probe_after_erasure_beside_its_majority(length_toy,

@@ -80,9 +80,8 @@ def given_layers(given: str, layers: Sequence[LayerSpec], requested: object,
     state the cache lacks is an :class:`OptionError` naming ``--given``; under ``prev``,
     layer specs with no stored state below (0, ``avg``) are left out of ``--layers all``
     and refused when asked for by name (``requested``: the ``--layers`` value)."""
-    if is_baseline(given) or given in (AVG, GIVEN_PREVIOUS):
-        pass
-    elif int(given) >= n_states or int(given) not in stored:
+    fixed_state = not is_baseline(given) and given not in (AVG, GIVEN_PREVIOUS)
+    if fixed_state and (int(given) >= n_states or int(given) not in stored):
         raise OptionError(f"--given: hidden state {given} is not in the cache: it stores "
                           f"{', '.join(map(str, stored))} and {AVG}")
     if given != GIVEN_PREVIOUS:

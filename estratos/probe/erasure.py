@@ -100,9 +100,9 @@ def _bins(values: Mapping[str, np.ndarray], train: str, name: str, task: str
 def concept_of(task: TaskData, concept: str, token_counts: Optional[np.ndarray]) -> Concept:
     """The concept ``--erase`` names, for ``task`` (``token_counts``: each sentence's
     token count from the cache, for ``length``)."""
-    train = get_protocol(task.protocol).train_split
-    if train is None or train not in task.splits or train == get_protocol(
-            task.protocol).scored_split:
+    protocol = get_protocol(task.protocol)
+    train = protocol.train_split
+    if train is None or train not in task.splits or train == protocol.scored_split:
         raise OptionError(f"--erase: {task.spec.id} has no training split apart from the "
                           "examples it scores (nested k-fold on one pool): the eraser would "
                           "see the test examples")

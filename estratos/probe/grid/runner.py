@@ -189,11 +189,7 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[TaskSpec], out: os.P
         specs = _trained_only(specs, "--control", "has no control")
     elif config.features != RAW_FEATURES:
         specs = _trained_only(specs, "--features", "reads raw vectors")
-    for flag, value in (("--given", config.given), ("--erase", config.erase)):
-        if value is not None:
-            _classification_only(specs, flag)
-    if config.given is not None:
-        _dev_selection_only(specs)
+    _check_conditions(specs, config)
     ids = [spec.id for spec in specs]
     if len(set(ids)) != len(ids):
         raise OptionError(f"--tasks: a task is selected twice ({', '.join(ids)})")
@@ -244,30 +240,34 @@ def plan_run(cache_path: os.PathLike | str, specs: Sequence[TaskSpec], out: os.P
     return plan
 
 
-def _classification_only(specs: Sequence[TaskSpec], flag: str) -> None:
-    """Refuse ``flag`` (``--given``, ``--erase``) for tasks that are not classified: their
-    probes give no class probabilities to measure bits with, and have no classes to erase
-    (one :class:`OptionError` naming them all)."""
+def _refuse_tasks(specs: Sequence[TaskSpec], flag: str, fits: Callable[[Any], bool],
+                  needs: str, is_: str, are: str) -> None:
+    """One :class:`OptionError` naming every task whose protocol does not ``fit`` ``flag``:
+    ``"FLAG: NEEDS; TASK IS ... (leave it out of --tasks)"`` (``are`` for several)."""
     from estratos.protocols import get_protocol
 
-    other = [spec.id for spec in specs if get_protocol(spec.protocol).trains != Role.CLASSIFIER]
+    other = [spec.id for spec in specs if not fits(get_protocol(spec.protocol))]
     if other:
-        raise OptionError(f"{flag}: classification tasks only; {', '.join(other)} "
-                          f"{'is' if len(other) == 1 else 'are'} scored by correlation (leave "
-                          f"{'it' if len(other) == 1 else 'them'} out of --tasks)")
+        one = len(other) == 1
+        raise OptionError(f"{flag}: {needs}; {', '.join(other)} {is_ if one else are} (leave "
+                          f"{'it' if one else 'them'} out of --tasks)")
 
 
-def _dev_selection_only(specs: Sequence[TaskSpec]) -> None:
-    """Refuse ``--given`` for tasks whose protocol chooses L2 by cross-validation: the
-    conditional probes choose it by dev cross-entropy, which needs a dev split of their own
+def _check_conditions(specs: Sequence[TaskSpec], config: ProbeConfig) -> None:
+    """``--given`` and ``--erase`` need classified tasks (class probabilities to measure
+    bits with, classes to erase); ``--given`` also a dev split of the protocol's own, since
+    its probes choose L2 by dev cross-entropy
     (:attr:`~estratos.protocols.Protocol.selects_on_dev`)."""
-    from estratos.protocols import get_protocol
-
-    other = [spec.id for spec in specs if not get_protocol(spec.protocol).selects_on_dev]
-    if other:
-        raise OptionError(f"--given: tasks with a dev split only (the probes choose L2 by dev "
-                          f"cross-entropy); {', '.join(other)} choose it by k-fold "
-                          "cross-validation (leave them out of --tasks)")
+    for flag, value in (("--given", config.given), ("--erase", config.erase)):
+        if value is not None:
+            _refuse_tasks(specs, flag, lambda p: p.trains == Role.CLASSIFIER,
+                          "classification tasks only", "is scored by correlation",
+                          "are scored by correlation")
+    if config.given is not None:
+        _refuse_tasks(specs, "--given", lambda p: p.selects_on_dev,
+                      "tasks with a dev split only (the probes choose L2 by dev cross-entropy)",
+                      "chooses it by k-fold cross-validation",
+                      "choose it by k-fold cross-validation")
 
 
 def _task_cells_l2(plan: RunPlan, files: Sequence[Union[str, Path]]
