@@ -16,6 +16,15 @@ two ``--repeats`` times and keeping each one's best, and prints both, per step, 
     python bench/probe_step.py --probe wordcontent --profile   # torch profiler, top ops
     python bench/probe_step.py --probe dc --device cuda --steps 200 [--profile]
 
+Before/after a change to the trainer: ``--estratos PATH`` imports the trainer from another
+checkout (e.g. ``git worktree add /tmp/before HEAD~1``), and every run prints a SHA-256 of
+the trained weights, which must be the same for the same numbers. ``--examples N`` makes a
+run one whole pass over N examples (a dataset's training size), and each probe's line gives
+the step's arithmetic rate against the machine's single-thread peak (1,024 x 1,024 blocks):
+
+    python bench/probe_step.py --probe dc --examples 6215 --repeats 2          # DCgdd's pass
+    python bench/probe_step.py --probe dc --examples 6215 --repeats 2 --estratos /tmp/before
+
 With ``--device cuda`` both run on the GPU and the clock stops after a synchronize, so a
 step's time is what the GPU program costs, launch overhead included; ``--profile`` then
 lists the top ops by GPU time too (what bench/gpu_node.py records for the DC probe, the one
@@ -25,9 +34,11 @@ that bounds the GPU node's grid).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import time
-from typing import Dict, Tuple
+from pathlib import Path
+from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -51,6 +62,18 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+#: SHA-256 of the weights each probe's last run of the real trainer ended with
+DIGESTS: Dict[str, str] = {}
+
+
+def digest(params: List[torch.Tensor]) -> str:
+    """SHA-256 of a fit's parameters, bytes in order: equal digests, equal numbers."""
+    h = hashlib.sha256()
+    for p in params:
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def ours(probe: str, groups: int, steps: int, batch: int, device: str = "cpu") -> float:
     """Seconds for ``steps`` steps of the real trainer (one pass, one 1-batch dev round)."""
     from estratos.probe.estimators.classifiers import SentEvalClassifier
@@ -64,7 +87,31 @@ def ours(probe: str, groups: int, steps: int, batch: int, device: str = "cpu") -
     t0 = time.perf_counter()
     clf.fit(x, y, x[:, :batch], y[:batch], grid)
     _sync(device)
-    return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    DIGESTS[probe] = digest(clf._state.net.params)
+    return seconds
+
+
+def step_flops(probe: str, groups: int, batch: int) -> float:
+    """Arithmetic of one training step of every model (forward and backward, no input
+    gradient: 4FK per example for a layer of F inputs and K outputs, 6HC for the second)."""
+    features, classes, nhid, n_l2, _ = SHAPES[probe]
+    per_example = (4.0 * features * classes if nhid == 0 else
+                   4.0 * features * nhid + 6.0 * nhid * classes)
+    return per_example * batch * groups * n_l2
+
+
+def peak_rate() -> float:
+    """FLOP/s of this process's threads on 1,024 x 1,024 float32 blocks (best of 3)."""
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * 1024 ** 3 * 10 / best
 
 
 def bare(probe: str, groups: int, steps: int, batch: int, device: str = "cpu") -> float:
@@ -133,8 +180,18 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    ap.add_argument("--examples", type=int, default=None,
+                    help="one pass over this many examples (sets --steps)")
+    ap.add_argument("--estratos", type=Path, default=None,
+                    help="a checkout whose trainer to time (default: this one)")
     args = ap.parse_args(argv)
+    if args.examples:
+        args.steps = -(-args.examples // args.batch)
+    sys.path.insert(0, str((args.estratos or Path(__file__).resolve().parents[1]).resolve()))
+    import estratos
     from estratos.probe.estimators.runtime import torch_runtime
+
+    print(f"estratos from {Path(estratos.__file__).parent}")
 
     probes = list(SHAPES) if args.probe == "both" else [args.probe]
     with torch_runtime(args.threads):
@@ -152,11 +209,16 @@ def main(argv=None) -> int:
                 best_b = min(best_b, bare(probe, args.groups, args.steps, args.batch,
                                           args.device))
             n_models = args.groups * SHAPES[probe][3]
+            rate = step_flops(probe, args.groups, args.batch) * args.steps / best_o
+            peak = peak_rate() if args.device == "cpu" else float("nan")
             print(f"{SHAPES[probe][4]}; {args.groups} layer specs = {n_models} models, "
-                  f"batch {args.batch}, {args.threads} thread(s), {args.device}")
+                  f"batch {args.batch}, {args.steps} steps, {args.threads} thread(s), "
+                  f"{args.device}")
             print(f"  estratos trainer: {best_o / args.steps * 1000:8.1f} ms/step   "
                   f"bare torch loop: {best_b / args.steps * 1000:8.1f} ms/step   "
                   f"ratio {best_o / best_b:.2f}x (target <= 1.5x)", flush=True)
+            print(f"  pass: {best_o:.2f} s; {rate / 1e9:.1f} GFLOP/s, {rate / peak:.0%} of "
+                  f"the peak {peak / 1e9:.1f} GFLOP/s; weights {DIGESTS[probe]}", flush=True)
     return 0
 
 

@@ -372,3 +372,37 @@ def test_a_classifier_is_deterministic_exactly_when_its_record_says_its_fit_is_s
             checked[name] = cls.deterministic
             assert cls.deterministic == seed_free_fit(cls().record()), name
     assert checked["lbfgs"] and not checked["senteval"]
+
+
+@pytest.mark.parametrize("nhid", [0, 16])
+def test_weight_gradients_written_into_one_workspace_equal_fresh_ones(monkeypatch, nhid):
+    """The first layer's weight gradient is written into one tensor kept across a fit's
+    steps (a fresh one per step costs page faults at DC's size): the same models and
+    numbers as a fresh tensor per step, and one allocation per shape of the program (a new
+    one only after streams leave it)."""
+    from estratos.probe.estimators import training
+
+    x_all, y_all = blobs(330, spread=2.0, groups=3, seed=6)
+    x, y, xd, yd = x_all[:, :250], y_all[:250], x_all[:, 250:], y_all[250:]
+    kw = dict(nhid=nhid, dropout=0.2 if nhid else 0.0, tenacity=1, epoch_size=2,
+              max_epoch=40, seed=(2, 9))
+    taken = []
+    real_take = training.GradWorkspace.take
+
+    def spy(self, shape, like):
+        out = real_take(self, shape, like)
+        taken.append((tuple(shape), out))  # held: a fresh tensor cannot reuse its memory
+        return out
+
+    monkeypatch.setattr(training.GradWorkspace, "take", spy)
+    reused = SentEvalClassifier(**kw).fit(x, y, xd, yd, [1e-5, 1e-1])
+    monkeypatch.setattr(training, "_weight_grad", lambda dt, x, workspace: torch.bmm(dt, x))
+    fresh = SentEvalClassifier(**kw).fit(x, y, xd, yd, [1e-5, 1e-1])
+    np.testing.assert_array_equal(reused.dev_score_, fresh.dev_score_)
+    np.testing.assert_array_equal(reused.epochs_, fresh.epochs_)
+    for a, b in zip(reused._state.best, fresh._state.best):
+        assert torch.equal(a, b)
+    shapes = [s for s, _ in taken]
+    assert len(taken) > 20 and len(set(shapes)) > 1  # many steps; streams left the program
+    for shape in set(shapes):
+        assert len({out.data_ptr() for s, out in taken if s == shape}) == 1, shape

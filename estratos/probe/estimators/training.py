@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -218,15 +218,18 @@ class StackedNet:
         return z, (x, h, mask)
 
     def backward(self, dz: torch.Tensor, saved: tuple,
-                 params: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
+                 params: Optional[List[torch.Tensor]] = None,
+                 workspace: Optional["GradWorkspace"] = None) -> List[torch.Tensor]:
         """Gradients of every parameter from ``dz = dLoss/dlogits (Ga, B, R, C)``
-        (``params``: the ones the forward pass ran with, default all)."""
+        (``params``: the ones the forward pass ran with, default all). ``workspace``: where
+        the first layer's weight gradient is written (:class:`GradWorkspace`; None: a fresh
+        tensor); the caller must have used the previous step's gradients by then."""
         p = self.params if params is None else params
         x = saved[0]
         Ga, B = x.shape[0], x.shape[1]
         if self.H == 0:
             dt = dz.reshape(Ga, B, self.R * self.C).transpose(1, 2)  # (Ga, R*C, B)
-            return [torch.bmm(dt, x), dt.sum(dim=2, keepdim=True)]
+            return [_weight_grad(dt, x, workspace), dt.sum(dim=2, keepdim=True)]
         h, mask = saved[1], saved[2]
         dz = dz.transpose(1, 2)  # (Ga, R, B, C)
         gw2 = torch.matmul(h.transpose(-1, -2), dz)
@@ -236,7 +239,7 @@ class StackedNet:
         if mask is not None:
             da.mul_(mask)
         dt = da.transpose(2, 3).reshape(Ga, self.R * self.H, B)
-        return [torch.bmm(dt, x), dt.sum(dim=2, keepdim=True), gw2, gb2]
+        return [_weight_grad(dt, x, workspace), dt.sum(dim=2, keepdim=True), gw2, gb2]
 
     def logits(self, x: torch.Tensor, params: List[torch.Tensor],
                groups: Optional[np.ndarray] = None,
@@ -262,6 +265,38 @@ class StackedNet:
             empty = torch.zeros((n_rows, 0, self.R, self.C), device=self.device)
             return empty if reduce is None else reduce(empty)
         return torch.cat(parts, dim=1)
+
+
+class GradWorkspace:
+    """One tensor that the first layer's weight gradient is written into at every step of a
+    fit, kept while its shape holds (streams leave the program between rounds).
+
+    Why: that gradient is the largest tensor a step makes (DC's MLP, 8 layer specs: 8 x
+    2,000 x 2,304 floats, 147 MB; WordContent's 32 models: 49 MB), above the size at which
+    the C allocator maps fresh pages for every request. A fresh one per step is a page
+    fault per 4 KB that the kernel zero-fills before the product writes it: measured on one
+    core, ``torch.bmm`` of DC's shape took 109 ms into a fresh tensor and 57 ms into a reused
+    one, with the same bits (``bench/probe_step.py``, docs/probe.md)."""
+
+    def __init__(self) -> None:
+        self._out: Optional[torch.Tensor] = None
+
+    def take(self, shape: Tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """The workspace as an uninitialised tensor of ``shape`` on ``like``'s device."""
+        out = self._out
+        if out is None or tuple(out.shape) != tuple(shape) or out.device != like.device:
+            self._out = out = None  # drop the old one before the new one is allocated
+            self._out = out = torch.empty(shape, dtype=like.dtype, device=like.device)
+        return out
+
+
+def _weight_grad(dt: torch.Tensor, x: torch.Tensor,
+                 workspace: Optional[GradWorkspace]) -> torch.Tensor:
+    """The first layer's weight gradient ``dt @ x`` (``(Ga, K, B) @ (Ga, B, F)``), into the
+    ``workspace`` when one is given."""
+    if workspace is None:
+        return torch.bmm(dt, x)
+    return torch.bmm(dt, x, out=workspace.take((dt.shape[0], dt.shape[1], x.shape[2]), dt))
 
 
 #: dLoss/dlogits for a batch: (logits (Ga,B,R,C), batch targets (B,C) or (Ga,B,C), seed
@@ -426,6 +461,7 @@ class _Program:
     subsets: Optional[Sequence[np.ndarray]]
     feed: Optional["_MaskFeed"]
     steps_taken: np.ndarray
+    workspace: GradWorkspace = field(default_factory=GradWorkspace)
 
     def train_round(self, layout: _Layout, first_pass: int, epoch_size: int) -> None:
         """The ``epoch_size`` passes of one round (passes ``first_pass`` onwards), before the
@@ -455,8 +491,9 @@ class _Program:
             mask = (net.draw_masks(layout.row_seed, idx.shape[1]) if self.feed is None else
                     net.step_mask(masks, layout.s_pos, start, idx.shape[1]))
             z, saved = net.forward(xb, mask=mask)
-            self.adam.step(net.backward(self.grad_fn(z, tb, layout.segments), saved),
-                           layout.segments)
+            grads = net.backward(self.grad_fn(z, tb, layout.segments), saved,
+                                 workspace=self.workspace)
+            self.adam.step(grads, layout.segments)
 
     def batch(self, layout: _Layout, idx: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The step's features ``(Ga, B, F)`` and targets of every live stream, from the live
