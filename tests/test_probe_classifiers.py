@@ -406,3 +406,33 @@ def test_weight_gradients_written_into_one_workspace_equal_fresh_ones(monkeypatc
     assert len(taken) > 20 and len(set(shapes)) > 1  # many steps; streams left the program
     for shape in set(shapes):
         assert len({out.data_ptr() for s, out in taken if s == shape}) == 1, shape
+
+
+def test_a_shared_l2_value_applied_by_the_fused_kernel_gives_the_same_models(monkeypatch):
+    """Where every model of a stack has one L2 value (SentEval's noreg: DC, NLI, SSP, RST),
+    the fused Adam kernel applies it (when this build rounds it as the gradient's addcmul
+    does, checked at import): the same models and numbers as adding it to the gradient; a
+    grid of L2 values keeps the decay in the gradient."""
+    from estratos.probe.estimators import adam
+
+    x_all, y_all = blobs(330, spread=2.0, groups=2, seed=8)
+    x, y, xd, yd = x_all[:, :250], y_all[:250], x_all[:, 250:], y_all[250:]
+    kw = dict(nhid=16, dropout=0.1, tenacity=1, epoch_size=2, max_epoch=30, seed=(4, 1))
+    made = []
+    real_init = adam.StackedAdam.__init__
+
+    def spy(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self.kernel_decay)
+
+    monkeypatch.setattr(adam.StackedAdam, "__init__", spy)
+    in_kernel = SentEvalClassifier(**kw).fit(x, y, xd, yd, [1e-2])
+    SentEvalClassifier(**kw).fit(x, y, xd, yd, [1e-5, 1e-2])
+    assert made == ([np.float32(1e-2)] if adam._DECAY_IN_KERNEL else [None]) + [None]
+    monkeypatch.setattr(adam, "_DECAY_IN_KERNEL", False)
+    in_gradient = SentEvalClassifier(**kw).fit(x, y, xd, yd, [1e-2])
+    assert made[-1] is None
+    np.testing.assert_array_equal(in_kernel.dev_score_, in_gradient.dev_score_)
+    np.testing.assert_array_equal(in_kernel.epochs_, in_gradient.epochs_)
+    for a, b in zip(in_kernel._state.best, in_gradient._state.best):
+        assert torch.equal(a, b)
