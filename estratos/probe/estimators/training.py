@@ -283,11 +283,12 @@ class GradWorkspace:
 
     def take(self, shape: Tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """The workspace as an uninitialised tensor of ``shape`` on ``like``'s device."""
-        out = self._out
-        if out is None or tuple(out.shape) != tuple(shape) or out.device != like.device:
-            self._out = out = None  # drop the old one before the new one is allocated
-            self._out = out = torch.empty(shape, dtype=like.dtype, device=like.device)
-        return out
+        old = self._out
+        if old is not None and tuple(old.shape) == tuple(shape) and old.device == like.device:
+            return old
+        self._out = old = None  # the old one is freed before the new one is allocated
+        self._out = torch.empty(shape, dtype=like.dtype, device=like.device)
+        return self._out
 
 
 def _weight_grad(dt: torch.Tensor, x: torch.Tensor,
