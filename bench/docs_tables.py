@@ -38,7 +38,7 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -365,15 +365,24 @@ def length_rows(files: Tuple[str, ...], a: str, b: str, features: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _geometry_records(files: Tuple[str, ...], cache_name: str, pooling: str,
+                      features: Optional[str] = None) -> Dict[Tuple[str, str, str], Any]:
+    """One cache's geometry records of ``pooling`` (of ``features`` only, when given) by
+    (measure, features, layer); a :class:`DocTableError` when there are none."""
+    by = {(r.measure, r.features, str(r.layer_a)): r for r in maps(files)
+          if r.kind == "geometry" and _stem(r.a) == cache_name and r.pooling == pooling
+          and features in (None, r.features)}
+    if not by:
+        raise DocTableError(f"no geometry records of {cache_name} ({pooling})")
+    return by
+
+
 def geometry_rows(files: Tuple[str, ...], cache_name: str, pooling: str = "mean") -> str:
     """Rows = layer specs of one cache: its geometry, raw beside standardized where they
     differ (anisotropy and its top dimensions with their shares of the anisotropy and of
     the variance, the dimension of largest variance share, max / median activation,
     effective rank)."""
-    by = {(r.measure, r.features, str(r.layer_a)): r for r in maps(files)
-          if r.kind == "geometry" and _stem(r.a) == cache_name and r.pooling == pooling}
-    if not by:
-        raise DocTableError(f"no geometry records of {cache_name} ({pooling})")
+    by = _geometry_records(files, cache_name, pooling)
     lines = ["| layer | anisotropy | top dims (share of anisotropy; of variance) "
              "| top variance dim (share of variance; of Gram) | max \\|a\\| (dim) "
              "| max / median | effective rank, raw | effective rank, standardized | TwoNN |",
@@ -408,17 +417,13 @@ def geometry_shares_rows(files: Tuple[str, ...], cache_name: str, pooling: str) 
     the dimension of largest variance share with its two shares; the largest activation's
     dimension, its max / median ratio and its share of the variance (an offset carries
     anisotropy and a large activation, and no variance)."""
-    by = {(r.measure, str(r.layer_a)): r for r in maps(files)
-          if r.kind == "geometry" and _stem(r.a) == cache_name and r.pooling == pooling
-          and r.features == RAW}
-    if not by:
-        raise DocTableError(f"no geometry records of {cache_name} ({pooling})")
+    by = _geometry_records(files, cache_name, pooling, RAW)
     lines = ["| layer | anisotropy | top dim: share of anisotropy, of variance, of Gram "
              "| top variance dim: share of variance, of Gram | max / median (dim): its "
              "share of variance |",
              "| --- | ---: | --- | --- | --- |"]
-    for la in _ordered([k[1] for k in by]):
-        aniso, act = by[("anisotropy", la)], by[("max-abs", la)]
+    for la in _ordered([k[2] for k in by]):
+        aniso, act = by[("anisotropy", RAW, la)], by[("max-abs", RAW, la)]
         tops = aniso.detail.get("top_dims") or []
         spread = aniso.detail.get("top_variance_dims") or []
         first = (f"{tops[0]['dim']}: {_share(tops[0].get('share'))}, "

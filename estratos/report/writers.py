@@ -127,20 +127,17 @@ def value_text(cell: Cell, pm: str) -> str:
 def degenerate_text(cell: Cell) -> str:
     """What follows a cell some of whose seeds predicted (nearly) one class: ' (one class)'
     or ' (one class: 2/3 seeds)'; a group cell: ' (one class in 1/5 datasets)'; an MDL cell
-    whose code is longer than the labels-only code: ' (below floor)' likewise."""
+    whose code is longer than the labels-only code: ' (below floor)' likewise, and a
+    selectivity whose control scored below its own majority."""
     if cell.one_class_datasets is not None:
         k, n = cell.one_class_datasets
         return f" {ONE_CLASS[:-1]} in {k}/{n} datasets)"
     text = ""
-    if cell.degenerate is not None:
-        k, n = cell.degenerate
-        text = f" {ONE_CLASS}" if k == n else f" {ONE_CLASS[:-1]}: {k}/{n} seeds)"
-    if cell.below_floor is not None:
-        k, n = cell.below_floor
-        text += f" {BELOW_FLOOR}" if k == n else f" {BELOW_FLOOR[:-1]}: {k}/{n} seeds)"
-    if cell.below_majority is not None:
-        k, n = cell.below_majority
-        text += f" {BELOW_MAJORITY}" if k == n else f" {BELOW_MAJORITY[:-1]}: {k}/{n} seeds)"
+    for mark, seeds in ((ONE_CLASS, cell.degenerate), (BELOW_FLOOR, cell.below_floor),
+                        (BELOW_MAJORITY, cell.below_majority)):
+        if seeds is not None:
+            k, n = seeds
+            text += f" {mark}" if k == n else f" {mark[:-1]}: {k}/{n} seeds)"
     return text
 
 

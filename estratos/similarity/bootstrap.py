@@ -155,7 +155,6 @@ def cka_intervals(full: np.ndarray, resampled: np.ndarray, m: int, n: int, withi
     ``resampled``: :func:`resampled_cka` over a subsample of ``m`` sentences; ``within``:
     one cache with itself (row i's own layer is not a candidate)."""
     scale = math.sqrt(min(1.0, m / n))
-    draws = resampled
     out: List[List[Optional[Dict[str, Any]]]] = []
     for i in range(full.shape[0]):
         row: List[Optional[Dict[str, Any]]] = [None] * full.shape[1]
@@ -166,9 +165,9 @@ def cka_intervals(full: np.ndarray, resampled: np.ndarray, m: int, n: int, withi
             v = full[i, j]
             if not math.isfinite(v):
                 continue
-            q = _spread(draws[:, i, j], level)
+            q = _spread(resampled[:, i, j], level)
             entry: Dict[str, Any] = {"level": level, "scale": scale,
-                                     "resamples": int(np.isfinite(draws[:, i, j]).sum())}
+                                     "resamples": int(np.isfinite(resampled[:, i, j]).sum())}
             if q is not None:
                 entry["lo"] = float(max(0.0, v + scale * q[0]))
                 entry["hi"] = float(min(1.0, v + scale * q[1]))
@@ -179,7 +178,7 @@ def cka_intervals(full: np.ndarray, resampled: np.ndarray, m: int, n: int, withi
                     entry["best"] = True
                 else:
                     d = full[i, b] - v
-                    qd = _spread(draws[:, i, b] - draws[:, i, j], level)
+                    qd = _spread(resampled[:, i, b] - resampled[:, i, j], level)
                     if qd is not None:
                         entry["difference"] = {"lo": float(d + scale * qd[0]),
                                                "hi": float(d + scale * qd[1])}
